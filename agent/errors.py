@@ -1,0 +1,45 @@
+"""Typed errors raised by the agent's tools. The docstring is the message a user sees."""
+
+from __future__ import annotations
+
+from indexer.errors import RepoctxError
+
+
+class AgentError(RepoctxError):
+    """The agent tool failed."""
+
+
+class PathEscapeError(AgentError):
+    """The path is outside the workspace — paths must stay inside the workspace root."""
+
+
+class SecretPathError(AgentError):
+    """The path matches the secrets deny list — to allow it, add `!<path>` to `agent.deny`."""
+
+
+class PathNotFoundError(AgentError):
+    """No such file or directory in the workspace — list the directory to see what exists."""
+
+
+class NotAFileError(AgentError):
+    """The path is a directory or special file — pass the path of a regular file."""
+
+
+class BinaryFileError(AgentError):
+    """The file is binary — only text files can be read or edited this way."""
+
+
+class CommandNotAllowedError(AgentError):
+    """The command is not in the allowlist — extend `agent.allow_commands` to permit it."""
+
+
+class InvalidCommandError(AgentError):
+    """The command is empty or cannot be parsed — pass a program and its arguments."""
+
+
+class CheckpointError(AgentError):
+    """The checkpoint store cannot record this write — call `begin_step` before writing."""
+
+
+class RollbackError(AgentError):
+    """Some files could not be restored — fix the listed paths and run the undo again."""

@@ -1,0 +1,156 @@
+"""Model adapters: one protocol (`ModelClient`) over OpenAI-compatible servers, Anthropic and a
+scripted replay model, chosen by a `provider:model` spec."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
+
+from .anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
+from .anthropic import AnthropicClient
+from .base import Completion, Message, ModelClient, ToolCall, ToolSpec, Usage
+from .errors import (
+    AuthError,
+    BadRequestError,
+    ContextTooLongError,
+    MalformedResponseError,
+    ModelConfigError,
+    ModelConnectionError,
+    ModelError,
+    ModelTimeoutError,
+    QuotaExceededError,
+    RateLimitError,
+    ScriptExhaustedError,
+    ServiceError,
+    UnknownModelError,
+)
+from .http import RetryPolicy
+from .openai import DEFAULT_BASE_URL as OPENAI_BASE_URL
+from .openai import OpenAIClient
+from .scripted import ScriptedCall, ScriptedModel
+
+#: Local OpenAI-compatible servers and their default addresses; none needs a key.
+LOCAL_SERVERS = {
+    "ollama": "http://localhost:11434/v1",
+    "lmstudio": "http://localhost:1234/v1",
+    "llamacpp": "http://localhost:8080/v1",
+    "vllm": "http://localhost:8000/v1",
+}
+PROVIDERS = ("openai", "anthropic", "scripted", *LOCAL_SERVERS)
+
+
+def create_model(
+    spec: str | None,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout: float = 60.0,
+    env: Mapping[str, str] | None = None,
+    max_retries: int = 3,
+    stream: bool = False,
+    on_text: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ModelClient:
+    """Build a client from ``provider:model`` (``openai:gpt-4o-mini``, ``anthropic:claude-sonnet-4-5``,
+    ``ollama:qwen2.5-coder:7b``, ``scripted:path.jsonl``) or a bare OpenAI-compatible model name.
+
+    Arguments win over ``env`` (default ``os.environ``): REPOCTX_MODEL (when ``spec`` is empty),
+    REPOCTX_MODEL_BASE_URL, REPOCTX_API_KEY, then the provider's own OPENAI_BASE_URL /
+    OPENAI_API_KEY / ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY.
+    """
+    env = os.environ if env is None else env
+    spec = (spec or _first(env, "REPOCTX_MODEL") or "").strip()
+    if not spec:
+        raise ModelConfigError()
+    if timeout <= 0:
+        raise ModelConfigError(f"The model timeout must be positive, got {timeout} — fix it.")
+    provider, sep, model = spec.partition(":")
+    if not sep:
+        provider, model = "openai", spec
+    provider = provider.strip().lower()
+    model = model.strip()
+    if not model:
+        raise ModelConfigError(
+            f"No model name after {provider}: in {spec!r} — write e.g. {provider}:MODEL."
+        )
+    if provider == "scripted":
+        return ScriptedModel(model, name=f"scripted:{model}")
+    options = {
+        "timeout": timeout,
+        "retry": RetryPolicy(max_retries=max_retries),
+        "sleep": sleep,
+        "stream": stream,
+        "on_text": on_text,
+        "name": f"{provider}:{model}",
+    }
+    if provider == "anthropic":
+        url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL", "ANTHROPIC_BASE_URL")
+        key = api_key or _first(env, "REPOCTX_API_KEY", "ANTHROPIC_API_KEY")
+        if not key and _host(url or ANTHROPIC_BASE_URL) == "api.anthropic.com":
+            raise ModelConfigError(
+                f"No API key for {spec} — set ANTHROPIC_API_KEY (or REPOCTX_API_KEY)."
+            )
+        return AnthropicClient(model, base_url=url, api_key=key, **options)
+    if provider == "openai":
+        url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL", "OPENAI_BASE_URL")
+        key = api_key or _first(env, "REPOCTX_API_KEY", "OPENAI_API_KEY")
+        if not key and _host(url or OPENAI_BASE_URL) == "api.openai.com":
+            raise ModelConfigError(
+                f"No API key for {spec} — set OPENAI_API_KEY (or REPOCTX_API_KEY), or set "
+                "REPOCTX_MODEL_BASE_URL to a local OpenAI-compatible server."
+            )
+        return OpenAIClient(model, base_url=url, api_key=key, **options)
+    if provider in LOCAL_SERVERS:
+        url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL") or LOCAL_SERVERS[provider]
+        key = api_key or _first(env, "REPOCTX_API_KEY")
+        return OpenAIClient(model, base_url=url, api_key=key, **options)
+    known = ", ".join(f"{p}:" for p in PROVIDERS)
+    raise ModelConfigError(
+        f"Unknown model provider {provider!r} in {spec!r} — use one of {known}; for a model name "
+        f"that itself contains ':' (an Ollama tag) write ollama:{spec} or openai:{spec}."
+    )
+
+
+def _first(env: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = (env.get(name) or "").strip()
+        if value:
+            return value
+    return None
+
+
+def _host(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()
+
+
+__all__ = [
+    "LOCAL_SERVERS",
+    "PROVIDERS",
+    "AnthropicClient",
+    "AuthError",
+    "BadRequestError",
+    "Completion",
+    "ContextTooLongError",
+    "MalformedResponseError",
+    "Message",
+    "ModelClient",
+    "ModelConfigError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelTimeoutError",
+    "OpenAIClient",
+    "QuotaExceededError",
+    "RateLimitError",
+    "RetryPolicy",
+    "ScriptExhaustedError",
+    "ScriptedCall",
+    "ScriptedModel",
+    "ServiceError",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "UnknownModelError",
+    "create_model",
+]

@@ -1,0 +1,304 @@
+"""OpenAI-compatible `/chat/completions` client (OpenAI, vLLM, Ollama, llama.cpp server, LM Studio)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from .base import Completion, Message, ToolCall, ToolSpec, Usage
+from .errors import MalformedResponseError, ModelConfigError, ModelConnectionError
+from .http import JsonHttp, RetryPolicy, error_from_payload
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+_FINISH = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+
+class OpenAIClient:
+    """Chat completions with function calling.
+
+    ``base_url`` follows the OpenAI SDK convention (it includes ``/v1``); a bare ``http://host:port``
+    gets ``/v1`` appended. No key is sent when ``api_key`` is empty (local servers need none).
+    With ``stream=True`` the reply is read as server-sent events and ``on_text`` receives each
+    piece of text as it arrives.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        stream: bool = False,
+        on_text: Callable[[str], None] | None = None,
+        max_tokens_field: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not model:
+            raise ModelConfigError("No model name given — pass e.g. openai:gpt-4o-mini.")
+        self.model = model
+        self.base_url = normalize_base_url(base_url or DEFAULT_BASE_URL)
+        self.url = f"{self.base_url}/chat/completions"
+        self.name = name or f"openai:{model}"
+        self.stream = stream
+        self.on_text = on_text
+        # OpenAI deprecated `max_tokens` (newer models reject it); local servers may only know it.
+        hosted = urlsplit(self.base_url).hostname == "api.openai.com"
+        self.max_tokens_field = max_tokens_field or (
+            "max_completion_tokens" if hosted else "max_tokens"
+        )
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = JsonHttp(timeout=timeout, retry=retry, sleep=sleep)
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Completion:
+        payload = self.build_request(
+            messages, tools, max_tokens=max_tokens, temperature=temperature
+        )
+        start = time.monotonic()
+        raw = (
+            self._stream(payload)
+            if self.stream
+            else self._http.post(self.url, payload, self._headers)
+        )
+        return parse_response(raw, time.monotonic() - start, self.model)
+
+    def build_request(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": [to_wire_message(m) for m in messages],
+        }
+        if tools:
+            payload["tools"] = [to_wire_tool(t) for t in tools]
+        if max_tokens is not None:
+            payload[self.max_tokens_field] = max_tokens
+        if temperature is not None:
+            payload["temperature"] = temperature
+        return payload
+
+    def _stream(self, payload: dict[str, Any]) -> dict[str, Any]:
+        payload = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+        acc = _StreamAccumulator()
+        with self._http.stream(self.url, payload, self._headers) as events:
+            for event in events:
+                if event.event == "json":
+                    return json.loads(event.data)
+                if event.data.strip() == "[DONE]":
+                    acc.done = True
+                    break
+                text = acc.add(_decode_chunk(event.data))
+                if text and self.on_text:
+                    self.on_text(text)
+        return acc.result()
+
+
+def normalize_base_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    url = url.removesuffix("/chat/completions")
+    if not urlsplit(url).path:
+        url += "/v1"
+    return url
+
+
+def to_wire_message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name:
+        out["name"] = message.name
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                # Echo what the model sent (even if malformed) so the history matches its output.
+                "function": {"name": call.name, "arguments": _wire_arguments(call)},
+            }
+            for call in message.tool_calls
+        ]
+    return out
+
+
+def _wire_arguments(call: ToolCall) -> str:
+    if call.raw_arguments.strip():
+        return call.raw_arguments
+    return json.dumps(call.arguments or {}, ensure_ascii=False)
+
+
+def to_wire_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+def parse_response(raw: Mapping[str, Any], latency_s: float, default_model: str) -> Completion:
+    choices = raw.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise MalformedResponseError(detail="the response has no `choices`")
+    choice = choices[0]
+    wire = choice.get("message")
+    if not isinstance(wire, Mapping):
+        raise MalformedResponseError(detail="the first choice has no `message`")
+    wire_calls = wire.get("tool_calls") or []
+    if not isinstance(wire_calls, list):
+        raise MalformedResponseError(detail="`tool_calls` is not a list")
+    calls = tuple(_tool_call(i, c) for i, c in enumerate(wire_calls))
+    finish = _FINISH.get(choice.get("finish_reason") or "stop", choice.get("finish_reason"))
+    # Some servers (older Ollama) report "stop" even when the reply is a tool call.
+    if calls and finish == "stop":
+        finish = "tool_calls"
+    message = Message("assistant", _text(wire.get("content")), calls)
+    model = raw.get("model") if isinstance(raw.get("model"), str) else default_model
+    return Completion(message, _usage(raw.get("usage")), latency_s, model, finish, dict(raw))
+
+
+def _tool_call(index: int, wire: Any) -> ToolCall:
+    if not isinstance(wire, Mapping):
+        raise MalformedResponseError(detail=f"tool call {index} is not an object")
+    function = wire.get("function") if isinstance(wire.get("function"), Mapping) else {}
+    call_id = wire.get("id") or f"call_{index}"
+    name = function.get("name") or ""
+    call = ToolCall.from_raw(str(call_id), str(name), function.get("arguments"))
+    if not name and call.error is None:
+        return ToolCall(call.id, "", None, call.raw_arguments, "the tool call has no function name")
+    return call
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    raise MalformedResponseError(detail=f"message content is a {type(content).__name__}")
+
+
+def _usage(usage: Any) -> Usage:
+    if not isinstance(usage, Mapping):
+        return Usage()
+    prompt = _int(usage.get("prompt_tokens"))
+    completion = _int(usage.get("completion_tokens"))
+    total = _int(usage.get("total_tokens")) or prompt + completion
+    return Usage(prompt, completion, total)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _decode_chunk(data: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise MalformedResponseError(detail=f"bad stream chunk {data[:120]!r}") from exc
+    if not isinstance(chunk, dict):
+        raise MalformedResponseError(detail=f"bad stream chunk {data[:120]!r}")
+    if chunk.get("error"):
+        raise error_from_payload(chunk, None, {})
+    return chunk
+
+
+class _StreamAccumulator:
+    """Folds `chat.completion.chunk` deltas into the shape of a non-streamed response."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.done = False
+        self.id: str | None = None
+        self.model: str | None = None
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def add(self, chunk: Mapping[str, Any]) -> str:
+        self.chunks += 1
+        self.id = self.id or chunk.get("id")
+        self.model = chunk.get("model") or self.model
+        if isinstance(chunk.get("usage"), Mapping):
+            self.usage = dict(chunk["usage"])
+        text = ""
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            piece = _text(delta.get("content"))
+            if piece:
+                self.content.append(piece)
+                text += piece
+            for wire in delta.get("tool_calls") or []:
+                self._add_call(wire)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return text
+
+    def _add_call(self, wire: Mapping[str, Any]) -> None:
+        index = wire.get("index")
+        if not isinstance(index, int):
+            # Servers that omit `index` start a new call with each id and continue the last one.
+            index = len(self.calls) if wire.get("id") or not self.calls else max(self.calls)
+        slot = self.calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+        if wire.get("id"):
+            slot["id"] = wire["id"]
+        function = wire.get("function") or {}
+        if function.get("name"):
+            slot["name"] = function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            slot["arguments"].append(arguments)
+        elif isinstance(arguments, Mapping):
+            slot["arguments"] = [json.dumps(arguments, ensure_ascii=False)]
+
+    def result(self) -> dict[str, Any]:
+        if not self.chunks:
+            raise MalformedResponseError(detail="the stream ended before any data")
+        if not self.done and self.finish is None:
+            raise ModelConnectionError(detail="the stream ended before the reply was complete")
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": slot["id"] or f"call_{i}",
+                    "type": "function",
+                    "function": {"name": slot["name"], "arguments": "".join(slot["arguments"])},
+                }
+                for i, slot in sorted(self.calls.items())
+            ]
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
+            "usage": self.usage,
+        }

@@ -1,0 +1,874 @@
+"""Run a command for the agent: allowlisted, in its own session, with a filtered environment,
+resource limits, capped output, and the whole process tree killed when it is over.
+
+Commands given as a string are split like a shell would. A string that uses no shell syntax runs
+directly; one with operators, redirections, expansions or globs runs under ``bash -c``, and then
+every command word of every pipeline/list must be allowed. Command and process substitution
+(``$(...)``, backticks, ``<(...)``) and ``for``/``case``/``select``/``function`` cannot be checked
+word by word, so they are refused when an allowlist is given. Allowlisting an interpreter or a
+wrapper (bash, python, env, xargs, sudo ...) allows everything it can run.
+
+Process-count containment, strongest available first: a pids cgroup created per command (needs a
+writable pids controller: root, or a delegated cgroup v2 subtree); RLIMIT_NPROC (not enforced for
+root or with CAP_SYS_RESOURCE / CAP_SYS_ADMIN); otherwise a /proc watchdog that kills the session
+when it holds more than ``max_processes`` processes. In every case the whole process group is
+killed at the end, so nothing outlives the call unless it left the session with setsid(2) — and
+inside a cgroup even those are killed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .errors import CommandNotAllowedError, InvalidCommandError, PathNotFoundError
+
+DEFAULT_ENV_ALLOW: tuple[str, ...] = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+)
+
+#: Never passed to a command, even when allowed or given in extra_env (matched case-insensitively).
+SECRET_ENV_PATTERNS: tuple[str, ...] = (
+    "*_KEY",
+    "*_KEY_ID",
+    "*_TOKEN",
+    "*_SECRET",
+    "*_SECRET_*",
+    "*PASSWORD*",
+    "*_CREDENTIALS",
+    "AWS_*",
+)
+
+KillReason = Literal["timeout", "process_limit", "output_limit"]
+Containment = Literal["cgroup", "rlimit", "watchdog", "none"]
+
+_POLL_S = 0.05
+#: The watchdog polls faster: a fork bomb doubles in milliseconds.
+_WATCHDOG_POLL_S = 0.01
+_WATCHDOG_NICE = 10
+_AFTER_KILL_DRAIN_S = 2.0
+_REAP_S = 5.0
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """Per-command limits; ``None`` leaves a limit unset."""
+
+    #: Processes (and threads) the command may have at once.
+    max_processes: int | None = 512
+    #: RLIMIT_AS per process, bytes of address space.
+    max_memory_bytes: int | None = 8 * 2**30
+    #: RLIMIT_FSIZE, the largest file a process may write.
+    max_file_bytes: int | None = 2**30
+    #: RLIMIT_CPU per process, seconds.
+    cpu_seconds: int | None = 600
+    #: Try a per-command pids cgroup (root or delegated cgroup v2 only).
+    use_cgroup: bool = True
+    #: Seconds between SIGTERM and SIGKILL when a command is stopped.
+    kill_grace_s: float = 0.5
+    #: Kill the command once it has written this many bytes (stdout + stderr); None drains forever.
+    max_drain_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    #: Exit status; negative signal number when a signal ended it; 127 not found, 126 not executable.
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    #: True when either stream was longer than max_output_bytes and its middle was dropped.
+    truncated: bool
+    duration_s: float
+    #: True when run_command had to kill the command (see kill_reason).
+    killed: bool
+    kill_reason: KillReason | None = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    #: Which guard bounded the number of processes.
+    containment: Containment = "none"
+
+
+# -- command parsing ------------------------------------------------------------------------------
+
+_OPERATORS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")", "\n")
+_REDIRECTS = ("&>>", "<<<", "<<-", "&>", "<<", ">>", "<&", ">&", "<>", ">|", "<", ">")
+_PREFIX_WORDS = {"!", "if", "then", "else", "elif", "while", "until", "do", "{", "time"}
+_END_WORDS = {"fi", "done", "}", "esac"}
+_UNCHECKABLE_WORDS = {"for", "case", "select", "function", "coproc"}
+#: Shell builtins with no program of the same name on PATH: such strings need the shell.
+_SHELL_BUILTINS = {
+    ".",
+    "alias",
+    "cd",
+    "declare",
+    "eval",
+    "exec",
+    "exit",
+    "export",
+    "local",
+    "popd",
+    "pushd",
+    "read",
+    "return",
+    "set",
+    "shift",
+    "source",
+    "trap",
+    "type",
+    "ulimit",
+    "umask",
+    "unset",
+    "wait",
+}
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: Literal["word", "op", "redirect"]
+    text: str
+    #: False when the word holds an expansion, a glob or a substitution the shell would rewrite.
+    literal: bool = True
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    tokens: tuple[_Token, ...]
+    substitution: bool
+
+    @property
+    def needs_shell(self) -> bool:
+        return self.substitution or any(t.kind != "word" or not t.literal for t in self.tokens)
+
+
+def _tokenize(command: str) -> _Parsed:
+    tokens: list[_Token] = []
+    substitution = False
+    i, n = 0, len(command)
+    while i < n:
+        c = command[i]
+        if c in " \t\r":
+            i += 1
+        elif command.startswith("\\\n", i):
+            i += 2
+        elif c == "#":
+            while i < n and command[i] != "\n":
+                i += 1
+        elif op := next((o for o in _OPERATORS if command.startswith(o, i)), None):
+            tokens.append(_Token("op", op))
+            i += len(op)
+        elif redir := next((r for r in _REDIRECTS if command.startswith(r, i)), None):
+            i += len(redir)
+            if redir in ("<", ">") and command.startswith("(", i):
+                substitution = True
+            tokens.append(_Token("redirect", redir))
+        else:
+            i, word, literal, subst = _word(command, i)
+            substitution |= subst
+            if word.isdigit() and command.startswith(("<", ">"), i) and literal:
+                continue  # an fd number: `2>&1`; the redirect itself is the next token
+            tokens.append(_Token("word", word, literal))
+    return _Parsed(tuple(tokens), substitution)
+
+
+def _word(s: str, i: int) -> tuple[int, str, bool, bool]:
+    out: list[str] = []
+    literal = True
+    subst = False
+    start = i
+    while i < len(s):
+        c = s[i]
+        if c in " \t\r\n|&;()<>":
+            break
+        if c == "'":
+            end = s.find("'", i + 1)
+            if end < 0:
+                raise InvalidCommandError("Unterminated ' quote in the command — close the quote.")
+            out.append(s[i + 1 : end])
+            i = end + 1
+        elif c == '"':
+            i += 1
+            while True:
+                if i >= len(s):
+                    raise InvalidCommandError(
+                        'Unterminated " quote in the command — close the quote.'
+                    )
+                d = s[i]
+                if d == '"':
+                    i += 1
+                    break
+                if d == "\\" and i + 1 < len(s) and s[i + 1] in '$`"\\\n':
+                    out.append(s[i + 1])
+                    i += 2
+                    continue
+                if d in "$`":
+                    literal = False
+                    subst |= d == "`" or s.startswith("$(", i)
+                out.append(d)
+                i += 1
+        elif c == "\\":
+            if i + 1 < len(s):
+                out.append(s[i + 1])
+            i += 2
+        else:
+            if c in "$`*?[{}" or (c == "~" and i == start):
+                literal = False
+                subst |= c == "`" or s.startswith("$(", i)
+                if s.startswith("$(", i):
+                    # Keep `$(` inside the word so the parenthesis is not read as a subshell.
+                    out.append("$(")
+                    i += 2
+                    continue
+            out.append(c)
+            i += 1
+    return i, "".join(out), literal, subst
+
+
+def _command_words(parsed: _Parsed) -> list[_Token]:
+    """The first word of every simple command, skipping assignments, redirections and keywords."""
+    words: list[_Token] = []
+    expect_command = True
+    skip_target = False
+    for tok in parsed.tokens:
+        if skip_target:
+            skip_target = False
+            continue
+        if tok.kind == "redirect":
+            skip_target = True
+        elif tok.kind == "op":
+            expect_command = tok.text != ")"
+        elif expect_command and not _ASSIGNMENT.match(tok.text):
+            if tok.literal and tok.text in _PREFIX_WORDS:
+                continue
+            if tok.literal and tok.text in _END_WORDS:
+                expect_command = False
+                continue
+            if tok.literal and tok.text in _UNCHECKABLE_WORDS:
+                raise CommandNotAllowedError(
+                    f"`{tok.text}` commands cannot be checked against the allowlist — "
+                    "run the commands one by one, or pass an argv list."
+                )
+            words.append(tok)
+            expect_command = False
+    return words
+
+
+def _refuse(name: str, allowlist: tuple[str, ...]) -> CommandNotAllowedError:
+    allowed = ", ".join(sorted(allowlist)) or "(empty)"
+    return CommandNotAllowedError(
+        f"`{name}` is not in the command allowlist ({allowed}) — add it to "
+        "`agent.allow_commands` in .repoctx.toml to permit it, or use an allowed command."
+    )
+
+
+def plan_command(command: Sequence[str] | str, allowlist: Sequence[str] | None) -> tuple[str, ...]:
+    """The argv that will be executed for ``command``, after checking it against ``allowlist``.
+
+    Names are compared by basename: allowing ``pytest`` allows ``.venv/bin/pytest``.
+    """
+    allowed = tuple(allowlist) if allowlist is not None else None
+    if not isinstance(command, str):
+        argv = tuple(command)
+        if not argv or not argv[0]:
+            raise InvalidCommandError()
+        if allowed is not None and os.path.basename(argv[0]) not in allowed:
+            raise _refuse(argv[0], allowed)
+        return argv
+    if "\x00" in command:
+        raise InvalidCommandError("The command contains a NUL byte — remove it.")
+    parsed = _tokenize(command)
+    words = _command_words(parsed)
+    if not words:
+        raise InvalidCommandError()
+    if allowed is not None:
+        if parsed.substitution:
+            raise CommandNotAllowedError(
+                "Command or process substitution ($(...), `...`, <(...)) cannot be checked against "
+                "the allowlist — run the inner command separately, or pass an argv list."
+            )
+        for word in words:
+            if not word.literal:
+                raise CommandNotAllowedError(
+                    f"The command name `{word.text}` is not literal — write the program name "
+                    "itself so it can be checked against the allowlist."
+                )
+            if os.path.basename(word.text) not in allowed:
+                raise _refuse(word.text, allowed)
+    # A leading assignment or keyword (`FOO=1 make`, `! grep`) also needs the shell.
+    if parsed.needs_shell or words[0] is not parsed.tokens[0] or words[0].text in _SHELL_BUILTINS:
+        return (shutil.which("bash") or "/bin/sh", "-c", command)
+    return tuple(t.text for t in parsed.tokens)
+
+
+# -- environment ----------------------------------------------------------------------------------
+
+
+def is_secret_env(name: str) -> bool:
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pat) for pat in SECRET_ENV_PATTERNS)
+
+
+def build_env(
+    env_allow: Sequence[str],
+    extra_env: Mapping[str, str] | None = None,
+    source: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Variables of ``source`` (default os.environ) named in ``env_allow`` (glob patterns allowed),
+    plus ``extra_env``, minus anything that looks like a secret."""
+    src = os.environ if source is None else source
+    env = {k: v for k, v in src.items() if any(fnmatch.fnmatchcase(k, pat) for pat in env_allow)}
+    env.update(extra_env or {})
+    return {k: v for k, v in env.items() if not is_secret_env(k)}
+
+
+# -- process-count guards -------------------------------------------------------------------------
+
+
+def _proc_stat(pid: str) -> tuple[str, int, int] | None:
+    """(state, pgid, sid) of a /proc entry, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[2]), int(fields[3])
+
+
+def _members(*, pgid: int | None = None, sid: int | None = None) -> list[int] | None:
+    """Live (non-zombie) pids in a process group or session; None without /proc."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    found = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        info = _proc_stat(entry)
+        if info is None or info[0] in ("Z", "X"):
+            continue
+        if (pgid is not None and info[1] == pgid) or (sid is not None and info[2] == sid):
+            found.append(int(entry))
+    return found
+
+
+def _nproc_enforced() -> bool:
+    """RLIMIT_NPROC does not apply to root, nor to holders of CAP_SYS_RESOURCE or CAP_SYS_ADMIN."""
+    if os.geteuid() == 0:
+        return False
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return True
+    match = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
+    caps = int(match.group(1), 16) if match else 0
+    return not caps & ((1 << 21) | (1 << 24))
+
+
+def _user_tasks() -> int:
+    """Processes and threads the effective user has now — RLIMIT_NPROC counts them all."""
+    uid, total = os.geteuid(), 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        total += int(raw[raw.rfind(b")") + 2 :].split()[17])
+    return total
+
+
+class _PidsCgroup:
+    """A pids cgroup made for one command, removed afterwards."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, max_pids: int) -> _PidsCgroup | None:
+        for base in _pids_cgroup_bases():
+            path = base / f"repoctx-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            try:
+                (path / "pids.max").write_text(str(max_pids))
+            except OSError:
+                path.rmdir()
+                continue
+            return cls(path)
+        return None
+
+    @property
+    def procs_file(self) -> str:
+        return str(self.path / "cgroup.procs")
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(x) for x in Path(self.procs_file).read_text().split()]
+        except OSError:
+            return []
+
+    def fork_denied(self) -> bool:
+        try:
+            events = (self.path / "pids.events").read_text()
+        except OSError:
+            return False
+        match = re.search(r"^max (\d+)", events, re.M)
+        return bool(match and int(match.group(1)))
+
+    def kill(self) -> None:
+        kill_file = self.path / "cgroup.kill"
+        if kill_file.exists():
+            try:
+                kill_file.write_text("1")
+                return
+            except OSError:
+                pass  # fall back to signalling each member
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+
+    def remove(self) -> None:
+        deadline = time.monotonic() + _REAP_S
+        while True:
+            self.kill()
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    return  # leaked empty-ish cgroup; harmless, and removable by hand
+                time.sleep(0.02)
+
+
+def _pids_cgroup_bases() -> list[Path]:
+    """Directories where a child pids cgroup of ours could be made, most specific first."""
+    try:
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    bases: list[Path] = []
+    for line in own:
+        hier, controllers, rel = line.split(":", 2)
+        for mount in mounts:
+            left, _, right = mount.partition(" - ")
+            fstype, _, opts = (right.split() + ["", "", ""])[:3]
+            fields = left.split()
+            root, mountpoint = fields[3], fields[4]
+            rel_in_mount = rel[len(root) :] if rel.startswith(root) and root != "/" else rel
+            here = Path(mountpoint + rel_in_mount.rstrip("/"))
+            if hier == "0" and fstype == "cgroup2":
+                for cand in (here, here.parent):
+                    try:
+                        enabled = (cand / "cgroup.subtree_control").read_text().split()
+                    except OSError:
+                        continue
+                    if "pids" in enabled:
+                        bases.append(cand)
+            elif (
+                fstype == "cgroup"
+                and "pids" in controllers.split(",")
+                and "pids" in opts.split(",")
+            ):
+                bases.append(here)
+    return bases
+
+
+def _child_setup(
+    procs_file: str | None, limits: list[tuple[int, tuple[int, int]]], nice: int
+) -> None:
+    """Runs in the child between fork and exec; kept to syscalls."""
+    if procs_file is not None:
+        # Raising here fails the Popen call, and run_command retries without the cgroup.
+        fd = os.open(procs_file, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+    for which, values in limits:
+        resource.setrlimit(which, values)
+    if nice:
+        os.nice(nice)
+
+
+def _rlimits(limits: ResourceLimits, nproc: int | None) -> list[tuple[int, tuple[int, int]]]:
+    wanted = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NPROC, nproc),
+        (resource.RLIMIT_AS, limits.max_memory_bytes),
+        (resource.RLIMIT_FSIZE, limits.max_file_bytes),
+        (resource.RLIMIT_CPU, limits.cpu_seconds),
+    ]
+    out = []
+    for which, value in wanted:
+        if value is None:
+            continue
+        _, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY and os.geteuid() != 0:
+            value = min(value, hard)
+        out.append((which, (value, value)))
+    return out
+
+
+def _system_tasks() -> int | None:
+    """Tasks on the whole system, from one read of /proc/loadavg (4th field, "running/total")."""
+    try:
+        with open("/proc/loadavg", "rb") as fh:
+            return int(fh.read().split()[3].split(b"/")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class _Watchdog:
+    """Kills a session that holds more than ``limit`` processes, where nothing else bounds it.
+
+    The system-wide task count is cheap to read, so it is checked every poll; the costly /proc
+    scan of the session runs only when that count has grown by more than ``limit``.
+    """
+
+    def __init__(self, sid: int, limit: int) -> None:
+        self.sid = sid
+        self.limit = limit
+        self.baseline = _system_tasks()
+
+    def over_limit(self) -> bool:
+        total = _system_tasks()
+        if total is not None and self.baseline is not None and total - self.baseline <= self.limit:
+            return False
+        members = _members(sid=self.sid)
+        if members is None:
+            return False
+        if total is not None:
+            # Growth came from elsewhere; rebase so the scan is not repeated every poll.
+            self.baseline = total - len(members)
+        return len(members) > self.limit
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+class _Capped:
+    """Keeps the first and last bytes of a stream; the middle is counted, not stored."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.tail_cap + 65536:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.head_cap + self.tail_cap
+
+    def text(self) -> str:
+        tail = self.tail[len(self.tail) - self.tail_cap :] if self.tail_cap else bytearray()
+        if not self.truncated:
+            return (self.head + self.tail).decode("utf-8", errors="replace")
+        dropped = self.total - len(self.head) - len(tail)
+        marker = f"\n[... {dropped} bytes truncated ...]\n"
+        return (
+            self.head.decode("utf-8", errors="replace")
+            + marker
+            + tail.decode("utf-8", errors="replace")
+        )
+
+
+# -- running --------------------------------------------------------------------------------------
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited, without reaping it: an unreaped child keeps its pid, so the
+    process group id cannot be recycled while we still signal it."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _others_alive(pgid: int, cgroup: _PidsCgroup | None) -> bool:
+    members = _members(pgid=pgid)
+    if members is not None and [p for p in members if p != pgid]:
+        return True
+    if members is None and not _exited(pgid):
+        return True
+    return bool(cgroup and [p for p in cgroup.pids() if p != pgid])
+
+
+def _kill_all(pgid: int, cgroup: _PidsCgroup | None) -> None:
+    """SIGKILL the group (and cgroup) until no live member is left, bounded by _REAP_S."""
+    deadline = time.monotonic() + _REAP_S
+    while True:
+        _signal_group(pgid, signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.kill()
+        if not _others_alive(pgid, cgroup) and _exited(pgid):
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+
+
+def _spawn(
+    argv: tuple[str, ...],
+    cwd: Path,
+    env: dict[str, str],
+    cgroup: _PidsCgroup | None,
+    setup_limits: list[tuple[int, tuple[int, int]]],
+    watchdog: bool,
+) -> subprocess.Popen[bytes]:
+    procs_file = cgroup.procs_file if cgroup is not None else None
+    # Under the watchdog the command runs at lower priority, so a fork bomb cannot starve the
+    # parent that has to notice and kill it.
+    nice = _WATCHDOG_NICE if watchdog else 0
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+        preexec_fn=lambda: _child_setup(procs_file, setup_limits, nice),
+    )
+
+
+def run_command(
+    argv: Sequence[str] | str,
+    cwd: Path,
+    *,
+    timeout_s: float = 120.0,
+    max_output_bytes: int = 64_000,
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW,
+    allowlist: tuple[str, ...] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    limits: ResourceLimits = ResourceLimits(),  # noqa: B008 - frozen, safe to share
+) -> CommandResult:
+    """Run ``argv`` in ``cwd`` and return its exit status and (capped) output.
+
+    ``max_output_bytes`` applies to stdout and stderr separately. Output beyond it is read and
+    discarded (the first and last halves are kept), so memory stays bounded however much the
+    command prints. Processes the command leaves behind are killed when it exits.
+    """
+    exec_argv = plan_command(argv, allowlist)
+    cwd = Path(cwd)
+    if not cwd.is_dir():
+        raise PathNotFoundError(
+            f"Working directory {cwd} does not exist — pass the workspace root."
+        )
+    env = build_env(env_allow, extra_env)
+    started = time.monotonic()
+
+    cgroup = None
+    if limits.max_processes is not None and limits.use_cgroup:
+        cgroup = _PidsCgroup.create(limits.max_processes)
+    nproc_enforced = _nproc_enforced()
+    nproc = None
+    if limits.max_processes is not None:
+        nproc = limits.max_processes + (_user_tasks() if nproc_enforced else 0)
+    setup_limits = _rlimits(limits, nproc)
+    guarded = (
+        limits.max_processes is not None and not nproc_enforced and os.path.isdir("/proc/self")
+    )
+    spawn_error: OSError | None = None
+    try:
+        try:
+            proc = _spawn(exec_argv, cwd, env, cgroup, setup_limits, cgroup is None and guarded)
+        except subprocess.SubprocessError:
+            if cgroup is None:
+                raise
+            # Joining the cgroup failed in the child (no permission to move it); go without.
+            cgroup.remove()
+            cgroup = None
+            proc = _spawn(exec_argv, cwd, env, None, setup_limits, guarded)
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        spawn_error = exc
+    if spawn_error is not None:
+        if cgroup is not None:
+            cgroup.remove()
+        code = 127 if isinstance(spawn_error, FileNotFoundError) else 126
+        return CommandResult(
+            exec_argv,
+            code,
+            "",
+            f"{exec_argv[0]}: {spawn_error.strerror}\n",
+            False,
+            False,
+            time.monotonic() - started,
+            False,
+        )
+
+    pgid = proc.pid
+    containment: Containment = "none"
+    if cgroup is not None:
+        containment = "cgroup"
+    elif limits.max_processes is not None and nproc_enforced:
+        containment = "rlimit"
+    elif guarded:
+        containment = "watchdog"
+    try:
+        return _supervise(
+            proc, exec_argv, started, timeout_s, max_output_bytes, limits, cgroup, containment
+        )
+    finally:
+        _kill_all(pgid, cgroup)
+        proc.wait()
+        if cgroup is not None:
+            cgroup.remove()
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes],
+    argv: tuple[str, ...],
+    started: float,
+    timeout_s: float,
+    max_output_bytes: int,
+    limits: ResourceLimits,
+    cgroup: _PidsCgroup | None,
+    containment: Containment,
+) -> CommandResult:
+    assert proc.stdout is not None and proc.stderr is not None
+    pgid = proc.pid
+    buffers = {
+        proc.stdout.fileno(): _Capped(max_output_bytes),
+        proc.stderr.fileno(): _Capped(max_output_bytes),
+    }
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    sel = selectors.DefaultSelector()
+    for fd in buffers:
+        sel.register(fd, selectors.EVENT_READ)
+    deadline = started + timeout_s
+    kill_reason: KillReason | None = None
+    term_at: float | None = None  # when SIGTERM went out; SIGKILL follows after the grace
+    stop_at: float | None = None  # when the group was SIGKILLed; reading ends soon after
+    checked_at = 0.0
+    main_done = False
+    watchdog = None
+    if containment == "watchdog" and limits.max_processes is not None:
+        watchdog = _Watchdog(pgid, limits.max_processes)
+    poll_s = _POLL_S if watchdog is None else _WATCHDOG_POLL_S
+
+    def hard_kill() -> None:
+        nonlocal stop_at
+        _signal_group(pgid, signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.kill()
+        stop_at = time.monotonic()
+
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if kill_reason is None and now >= deadline:
+                kill_reason = "timeout"
+                _signal_group(pgid, signal.SIGTERM)
+                term_at = now
+            if term_at is not None and stop_at is None and now - term_at >= limits.kill_grace_s:
+                hard_kill()
+            if stop_at is not None and now - stop_at > _AFTER_KILL_DRAIN_S:
+                break  # something outside the group still holds the pipes
+            for key, _ in sel.select(timeout=poll_s):
+                data = os.read(key.fd, 65536)
+                if data:
+                    buffers[key.fd].add(data)
+                else:
+                    sel.unregister(key.fd)
+            if (
+                kill_reason is None
+                and limits.max_drain_bytes is not None
+                and sum(b.total for b in buffers.values()) > limits.max_drain_bytes
+            ):
+                kill_reason = "output_limit"
+                hard_kill()
+            if kill_reason is None and (
+                (watchdog is not None and watchdog.over_limit())
+                or (cgroup is not None and cgroup.fork_denied())
+            ):
+                kill_reason = "process_limit"
+                hard_kill()
+            now = time.monotonic()
+            if now - checked_at < _POLL_S:
+                continue  # a steady stream of output must not pay a waitid + scan per read
+            checked_at = now
+            if not main_done and _exited(pgid):
+                main_done = True
+                if term_at is None and _others_alive(pgid, cgroup):
+                    # Leftover background processes would hold the pipes open; stop them.
+                    _signal_group(pgid, signal.SIGTERM)
+                    term_at = now
+    finally:
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    _kill_all(pgid, cgroup)
+    exit_code = proc.wait()
+    out, err = buffers[out_fd], buffers[err_fd]
+    return CommandResult(
+        argv=argv,
+        exit_code=exit_code,
+        stdout=out.text(),
+        stderr=err.text(),
+        timed_out=kill_reason == "timeout",
+        truncated=out.truncated or err.truncated,
+        duration_s=time.monotonic() - started,
+        killed=kill_reason is not None,
+        kill_reason=kill_reason,
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        containment=containment,
+    )

@@ -1,0 +1,118 @@
+"""Shared CLI plumbing: configuration from flags, error translation, JSON output, progress."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from indexer.config import Config, load_config
+from indexer.errors import RepoctxError
+
+
+def index_dir_option(f: Callable) -> Callable:
+    return click.option(
+        "--index-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Where the index lives (default <root>/.repoctx; env REPOCTX_INDEX_DIR).",
+    )(f)
+
+
+def json_option(f: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")(f)
+
+
+def root_option(f: Callable) -> Callable:
+    return click.option(
+        "--root",
+        "-C",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        default=".",
+        show_default=True,
+        help="Repository root.",
+    )(f)
+
+
+def make_config(root: Path | str, **overrides: Any) -> Config:
+    return load_config(root, **overrides)
+
+
+def handle_errors(f: Callable) -> Callable:
+    """Library errors become a clean message and exit status 1."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except RepoctxError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper
+
+
+def _default(obj: Any) -> Any:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, default=_default, indent=2, ensure_ascii=False))
+
+
+class ProgressLine:
+    """A one-line progress report on stderr: done/total, rate and ETA. Redrawn in place on a
+    terminal; written as occasional plain lines otherwise (logs stay readable)."""
+
+    def __init__(self, quiet: bool = False, unit: str = "files") -> None:
+        self.quiet = quiet
+        self.unit = unit
+        self.tty = sys.stderr.isatty()
+        self.phase = ""
+        self.t_phase = time.monotonic()
+        self.t_last = 0.0
+        self.dirty = False
+
+    def __call__(self, event: Any) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if event.phase != self.phase:
+            self.finish()
+            self.phase, self.t_phase = event.phase, now
+        interval = 0.1 if self.tty else 2.0
+        if now - self.t_last < interval and event.done < event.total:
+            return
+        self.t_last = now
+        elapsed = max(now - self.t_phase, 1e-6)
+        rate = event.done / elapsed
+        eta = (event.total - event.done) / rate if rate > 0 else 0.0
+        unit = {"parse": "files", "resolve": "refs", "embed": "chunks"}.get(event.phase, self.unit)
+        line = (
+            f"{event.phase:8} {event.done:>8}/{event.total:<8} "
+            f"{rate:8.0f} {unit}/s  ETA {eta:5.1f}s"
+        )
+        if self.tty:
+            sys.stderr.write("\r" + line)
+            self.dirty = True
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.dirty:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.dirty = False

@@ -1,0 +1,91 @@
+"""`repoctx index …`: build and inspect the index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import (
+    ProgressLine,
+    echo_json,
+    handle_errors,
+    index_dir_option,
+    json_option,
+    make_config,
+)
+
+
+@click.group()
+def index() -> None:
+    """Build and inspect the index."""
+
+
+@index.command("build")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".")
+@click.option("--full", is_flag=True, help="Rebuild everything from scratch.")
+@click.option("--jobs", "-j", type=int, default=None, help="Parser processes (default: one per core).")
+@click.option("--max-file-bytes", type=int, default=None, help="Skip files larger than this (default 1 MB).")
+@click.option("--wait", "wait_s", type=float, default=0.0, help="Seconds to wait for another writer.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@index_dir_option
+@json_option
+@handle_errors
+def build_cmd(
+    path: Path, full: bool, jobs: int | None, max_file_bytes: int | None, wait_s: float,
+    quiet: bool, index_dir: Path | None, as_json: bool,
+) -> None:
+    """Build or update the index of PATH (incremental unless --full)."""
+    from indexer.build import build, stats_dict
+
+    config = make_config(path, index_dir=index_dir, jobs=jobs, max_file_bytes=max_file_bytes)
+    progress = ProgressLine(quiet=quiet)
+    stats = build(config, full=full, progress=progress, wait_lock=wait_s)
+    progress.finish()
+    if as_json:
+        echo_json({"index_dir": str(config.index_path), **stats_dict(stats)})
+        return
+    langs = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_language.items(), key=lambda kv: -kv[1]))
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats.skipped.items())) or "none"
+    click.echo(
+        f"Indexed {stats.files_total} files ({langs}) in {stats.seconds:.2f}s: "
+        f"{stats.files_parsed} parsed, {stats.files_unchanged} unchanged, {stats.files_deleted} removed."
+    )
+    click.echo(
+        f"{stats.symbols} symbols, {stats.references} references, "
+        f"{stats.resolved_pct:.1f}% resolved ({stats.ambiguous} ambiguous); "
+        f"{stats.files_with_errors} files with syntax errors."
+    )
+    click.echo(f"Skipped: {skipped}.")
+    for p, err in list(stats.failed.items())[:10]:
+        click.echo(f"  failed: {p}: {err}", err=True)
+    click.echo(f"Index: {config.index_path} (generation {stats.generation})")
+
+
+@index.command("status")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".")
+@index_dir_option
+@json_option
+@handle_errors
+def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
+    """Show what the index holds and what changed on disk since it was built."""
+    from retrieval.status import index_status
+
+    config = make_config(path, index_dir=index_dir)
+    st = index_status(config)
+    if as_json:
+        echo_json(st)
+        return
+    click.echo(f"Index: {st['index_dir']} (generation {st['generation']}, schema {st['schema_version']})")
+    click.echo(
+        f"{st['files']} files, {st['symbols']} symbols, {st['references']} references "
+        f"({st['resolved_pct']:.1f}% resolved)"
+    )
+    pend = st["pending"]
+    click.echo(
+        f"Pending changes: {pend['changed']} changed, {pend['added']} added, {pend['deleted']} deleted"
+        + (" — run `repoctx index build`" if any(pend.values()) else "")
+    )
+    if st.get("last_build"):
+        lb = st["last_build"]
+        click.echo(f"Last build: {lb.get('seconds', 0):.2f}s, {lb.get('files_parsed', 0)} files parsed")

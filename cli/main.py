@@ -1,0 +1,23 @@
+"""`repoctx` command line. Command groups live in their own modules; heavy libraries are
+imported inside the commands that need them so read commands start fast."""
+
+from __future__ import annotations
+
+import click
+
+from . import index_cmds, query_cmds
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="repoctx")
+def cli() -> None:
+    """repoctx — index a repository and retrieve precise, budgeted context from it."""
+
+
+cli.add_command(index_cmds.index)
+for command in query_cmds.COMMANDS:
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli()

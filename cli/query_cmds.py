@@ -1,0 +1,109 @@
+"""Read commands over the graph: `symbol`, `refs`, `callers`, `callees`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .common import echo_json, handle_errors, index_dir_option, json_option, make_config
+
+
+def find_root(start: Path) -> Path:
+    """The nearest directory at or above ``start`` holding an index, else ``start``: read
+    commands work from any subdirectory of an indexed repository."""
+    here = start.resolve()
+    for cand in (here, *here.parents):
+        if (cand / ".repoctx" / "graph.db").exists():
+            return cand
+    return here
+
+
+def open_graph(root: Path, index_dir: Path | None):
+    from indexer import store
+
+    if index_dir is None and not os.environ.get("REPOCTX_INDEX_DIR"):
+        root = find_root(root)
+    config = make_config(root, index_dir=index_dir)
+    return config, store.open_for_read(config.index_path).conn
+
+
+def read_options(f):
+    f = json_option(f)
+    f = index_dir_option(f)
+    f = click.option("--root", "-C", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     default=".", help="Repository root (default: nearest indexed directory).")(f)
+    return handle_errors(f)
+
+
+@click.command("symbol")
+@click.argument("name")
+@click.option("--kind", "-k", default=None, help="Only definitions of this kind (class, function, …).")
+@click.option("--limit", "-n", default=50, show_default=True)
+@read_options
+def symbol_cmd(name: str, kind: str | None, limit: int, root: Path, index_dir: Path | None, as_json: bool) -> None:
+    """Find definitions by qualified name, name or fuzzy prefix."""
+    from retrieval.symbols import find_symbols
+
+    _, conn = open_graph(root, index_dir)
+    hits = find_symbols(conn, name, kind, limit)
+    if as_json:
+        echo_json([h for h in hits])
+        return
+    if not hits:
+        raise click.ClickException(f"No symbol matches {name!r} — try a shorter prefix.")
+    for h in hits:
+        click.echo(f"{h.path}:{h.start_line}  {h.kind:9} {h.qualname}")
+        if h.signature:
+            click.echo(f"    {h.signature}")
+
+
+@click.command("refs")
+@click.argument("name")
+@click.option("--limit", "-n", default=500, show_default=True)
+@read_options
+def refs_cmd(name: str, limit: int, root: Path, index_dir: Path | None, as_json: bool) -> None:
+    """References to a definition, with enclosing symbol and confidence."""
+    from retrieval.symbols import references_to
+
+    _, conn = open_graph(root, index_dir)
+    targets, refs = references_to(conn, name, limit=limit)
+    if as_json:
+        echo_json({"targets": targets, "references": refs})
+        return
+    click.echo(f"{len(refs)} references to " + ", ".join(t.qualname for t in targets[:5])
+               + (" …" if len(targets) > 5 else ""))
+    for r in refs:
+        click.echo(f"{r.path}:{r.line}  {r.kind:7} in {r.enclosing or '<module>'}  "
+                   f"({r.resolution}, {r.confidence:.2f})")
+
+
+def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
+    @click.command(name, help=doc)
+    @click.argument("symbol")
+    @click.option("--limit", "-n", default=200, show_default=True)
+    @read_options
+    def command(symbol: str, limit: int, root: Path, index_dir: Path | None, as_json: bool) -> None:
+        from retrieval import symbols
+
+        _, conn = open_graph(root, index_dir)
+        targets, edges = getattr(symbols, fn_name)(conn, symbol, limit)
+        if as_json:
+            echo_json({"targets": targets, "edges": edges})
+            return
+        for e in edges:
+            click.echo(f"{e.symbol.path}:{e.symbol.start_line}  {e.symbol.qualname}  "
+                       f"(call at {e.path}:{e.line}, {e.resolution}, {e.confidence:.2f})")
+        if not edges:
+            click.echo(f"No {name} found for " + ", ".join(t.qualname for t in targets[:5]))
+
+    return command
+
+
+COMMANDS = [
+    symbol_cmd,
+    refs_cmd,
+    _edge_command("callers", "Definitions that call SYMBOL.", "callers"),
+    _edge_command("callees", "What SYMBOL calls (resolved targets).", "callees"),
+]

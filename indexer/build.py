@@ -1,0 +1,409 @@
+"""Incremental build of the SQLite graph.
+
+A no-op build only stats files. Changed files are re-parsed (in a process pool when there
+are many), written one transaction per batch, and only references whose target names were
+added or removed are re-resolved. Names awaiting re-resolution are stored in the same
+transaction as the change, so a build killed at any moment is finished by the next one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, replace
+
+import sqlite_utils
+
+from . import store
+from .config import Config
+from .discovery import classify_content, discover
+from .languages import language_for_path
+from .lock import WriteLock
+from .models import BuildStats, ParsedFile
+from .modules import module_name, package_dirs
+from .parser import parse_source
+from .resolve import Resolution, SymbolTable, resolve_refs
+
+#: Below this many changed files, parse in-process: a pool costs more than it saves.
+POOL_THRESHOLD = 48
+#: Above this share of references needing resolution, load every symbol up front.
+PRELOAD_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    phase: str  # discover | parse | resolve | embed
+    done: int
+    total: int
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FileResult:
+    path: str
+    size: int
+    mtime_ns: int
+    hash: str
+    status: str  # ok | syntax_error | unchanged | skipped:<reason> | failed
+    parsed: ParsedFile | None = None
+    error: str = ""
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def parse_file(root: str, path: str, language: str, module: str, old_hash: str | None) -> FileResult:
+    """Read, classify and parse one file. Errors become results, never exceptions."""
+    full = os.path.join(root, path)
+    try:
+        st = os.stat(full)
+        with open(full, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return FileResult(path, 0, 0, "", "skipped:unreadable", error=str(exc))
+    digest = content_hash(data)
+    if digest == old_hash:
+        return FileResult(path, st.st_size, st.st_mtime_ns, digest, "unchanged")
+    reason = classify_content(path, data)
+    if reason:
+        return FileResult(path, st.st_size, st.st_mtime_ns, digest, f"skipped:{reason}")
+    try:
+        parsed = parse_source(path, data, language, module)
+    except (ValueError, RecursionError, UnicodeError) as exc:  # a grammar or query failure
+        return FileResult(path, st.st_size, st.st_mtime_ns, digest, "failed", error=repr(exc))
+    status = "syntax_error" if parsed.has_errors else "ok"
+    return FileResult(path, st.st_size, st.st_mtime_ns, digest, status, parsed)
+
+
+def _parse_batch(root: str, items: list[tuple[str, str, str, str | None]]) -> list[FileResult]:
+    return [parse_file(root, *item) for item in items]
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _parse_all(
+    config: Config, work: list[tuple[str, str, str, str | None]], progress: ProgressFn | None
+) -> Iterator[list[FileResult]]:
+    """Yield parse results batch by batch, keeping at most 2 batches per worker in flight
+    so memory is bounded by the batch size, not the repository size."""
+    root = str(config.root)
+    jobs = config.jobs or os.cpu_count() or 1
+    done = 0
+    if len(work) < POOL_THRESHOLD or jobs == 1:
+        for batch in _batches(work, config.batch_size):
+            results = _parse_batch(root, batch)
+            done += len(results)
+            if progress:
+                progress(Progress("parse", done, len(work)))
+            yield results
+        return
+    # Small batches at first keep every worker busy while results stream back.
+    size = max(8, min(config.batch_size, len(work) // (jobs * 4) or 8))
+    # spawn, not fork: LanceDB (used by the same process for vectors) is not fork-safe.
+    ctx = multiprocessing.get_context("spawn")
+    pending = list(_batches(work, size))
+    pending.reverse()
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        inflight: set[Future] = set()
+        while pending or inflight:
+            while pending and len(inflight) < jobs * 2:
+                inflight.add(pool.submit(_parse_batch, root, pending.pop()))
+            finished, inflight = wait(inflight, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                results = fut.result()
+                done += len(results)
+                if progress:
+                    progress(Progress("parse", done, len(work)))
+                yield results
+
+
+def _write_results(
+    db: sqlite_utils.Database, results: Iterable[FileResult], existing: dict, gen: int
+) -> None:
+    """Replace the rows of each changed file; record names whose definitions moved."""
+    conn = db.conn
+    pending_names: set[str] = set()
+    for r in results:
+        old = existing.get(r.path)
+        if r.status == "unchanged":
+            conn.execute("UPDATE files SET mtime_ns = ?, size = ? WHERE path = ?",
+                         [r.mtime_ns, r.size, r.path])
+            continue
+        old_ids: dict[int, str] = {}
+        old_imports: set[tuple] = set()
+        if old is not None:
+            fid = old[0]
+            old_ids = dict(conn.execute("SELECT id, name FROM symbols WHERE file_id = ?", [fid]))
+            old_imports = set(conn.execute("SELECT module, name, alias FROM imports WHERE file_id = ?", [fid]))
+            _delete_file_rows(conn, fid, keep_file=True)
+        pf = r.parsed
+        language = pf.language if pf else language_for_path(r.path)
+        module = pf.module if pf else None
+        row = conn.execute(
+            "INSERT INTO files(path, language, module, size, mtime_ns, hash, lines, status, gen) "
+            "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET language=excluded.language, "
+            "module=excluded.module, size=excluded.size, mtime_ns=excluded.mtime_ns, "
+            "hash=excluded.hash, lines=excluded.lines, status=excluded.status, gen=excluded.gen "
+            "RETURNING id",
+            [r.path, language, module, r.size, r.mtime_ns, r.hash, pf.lines if pf else 0, r.status, gen],
+        ).fetchone()
+        fid = row[0]
+        new_ids: dict[int, str] = {}
+        new_imports: set[tuple] = set()
+        if pf is not None:
+            new_ids, new_imports = _insert_parsed(conn, fid, pf)
+        for sid in old_ids.keys() ^ new_ids.keys():
+            pending_names.add(old_ids.get(sid) or new_ids[sid])
+        pending_names.update(t[2] for t in old_imports ^ new_imports)
+    if pending_names:
+        conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
+                         [(n,) for n in pending_names])
+
+
+def _insert_parsed(conn, fid: int, pf: ParsedFile) -> tuple[dict[int, str], set[tuple]]:
+    ids: list[int] = []
+    seen: Counter = Counter()
+    rows = []
+    # The module is part of every id: when a package boundary moves, ids change and the
+    # references that named the old module are re-resolved like any other changed name.
+    mod_id = store.stable_id(pf.path, pf.module, "", "module")
+    last = pf.module.rsplit(".", 1)[-1]
+    rows.append((mod_id, fid, last, pf.module, "module", 1, max(pf.lines, 1), 0, 0, "", pf.doc, None))
+    for d in pf.definitions:
+        key = (d.qualname, d.kind)
+        seen[key] += 1
+        sid = store.stable_id(pf.path, pf.module, d.qualname, d.kind, str(seen[key]))
+        ids.append(sid)
+        parent = ids[d.parent] if d.parent >= 0 else None
+        qual = f"{pf.module}.{d.qualname}" if pf.module else d.qualname
+        rows.append((sid, fid, d.name, qual, d.kind, d.span.start_line, d.span.end_line,
+                     d.span.start_byte, d.span.end_byte, d.signature, d.doc, parent))
+    conn.executemany("INSERT OR REPLACE INTO symbols VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    conn.executemany(
+        "INSERT INTO refs(file_id, name, kind, line, col, receiver, enclosing_id) VALUES (?,?,?,?,?,?,?)",
+        [(fid, r.name, r.kind, r.line, r.col, r.receiver, ids[r.enclosing] if r.enclosing >= 0 else mod_id)
+         for r in pf.references],
+    )
+    conn.executemany(
+        "INSERT INTO imports(file_id, module, name, alias, line, level) VALUES (?,?,?,?,?,?)",
+        [(fid, i.module, i.name, i.alias, i.line, i.level) for i in pf.imports],
+    )
+    names = {row[0]: row[2] for row in rows}
+    return names, {(i.module, i.name, i.alias) for i in pf.imports}
+
+
+def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
+    conn.execute("DELETE FROM ref_candidates WHERE ref_id IN (SELECT id FROM refs WHERE file_id = ?)", [fid])
+    conn.execute("DELETE FROM refs WHERE file_id = ?", [fid])
+    conn.execute("DELETE FROM symbols WHERE file_id = ?", [fid])
+    conn.execute("DELETE FROM imports WHERE file_id = ?", [fid])
+    if not keep_file:
+        conn.execute("DELETE FROM files WHERE id = ?", [fid])
+
+
+def _delete_files(db: sqlite_utils.Database, existing: dict, paths: Iterable[str]) -> None:
+    conn = db.conn
+    names: set[str] = set()
+    for path in paths:
+        fid = existing[path][0]
+        names.update(r[0] for r in conn.execute("SELECT name FROM symbols WHERE file_id = ?", [fid]))
+        names.update(r[0] for r in conn.execute("SELECT alias FROM imports WHERE file_id = ?", [fid]))
+        _delete_file_rows(conn, fid)
+    conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)", [(n,) for n in names])
+
+
+def _resolve_pending(db: sqlite_utils.Database, full: bool, progress: ProgressFn | None) -> None:
+    """Resolve new references and those whose target names changed, inherit edges first
+    (member lookups through base classes need them)."""
+    conn = db.conn
+    total = conn.execute("SELECT count(*) FROM refs").fetchone()[0]
+    select = (
+        "SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs WHERE "
+        + ("1" if full else "resolution = 'pending' OR name IN (SELECT name FROM pending_names)")
+    )
+    count = total if full else conn.execute(f"SELECT count(*) FROM ({select})").fetchone()[0]
+    table = SymbolTable(conn)
+    if count and (full or count > total * PRELOAD_SHARE):
+        table.preload()
+    done = 0
+    with conn:
+        for inherit in (True, False):
+            cond = " AND kind = 'inherit'" if inherit else " AND kind != 'inherit'"
+            sql = select.replace(" WHERE ", " WHERE (", 1) + ")" + cond
+            rows = conn.execute(sql).fetchall()
+            _apply(conn, resolve_refs(conn, table, rows))
+            done += len(rows)
+            if progress:
+                progress(Progress("resolve", done, count))
+            if inherit and table.preloaded:
+                table.load_bases()
+        conn.execute("DELETE FROM pending_names")
+
+
+def _apply(conn, resolved: Iterable[tuple[int, Resolution]]) -> None:
+    updates, cands, ids = [], [], []
+    for ref_id, res in resolved:
+        updates.append((res.target_id, res.resolution, res.confidence, ref_id))
+        ids.append((ref_id,))
+        cands.extend((ref_id, sid, conf) for sid, conf in res.candidates)
+        if len(updates) >= 50_000:
+            _flush(conn, updates, ids, cands)
+            updates, cands, ids = [], [], []
+    _flush(conn, updates, ids, cands)
+
+
+def _flush(conn, updates, ids, cands) -> None:
+    conn.executemany("DELETE FROM ref_candidates WHERE ref_id = ?", ids)
+    conn.executemany("UPDATE refs SET target_id = ?, resolution = ?, confidence = ? WHERE id = ?", updates)
+    conn.executemany("INSERT OR REPLACE INTO ref_candidates VALUES (?,?,?)", cands)
+
+
+def build(
+    config: Config, *, full: bool = False, progress: ProgressFn | None = None, wait_lock: float = 0.0
+) -> BuildStats:
+    """Bring the graph at ``config.index_path`` up to date with the tree at ``config.root``."""
+    t0 = time.perf_counter()
+    with WriteLock(config.index_path).acquire(wait_lock):
+        db = store.open_for_write(config.index_path)
+        try:
+            return _build_locked(db, config, full, progress, t0)
+        finally:
+            db.conn.close()
+
+
+def _build_locked(db, config: Config, full: bool, progress: ProgressFn | None, t0: float) -> BuildStats:
+    conn = db.conn
+    gen = int(store.get_meta(db, "generation", "0")) + 1
+    if full:
+        with conn:
+            for table in ("ref_candidates", "refs", "symbols", "imports", "files", "pending_names"):
+                conn.execute(f"DELETE FROM {table}")
+    disc = discover(config)
+    skipped = Counter(disc.skipped)
+    candidates = []
+    for f in disc.files:
+        lang = language_for_path(f.path)
+        if lang is None:
+            skipped["no_grammar"] += 1
+        else:
+            candidates.append((f, lang))
+    packages = package_dirs(f.path for f, lang in candidates if lang == "python")
+    existing = {
+        row[1]: row
+        for row in conn.execute("SELECT id, path, size, mtime_ns, hash, module FROM files")
+    }
+    work: list[tuple[str, str, str, str | None]] = []
+    unchanged = 0
+    for f, lang in candidates:
+        module = module_name(f.path, lang, packages)
+        old = existing.get(f.path)
+        if old is not None and old[2] == f.size and old[3] == f.mtime_ns and (old[5] == module or old[5] is None):
+            unchanged += 1
+            continue
+        # a moved package boundary changes the module: re-parse even if the content did not change
+        old_hash = old[4] if old is not None and old[5] == module else None
+        work.append((f.path, lang, module, old_hash))
+    current = {f.path for f, _ in candidates}
+    deleted = [p for p in existing if p not in current]
+    if deleted:
+        with conn:
+            _delete_files(db, existing, deleted)
+    bulk = len(work) > max(1000, len(existing) // 4)
+    if bulk:
+        with conn:
+            store.drop_ref_indexes(db)
+    parsed = touched = 0
+    failed: dict[str, str] = {}
+    for results in _parse_all(config, work, progress):
+        with conn:
+            _write_results(db, results, existing, gen)
+        for r in results:
+            if r.status == "unchanged":
+                touched += 1
+            else:
+                parsed += 1
+            if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
+                failed[r.path] = r.error
+    pending = conn.execute(
+        "SELECT EXISTS(SELECT 1 FROM pending_names) OR EXISTS(SELECT 1 FROM refs WHERE resolution = 'pending')"
+    ).fetchone()[0]
+    if pending or full:
+        _resolve_pending(db, full or bulk, progress)
+    if bulk:
+        with conn:
+            store.ensure_ref_indexes(db)
+    changed = bool(work or deleted or pending)
+    last = store.get_meta(db, "last_build")
+    if not changed and last and not full:
+        prev = json.loads(last)
+        prev.pop("resolved_pct", None)
+        base = BuildStats(**prev)
+        # Nothing changed: the counts stored by the last build still hold, and counting
+        # millions of references again would cost more than the whole no-op build.
+        return replace(base, files_parsed=0, files_deleted=0, files_unchanged=unchanged + touched,
+                       failed={}, seconds=time.perf_counter() - t0, generation=gen - 1, full=False)
+    with conn:
+        store.set_meta(db, "generation", str(gen))
+        store.set_meta(db, "root", str(config.root))
+    stats = collect_stats(
+        db,
+        files_parsed=parsed,
+        files_deleted=len(deleted),
+        files_unchanged=unchanged + touched,
+        discovery_skipped=dict(skipped),
+        failed=failed,
+        seconds=time.perf_counter() - t0,
+        generation=gen,
+        full=full,
+    )
+    with conn:
+        store.set_meta(db, "last_build", json.dumps(stats_dict(stats)))
+    return stats
+
+
+def collect_stats(db, **kw) -> BuildStats:
+    conn = db.conn
+    by_lang = dict(conn.execute(
+        "SELECT language, count(*) FROM files WHERE status IN ('ok', 'syntax_error') GROUP BY language"
+    ).fetchall())
+    skipped = Counter(kw.pop("discovery_skipped", {}))
+    for status, n in conn.execute("SELECT status, count(*) FROM files WHERE status LIKE 'skipped:%' "
+                                  "OR status = 'failed' GROUP BY status"):
+        skipped[status.removeprefix("skipped:")] += n
+    refs, resolved, ambiguous = conn.execute(
+        "SELECT count(*), count(target_id), sum(resolution = 'ambiguous') FROM refs"
+    ).fetchone()
+    return BuildStats(
+        files_total=sum(by_lang.values()),
+        files_with_errors=conn.execute("SELECT count(*) FROM files WHERE status = 'syntax_error'").fetchone()[0],
+        lines=conn.execute("SELECT coalesce(sum(lines), 0) FROM files").fetchone()[0],
+        symbols=conn.execute("SELECT count(*) FROM symbols WHERE kind != 'module'").fetchone()[0],
+        references=refs,
+        resolved=resolved,
+        ambiguous=ambiguous or 0,
+        by_language=by_lang,
+        skipped=dict(skipped),
+        **kw,
+    )
+
+
+def stats_dict(stats: BuildStats) -> dict:
+    d = asdict(stats)
+    d["resolved_pct"] = round(stats.resolved_pct, 1)
+    return d
+
+
+def index_exists(config: Config) -> bool:
+    return (config.index_path / "graph.db").exists()

@@ -1,0 +1,34 @@
+"""Typed errors raised by the indexer. The docstring is the message a user sees."""
+
+from __future__ import annotations
+
+
+class RepoctxError(Exception):
+    """repoctx failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class NoIndexError(RepoctxError):
+    """No index here — run `repoctx index build` first."""
+
+
+class NotARepositoryError(RepoctxError):
+    """The path is not a directory — pass the root of the repository to index."""
+
+
+class ConfigError(RepoctxError):
+    """The repoctx configuration is invalid — fix `.repoctx.toml` or `[tool.repoctx]`."""
+
+
+class SchemaError(RepoctxError):
+    """The index was built by an incompatible repoctx — run `repoctx index build --full`."""
+
+
+class IndexLockedError(RepoctxError):
+    """Another process is writing this index — wait for it or stop it."""
+
+
+class ModelMismatchError(RepoctxError):
+    """The index was embedded with another model — rerun with `--reembed` to rebuild vectors."""

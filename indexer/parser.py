@@ -1,0 +1,281 @@
+"""Extract definitions, references and imports from one file with tree-sitter tags queries."""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+
+import tree_sitter as ts
+
+from .languages import ts_parser, ts_query
+from .models import CLASS_KINDS, Definition, Import, ParsedFile, Reference, Span
+from .modules import resolve_relative
+
+_DOTTED = re.compile(r"^[A-Za-z_$][\w$]*(?:(?:\.|::|->)[A-Za-z_$][\w$]*)*$")
+_WS = re.compile(r"\s+")
+_MAX_SIGNATURE = 240
+_MAX_DOC = 2000
+_COMMENT_TYPES = frozenset({"comment", "line_comment", "block_comment"})
+# Node types whose `body` field starts the part a signature leaves out.
+_BODY_FIELDS = ("body", "declarator_body")
+_WRAPPERS = frozenset({"decorated_definition", "export_statement", "template_declaration"})
+
+
+def parse_source(path: str, source: bytes, language: str, module: str) -> ParsedFile:
+    """Parse ``source`` and extract what the index stores. Never raises on bad syntax:
+    tree-sitter recovers, and ``has_errors`` records that it had to."""
+    tree = ts_parser(language).parse(source)
+    root = tree.root_node
+    raw_defs: dict[int, tuple[ts.Node, ts.Node, str]] = {}
+    raw_refs: dict[tuple[int, str], tuple[ts.Node, str, ts.Node | None]] = {}
+    raw_imports: list[dict[str, ts.Node]] = []
+    import_nodes: list[ts.Node] = []
+    for _, caps in ts.QueryCursor(ts_query(language)).matches(root):
+        name_nodes = caps.get("name")
+        for key, nodes in caps.items():
+            if key == "import.statement":
+                import_nodes.append(nodes[0])
+                continue
+            if key.startswith("definition."):
+                if name_nodes:
+                    raw_defs.setdefault(nodes[0].id, (nodes[0], name_nodes[0], key[11:]))
+            elif key.startswith("reference."):
+                if name_nodes:
+                    recv = caps.get("receiver")
+                    kind = key[10:]
+                    raw_refs.setdefault(
+                        (name_nodes[0].start_byte, kind),
+                        (name_nodes[0], kind, recv[0] if recv else None),
+                    )
+            elif key == "import":
+                raw_imports.append({k: v[0] for k, v in caps.items()})
+
+    definitions, def_nodes = _definitions(source, language, raw_defs)
+    starts = [n.start_byte for n in def_nodes]
+    ends = [n.end_byte for n in def_nodes]
+
+    def enclosing(byte: int) -> int:
+        i = bisect_right(starts, byte) - 1
+        while i >= 0 and ends[i] < byte:
+            i = definitions[i].parent
+        return i
+
+    references: list[Reference] = []
+    def_name_bytes = {n.start_byte for n, _, _ in raw_defs.values()}
+    for (start, kind), (name_node, _, recv) in sorted(raw_refs.items(), key=lambda kv: kv[0][0]):
+        if kind == "type" and start in def_name_bytes:
+            continue
+        receiver = ""
+        if recv is not None:
+            text = _text(source, recv)
+            if len(text) < 120 and _DOTTED.match(text):
+                receiver = text
+            elif text.startswith("super("):
+                receiver = "super"  # super().method(): look in the base classes
+            else:
+                receiver = "?"
+        references.append(
+            Reference(
+                name=_text(source, name_node),
+                kind=kind,
+                line=name_node.start_point[0] + 1,
+                col=name_node.start_point[1],
+                receiver=receiver,
+                enclosing=enclosing(start),
+            )
+        )
+    if language == "python":
+        is_pkg = path.rsplit("/", 1)[-1].startswith("__init__.")
+        imports = _python_imports(source, import_nodes, module, is_pkg)
+    else:
+        imports = _generic_imports(source, raw_imports)
+    for imp, byte in imports:
+        references.append(
+            Reference(
+                name=imp.name or imp.module.rsplit(".", 1)[-1],
+                kind="import",
+                line=imp.line,
+                col=0,
+                receiver=imp.module if imp.name else "",
+                enclosing=enclosing(byte),
+            )
+        )
+    return ParsedFile(
+        path=path,
+        language=language,
+        module=module,
+        definitions=tuple(definitions),
+        references=tuple(references),
+        imports=tuple(imp for imp, _ in imports),
+        has_errors=root.has_error,
+        doc=_module_doc(source, root, language),
+        lines=source.count(b"\n") + (0 if source.endswith(b"\n") or not source else 1),
+    )
+
+
+def _text(source: bytes, node: ts.Node) -> str:
+    return source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+
+
+def _definitions(
+    source: bytes, language: str, raw: dict[int, tuple[ts.Node, ts.Node, str]]
+) -> tuple[list[Definition], list[ts.Node]]:
+    items = sorted(raw.values(), key=lambda t: (t[0].start_byte, -t[0].end_byte))
+    out: list[Definition] = []
+    nodes: list[ts.Node] = []
+    stack: list[int] = []
+    for node, name_node, kind in items:
+        while stack and nodes[stack[-1]].end_byte < node.end_byte:
+            stack.pop()
+        parent = stack[-1] if stack else -1
+        name = _text(source, name_node)
+        if parent >= 0 and out[parent].kind in CLASS_KINDS and kind == "function":
+            kind = "method"
+        if kind == "constant" and language == "python" and not name.isupper():
+            kind = "variable"
+        qualname = f"{out[parent].qualname}.{name}" if parent >= 0 else name
+        outer = node
+        while outer.parent is not None and outer.parent.type in _WRAPPERS:
+            outer = outer.parent
+        out.append(
+            Definition(
+                name=name,
+                qualname=qualname,
+                kind=kind,
+                span=Span(
+                    outer.start_point[0] + 1,
+                    node.end_point[0] + 1,
+                    outer.start_byte,
+                    node.end_byte,
+                ),
+                signature=_signature(source, node),
+                doc=_doc(source, node, outer, language),
+                parent=parent,
+            )
+        )
+        nodes.append(node)
+        stack.append(len(out) - 1)
+    return out, nodes
+
+
+def _module_doc(source: bytes, root: ts.Node, language: str) -> str:
+    first = root.named_children[0] if root.named_child_count else None
+    if first is None:
+        return ""
+    if language == "python":
+        if first.type == "expression_statement" and first.named_child_count:
+            s = first.named_children[0]
+            if s.type == "string":
+                return _clean_doc(_text(source, s))
+        return ""
+    return _clean_doc(_text(source, first)) if first.type in _COMMENT_TYPES else ""
+
+
+def _signature(source: bytes, node: ts.Node) -> str:
+    end = node.end_byte
+    for field in _BODY_FIELDS:
+        body = node.child_by_field_name(field)
+        if body is not None:
+            end = body.start_byte
+            break
+    else:
+        nl = source.find(b"\n", node.start_byte, end)
+        if nl != -1:
+            end = nl
+    text = _WS.sub(" ", source[node.start_byte : end].decode("utf-8", "replace")).strip()
+    return text[:_MAX_SIGNATURE]
+
+
+def _doc(source: bytes, node: ts.Node, outer: ts.Node, language: str) -> str:
+    if language == "python":
+        body = node.child_by_field_name("body")
+        if body is not None and body.named_child_count:
+            first = body.named_children[0]
+            if first.type == "expression_statement" and first.named_child_count:
+                s = first.named_children[0]
+                if s.type == "string":
+                    return _clean_doc(_text(source, s))
+        return ""
+    comments = []
+    prev = outer.prev_named_sibling
+    line = outer.start_point[0]
+    while prev is not None and prev.type in _COMMENT_TYPES and prev.end_point[0] >= line - 1:
+        comments.append(_text(source, prev))
+        line = prev.start_point[0]
+        prev = prev.prev_named_sibling
+    return _clean_doc("\n".join(reversed(comments))) if comments else ""
+
+
+_DOC_STRIP = re.compile(r"^\s*(?:///?|/\*\*?|\*/|\*|#)\s?", re.M)
+
+
+def _clean_doc(text: str) -> str:
+    text = text.strip()
+    for q in ('"""', "'''", '"', "'"):
+        prefix_end = 0
+        while prefix_end < len(text) and text[prefix_end] in "rRbBuUfF":
+            prefix_end += 1
+        if text[prefix_end:].startswith(q) and text.endswith(q) and len(text) >= prefix_end + 2 * len(q):
+            text = text[prefix_end + len(q) : -len(q)]
+            break
+    else:
+        text = _DOC_STRIP.sub("", text).replace("*/", "")
+    lines = [ln.strip() for ln in text.strip().splitlines()]
+    return "\n".join(lines)[:_MAX_DOC]
+
+
+def _python_imports(
+    source: bytes, nodes: list[ts.Node], module: str, is_package: bool
+) -> list[tuple[Import, int]]:
+    """Imports with the byte offset of their statement."""
+    out: list[tuple[Import, int]] = []
+    for node in sorted(nodes, key=lambda n: n.start_byte):
+        line = node.start_point[0] + 1
+        at = node.start_byte
+        if node.type == "import_statement":
+            for child in node.named_children:
+                if child.type == "aliased_import":
+                    name = _text(source, child.child_by_field_name("name"))
+                    alias = _text(source, child.child_by_field_name("alias"))
+                else:
+                    name = alias = _text(source, child)
+                out.append((Import(module=name, name="", alias=alias, line=line), at))
+            continue
+        mod_node = node.child_by_field_name("module_name")
+        level, target = 0, ""
+        if node.type == "future_import_statement":
+            target = "__future__"
+        elif mod_node is not None and mod_node.type == "relative_import":
+            for ch in mod_node.children:
+                if ch.type == "import_prefix":
+                    level = _text(source, ch).count(".")
+                elif ch.type == "dotted_name":
+                    target = _text(source, ch)
+        elif mod_node is not None:
+            target = _text(source, mod_node)
+        absolute = resolve_relative(module, is_package, level, target)
+        names = [c for c in node.children_by_field_name("name")]
+        if any(c.type == "wildcard_import" for c in node.named_children):
+            out.append((Import(absolute, "*", "*", line, level), at))
+        for child in names:
+            if child.type == "aliased_import":
+                name = _text(source, child.child_by_field_name("name"))
+                alias = _text(source, child.child_by_field_name("alias"))
+            else:
+                name = alias = _text(source, child)
+            out.append((Import(absolute, name, alias, line, level), at))
+    return out
+
+
+def _generic_imports(source: bytes, raw: list[dict[str, ts.Node]]) -> list[tuple[Import, int]]:
+    out = []
+    for caps in raw:
+        mod = caps.get("import.module")
+        if mod is None:
+            continue
+        module = _text(source, mod).strip("\"'<>`")
+        name = _text(source, caps["import.name"]) if "import.name" in caps else ""
+        alias_node = caps.get("import.alias")
+        alias = _text(source, alias_node) if alias_node is not None else (name or module.rsplit("/", 1)[-1])
+        out.append((Import(module, name, alias, mod.start_point[0] + 1), mod.start_byte))
+    return out

@@ -1,0 +1,197 @@
+"""The SQLite graph: schema, numbered migrations, connections.
+
+`graph.db` is the source of truth for which files, symbols, references and chunks exist.
+WAL mode lets any number of readers query while one writer builds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import sqlite_utils
+
+from .errors import NoIndexError, SchemaError
+
+SCHEMA_VERSION = 1
+
+
+def _m001_initial(db: sqlite_utils.Database) -> None:
+    db.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+        CREATE TABLE files (
+            id INTEGER PRIMARY KEY,
+            path TEXT NOT NULL UNIQUE,
+            language TEXT,
+            module TEXT,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            hash TEXT,
+            lines INTEGER NOT NULL DEFAULT 0,
+            status TEXT NOT NULL,          -- ok | syntax_error | skipped:<reason> | failed
+            gen INTEGER NOT NULL
+        );
+        CREATE INDEX files_module ON files(module);
+        CREATE TABLE symbols (
+            id INTEGER PRIMARY KEY,         -- stable: hash of path, qualname, kind, occurrence
+            file_id INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            qualname TEXT NOT NULL,         -- module-qualified
+            kind TEXT NOT NULL,
+            start_line INTEGER NOT NULL,
+            end_line INTEGER NOT NULL,
+            start_byte INTEGER NOT NULL,
+            end_byte INTEGER NOT NULL,
+            signature TEXT NOT NULL DEFAULT '',
+            doc TEXT NOT NULL DEFAULT '',
+            parent_id INTEGER
+        );
+        CREATE INDEX symbols_name ON symbols(name);
+        CREATE INDEX symbols_qualname ON symbols(qualname);
+        CREATE INDEX symbols_file ON symbols(file_id);
+        CREATE INDEX symbols_parent ON symbols(parent_id);
+        CREATE TABLE refs (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            kind TEXT NOT NULL,             -- call | import | inherit | type | attribute
+            line INTEGER NOT NULL,
+            col INTEGER NOT NULL,
+            receiver TEXT NOT NULL DEFAULT '',
+            enclosing_id INTEGER,
+            target_id INTEGER,              -- best target; NULL when unresolved or ambiguous
+            resolution TEXT NOT NULL DEFAULT 'pending',
+            confidence REAL NOT NULL DEFAULT 0
+        );
+        -- candidates of ambiguous references: the name is kept, confidence split
+        CREATE TABLE ref_candidates (
+            ref_id INTEGER NOT NULL,
+            symbol_id INTEGER NOT NULL,
+            confidence REAL NOT NULL,
+            PRIMARY KEY (ref_id, symbol_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX ref_candidates_symbol ON ref_candidates(symbol_id);
+        CREATE TABLE imports (
+            id INTEGER PRIMARY KEY,
+            file_id INTEGER NOT NULL,
+            module TEXT NOT NULL,
+            name TEXT NOT NULL,
+            alias TEXT NOT NULL,
+            line INTEGER NOT NULL,
+            level INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX imports_file ON imports(file_id);
+        CREATE INDEX imports_module ON imports(module);
+        -- names whose definitions changed; references to them await re-resolution.
+        -- Written in the same transaction as the change, so a crash cannot lose them.
+        CREATE TABLE pending_names (name TEXT PRIMARY KEY) WITHOUT ROWID;
+        """
+    )
+
+
+# Secondary indexes on refs: dropped during bulk loads (a full build inserts and updates
+# millions of rows ~3x faster without them) and recreated by `ensure_ref_indexes`, which every
+# writer runs on open, so a build killed mid-load leaves nothing a reader lacks for long.
+REF_INDEXES = {
+    "refs_name": "refs(name)",
+    "refs_file": "refs(file_id)",
+    "refs_target": "refs(target_id)",
+    "refs_enclosing": "refs(enclosing_id)",
+    "refs_pending": "refs(file_id) WHERE resolution = 'pending'",
+}
+
+
+def drop_ref_indexes(db: sqlite_utils.Database) -> None:
+    for name in REF_INDEXES:
+        db.execute(f"DROP INDEX IF EXISTS {name}")
+
+
+def ensure_ref_indexes(db: sqlite_utils.Database) -> None:
+    for name, spec in REF_INDEXES.items():
+        db.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {spec}")
+
+
+MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
+    (1, _m001_initial),
+]
+
+
+def stable_id(*parts: str) -> int:
+    """A 63-bit id that stays the same while the parts do, so unchanged symbols keep their
+    ids across builds and references to them stay valid."""
+    digest = hashlib.blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") >> 1
+
+
+def _connect(path: Path, readonly: bool = False) -> sqlite_utils.Database:
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    else:
+        conn = sqlite3.connect(str(path), check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 10000")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA cache_size = -65536")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    return sqlite_utils.Database(conn)
+
+
+def schema_version(db: sqlite_utils.Database) -> int:
+    if "meta" not in db.table_names():
+        return 0
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def open_for_write(index_dir: Path) -> sqlite_utils.Database:
+    """Open (creating and migrating as needed) the graph for a writer."""
+    index_dir.mkdir(parents=True, exist_ok=True)
+    gitignore = index_dir / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text("# repoctx index: never commit\n*\n")
+    db = _connect(index_dir / "graph.db")
+    current = schema_version(db)
+    if current > SCHEMA_VERSION:
+        raise SchemaError(
+            f"The index at {index_dir} has schema {current}, newer than this repoctx "
+            f"({SCHEMA_VERSION}) — upgrade repoctx or delete the index and rebuild."
+        )
+    for version, migrate in MIGRATIONS:
+        if version > current:
+            with db.conn:
+                migrate(db)
+                db.execute(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                    [str(version)],
+                )
+    with db.conn:
+        ensure_ref_indexes(db)
+    return db
+
+
+def open_for_read(index_dir: Path) -> sqlite_utils.Database:
+    """Open the graph for queries; a missing index says how to build one."""
+    path = index_dir / "graph.db"
+    if not path.exists():
+        raise NoIndexError(f"No index at {index_dir} — run `repoctx index build` first.")
+    db = _connect(path, readonly=True)
+    version = schema_version(db)
+    if version != SCHEMA_VERSION:
+        raise SchemaError(
+            f"The index at {index_dir} has schema {version}, this repoctx reads {SCHEMA_VERSION} "
+            "— run `repoctx index build` to migrate it."
+        )
+    return db
+
+
+def get_meta(db: sqlite_utils.Database, key: str, default: str | None = None) -> str | None:
+    row = db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else default
+
+
+def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
+    db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", [key, value])

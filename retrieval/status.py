@@ -1,0 +1,50 @@
+"""What an index holds and how fresh it is against the working tree."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from indexer import store
+from indexer.config import Config
+from indexer.discovery import discover
+from indexer.languages import language_for_path
+
+
+def pending_changes(config: Config, conn) -> dict[str, int]:
+    """Files changed, added or deleted on disk since the last build (stat only)."""
+    indexed = {p: (size, mtime) for p, size, mtime in conn.execute("SELECT path, size, mtime_ns FROM files")}
+    changed = added = 0
+    seen = set()
+    for f in discover(config).files:
+        if language_for_path(f.path) is None:
+            continue
+        seen.add(f.path)
+        old = indexed.get(f.path)
+        if old is None:
+            added += 1
+        elif old != (f.size, f.mtime_ns):
+            changed += 1
+    return {"changed": changed, "added": added, "deleted": len(indexed.keys() - seen)}
+
+
+def index_status(config: Config) -> dict[str, Any]:
+    db = store.open_for_read(config.index_path)
+    conn = db.conn
+    try:
+        last = store.get_meta(db, "last_build")
+        lb = json.loads(last) if last else {}
+        return {
+            "index_dir": str(config.index_path),
+            "root": str(config.root),
+            "schema_version": store.schema_version(db),
+            "generation": int(store.get_meta(db, "generation", "0") or 0),
+            "files": conn.execute("SELECT count(*) FROM files WHERE status IN ('ok','syntax_error')").fetchone()[0],
+            "symbols": lb.get("symbols", 0),
+            "references": lb.get("references", 0),
+            "resolved_pct": lb.get("resolved_pct", 0.0),
+            "pending": pending_changes(config, conn),
+            "last_build": lb,
+        }
+    finally:
+        conn.close()

@@ -1,0 +1,157 @@
+"""Symbol queries over the graph: definitions, references, callers and callees."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from indexer.models import RefRecord, SymbolRecord
+
+from .errors import SymbolNotFoundError
+
+_SYMBOL_COLS = (
+    "s.id, f.path, s.name, s.qualname, s.kind, s.start_line, s.end_line, s.signature, s.doc, "
+    "f.language, s.parent_id"
+)
+
+
+def _symbols(conn: sqlite3.Connection, where: str, params: list, limit: int) -> list[SymbolRecord]:
+    sql = (
+        f"SELECT {_SYMBOL_COLS} FROM symbols s JOIN files f ON f.id = s.file_id "
+        f"WHERE {where} ORDER BY (s.kind = 'module'), length(s.qualname), s.qualname LIMIT ?"
+    )
+    return [SymbolRecord(*row) for row in conn.execute(sql, [*params, limit])]
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def find_symbols(
+    conn: sqlite3.Connection, name: str, kind: str | None = None, limit: int = 50
+) -> list[SymbolRecord]:
+    """Definitions matching ``name``: an exact qualified name, an exact name, a qualified-name
+    suffix (``Class.method``), then a prefix of the name or qualified name (fuzzy prefix)."""
+    name = name.strip().replace("::", ".")
+    kind_sql, kind_params = (" AND s.kind = ?", [kind]) if kind else ("", [])
+    steps: list[tuple[str, list]] = [
+        ("s.qualname = ?", [name]),
+        ("s.name = ?", [name]),
+    ]
+    if "." in name:
+        steps.append(("s.qualname LIKE ? ESCAPE '\\'", ["%." + _like_escape(name)]))
+    steps.append(
+        ("(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')",
+         [_like_escape(name) + "%", _like_escape(name) + "%"])
+    )
+    for where, params in steps:
+        hits = _symbols(conn, where + kind_sql, params + kind_params, limit)
+        if hits:
+            return hits
+    return []
+
+
+def symbol_by_id(conn: sqlite3.Connection, sym_id: int) -> SymbolRecord | None:
+    hits = _symbols(conn, "s.id = ?", [sym_id], 1)
+    return hits[0] if hits else None
+
+
+def _targets(conn: sqlite3.Connection, name: str, kind: str | None = None) -> list[SymbolRecord]:
+    hits = find_symbols(conn, name, kind)
+    if not hits:
+        raise SymbolNotFoundError(
+            f"No symbol matches {name!r} — try a shorter prefix, `repoctx symbol {name[:3]}`, "
+            "or `repoctx search` for words."
+        )
+    # Prefer the exact-name tier only: a prefix match on a common word would fan out widely.
+    return hits
+
+
+_REF_SQL = """
+SELECT f.path, r.line, r.col, r.name, r.kind, coalesce(e.qualname, ''), {target}, r.resolution, {conf}
+FROM refs r JOIN files f ON f.id = r.file_id LEFT JOIN symbols e ON e.id = r.enclosing_id
+"""
+
+
+def references_to(
+    conn: sqlite3.Connection, name: str, *, kinds: tuple[str, ...] | None = None, limit: int = 500
+) -> tuple[list[SymbolRecord], list[RefRecord]]:
+    """References to the definitions ``name`` matches: resolved edges first (highest
+    confidence), then ambiguous references that list one of them as a candidate."""
+    targets = _targets(conn, name)
+    ids = [t.id for t in targets]
+    marks = ",".join("?" * len(ids))
+    kind_sql = f" AND r.kind IN ({','.join('?' * len(kinds))})" if kinds else ""
+    kind_params = list(kinds or ())
+    direct = conn.execute(
+        _REF_SQL.format(target="r.target_id", conf="r.confidence")
+        + f" WHERE r.target_id IN ({marks}){kind_sql} ORDER BY r.confidence DESC, f.path, r.line LIMIT ?",
+        [*ids, *kind_params, limit],
+    ).fetchall()
+    ambiguous = conn.execute(
+        _REF_SQL.format(target="c.symbol_id", conf="c.confidence")
+        + f" JOIN ref_candidates c ON c.ref_id = r.id WHERE c.symbol_id IN ({marks}){kind_sql} "
+        "ORDER BY c.confidence DESC, f.path, r.line LIMIT ?",
+        [*ids, *kind_params, limit],
+    ).fetchall()
+    refs = [RefRecord(*row) for row in [*direct, *ambiguous][:limit]]
+    return targets, refs
+
+
+@dataclass(frozen=True, slots=True)
+class CallEdge:
+    """One caller→callee edge: the symbol at the other end and where the call is."""
+
+    symbol: SymbolRecord
+    path: str
+    line: int
+    confidence: float
+    resolution: str
+
+
+def callers(conn: sqlite3.Connection, name: str, limit: int = 200) -> tuple[list[SymbolRecord], list[CallEdge]]:
+    """Definitions that call what ``name`` matches."""
+    targets = _targets(conn, name)
+    ids = [t.id for t in targets]
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(
+        f"""SELECT r.enclosing_id, f.path, r.line, r.confidence, r.resolution FROM refs r
+            JOIN files f ON f.id = r.file_id
+            WHERE r.target_id IN ({marks}) AND r.kind = 'call'
+            UNION ALL
+            SELECT r.enclosing_id, f.path, r.line, c.confidence, r.resolution FROM ref_candidates c
+            JOIN refs r ON r.id = c.ref_id JOIN files f ON f.id = r.file_id
+            WHERE c.symbol_id IN ({marks}) AND r.kind = 'call'
+            ORDER BY 4 DESC LIMIT ?""",
+        [*ids, *ids, limit],
+    ).fetchall()
+    return targets, _edges(conn, rows)
+
+
+def callees(conn: sqlite3.Connection, name: str, limit: int = 200) -> tuple[list[SymbolRecord], list[CallEdge]]:
+    """What the definitions ``name`` matches call (resolved targets only)."""
+    targets = _targets(conn, name)
+    ids = [t.id for t in targets]
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(
+        f"""SELECT r.target_id, f.path, r.line, r.confidence, r.resolution FROM refs r
+            JOIN files f ON f.id = r.file_id
+            WHERE r.enclosing_id IN ({marks}) AND r.kind = 'call' AND r.target_id IS NOT NULL
+            ORDER BY f.path, r.line LIMIT ?""",
+        [*ids, limit],
+    ).fetchall()
+    return targets, _edges(conn, rows)
+
+
+def _edges(conn: sqlite3.Connection, rows: list[tuple]) -> list[CallEdge]:
+    out = []
+    cache: dict[int, SymbolRecord | None] = {}
+    for sym_id, path, line, conf, how in rows:
+        if sym_id is None:
+            continue
+        if sym_id not in cache:
+            cache[sym_id] = symbol_by_id(conn, sym_id)
+        sym = cache[sym_id]
+        if sym is not None:
+            out.append(CallEdge(sym, path, line, conf, how))
+    return out

@@ -1,0 +1,84 @@
+"""Shared fixtures: real git repositories in tmp_path and real index builds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from indexer.build import build
+from indexer.config import Config, load_config
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+}
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def make_repo(root: Path, files: dict[str, str], commit: bool = True) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    write_files(root, files)
+    if commit:
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "init")
+    return root
+
+
+def index(root: Path, full: bool = False, **overrides) -> Config:
+    cfg = load_config(root, env={}, jobs=1, **overrides)
+    build(cfg, full=full)
+    return cfg
+
+
+def dump_graph(cfg: Config) -> dict:
+    """Everything the graph asserts, keyed by content rather than row ids."""
+    from indexer import store
+
+    conn = store.open_for_read(cfg.index_path).conn
+    try:
+        syms = sorted(conn.execute(
+            "SELECT f.path, s.id, s.qualname, s.kind, s.start_line, s.end_line, s.signature, s.doc "
+            "FROM symbols s JOIN files f ON f.id = s.file_id"
+        ).fetchall())
+        refs = sorted(conn.execute(
+            "SELECT f.path, r.line, r.col, r.name, r.kind, r.receiver, e.qualname, t.qualname, "
+            "r.resolution, r.confidence, (SELECT group_concat(s2.qualname) FROM (SELECT s2.qualname "
+            "FROM ref_candidates c JOIN symbols s2 ON s2.id = c.symbol_id WHERE c.ref_id = r.id "
+            "ORDER BY s2.qualname) s2) "
+            "FROM refs r JOIN files f ON f.id = r.file_id LEFT JOIN symbols e ON e.id = r.enclosing_id "
+            "LEFT JOIN symbols t ON t.id = r.target_id"
+        ).fetchall(), key=repr)
+        files = sorted(conn.execute("SELECT path, language, module, hash, status FROM files").fetchall())
+        imports = sorted(conn.execute(
+            "SELECT f.path, i.module, i.name, i.alias, i.line FROM imports i JOIN files f ON f.id = i.file_id"
+        ).fetchall())
+        pending = conn.execute("SELECT count(*) FROM pending_names").fetchone()[0]
+        return {"files": files, "symbols": syms, "refs": refs, "imports": imports, "pending": pending}
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def repo_factory(tmp_path):
+    def factory(files: dict[str, str], name: str = "repo", commit: bool = True) -> Path:
+        return make_repo(tmp_path / name, files, commit)
+
+    return factory

@@ -1,0 +1,134 @@
+"""Incremental builds equal clean builds; a no-op build parses nothing; kill -9 is repaired."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from indexer.build import build
+from indexer.config import load_config
+from tests.conftest import dump_graph, git, index, write_files
+
+BASE = {
+    "pkg/__init__.py": "from .a import alpha\n",
+    "pkg/a.py": "def alpha():\n    return beta()\n\n\ndef beta():\n    return 1\n",
+    "pkg/b.py": "from pkg import alpha\n\n\nclass B:\n    def go(self):\n        return alpha()\n",
+    "pkg/c.py": "from .b import B\n\n\nclass C(B):\n    def run(self):\n        return self.go()\n",
+    "tool.py": "import pkg.a\n\n\ndef main():\n    pkg.a.beta()\n    gamma()\n",
+}
+
+
+def clean_dump(root, tmp_path):
+    """A full build of the same tree into a separate index."""
+    cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / f"clean-{time.monotonic_ns()}")
+    build(cfg, full=True)
+    return dump_graph(cfg)
+
+
+def test_noop_build_parses_nothing(repo_factory):
+    root = repo_factory(BASE)
+    cfg = load_config(root, env={}, jobs=1)
+    first = build(cfg)
+    assert first.files_parsed == 5
+    again = build(cfg)
+    assert again.files_parsed == 0 and again.files_unchanged == 5
+    assert again.generation == first.generation  # nothing changed, nothing new to stamp
+    os.utime(root / "pkg/a.py")  # touched, same content: hashed, not re-parsed
+    touched = build(cfg)
+    assert touched.files_parsed == 0
+
+
+def test_edit_add_delete_rename_match_clean_build(repo_factory, tmp_path):
+    root = repo_factory(BASE)
+    cfg = index(root)
+    steps = [
+        # a definition appears: tool.py's gamma() now resolves
+        lambda: write_files(root, {"pkg/d.py": "def gamma():\n    return 2\n"}),
+        # an edit that removes beta: references to it elsewhere become unresolved
+        lambda: write_files(root, {"pkg/a.py": "def alpha():\n    return 0\n"}),
+        # rename a file
+        lambda: (root / "pkg/d.py").rename(root / "pkg/e.py"),
+        # delete a file that others import
+        lambda: (root / "pkg/b.py").unlink(),
+        # a base class gains the method a subclass calls through self
+        lambda: write_files(root, {"pkg/b.py": "class B:\n    def go(self):\n        return 1\n"}),
+    ]
+    for step in steps:
+        step()
+        stats = build(cfg)
+        assert stats.files_parsed <= 2  # only what changed
+        assert dump_graph(cfg) == clean_dump(root, tmp_path)
+    rows = dump_graph(cfg)["refs"]
+    go = [r for r in rows if r[0] == "pkg/c.py" and r[3] == "go"][0]
+    assert go[7] == "pkg.b.B.go" and go[8] == "self"
+    assert not any(r[0] == "pkg/d.py" for r in dump_graph(cfg)["files"])
+
+
+def test_branch_switch_and_back(repo_factory, tmp_path):
+    root = repo_factory(BASE)
+    cfg = index(root)
+    before = dump_graph(cfg)
+    git(root, "checkout", "-q", "-b", "feature")
+    write_files(root, {"pkg/a.py": "def alpha():\n    return gamma()\n\n\ndef gamma():\n    pass\n"})
+    git(root, "commit", "-qam", "feature")
+    build(cfg)
+    assert dump_graph(cfg) == clean_dump(root, tmp_path)
+    git(root, "checkout", "-q", "main")
+    build(cfg)
+    assert dump_graph(cfg) == before
+
+
+def test_package_boundary_change_reparses_modules(repo_factory, tmp_path):
+    root = repo_factory({"lib/util.py": "def f():\n    pass\n", "main.py": "from lib.util import f\nf()\n"})
+    cfg = index(root)
+    write_files(root, {"lib/__init__.py": ""})
+    build(cfg)
+    assert dump_graph(cfg) == clean_dump(root, tmp_path)
+    mods = {r[0]: r[2] for r in dump_graph(cfg)["files"]}
+    assert mods["lib/util.py"] == "lib.util"
+
+
+_BUILD_SCRIPT = """
+import sys
+from indexer.build import build
+from indexer.config import load_config
+if __name__ == "__main__":
+    build(load_config(sys.argv[1], env={}, jobs=int(sys.argv[2]), batch_size=4))
+"""
+
+
+def test_kill_during_build_is_repaired(tmp_path):
+    """kill -9 a real build at random moments; the next build must equal a clean one."""
+    src = "/root/.pyenv/versions/3.11.7/lib/python3.11/json"
+    if not os.path.isdir(src):  # any tree of real Python code works; the stdlib is handy
+        src = os.path.dirname(os.__file__) + "/json"
+    root = tmp_path / "tree"
+    shutil.copytree(src, root / "json")
+    shutil.copytree(os.path.dirname(os.__file__) + "/email", root / "email")
+    script = tmp_path / "b.py"
+    script.write_text(_BUILD_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    reference = clean_dump(root, tmp_path)
+    cfg = load_config(root, env={}, jobs=1)
+    for seed in range(4):
+        rng = random.Random(seed)
+        if seed == 2:  # an edit between crashes
+            (root / "email" / "newmod.py").write_text("def fresh():\n    return 1\n")
+            reference = clean_dump(root, tmp_path)
+        proc = subprocess.Popen([sys.executable, str(script), str(root), str(1 + seed % 2)], env=env,
+                                start_new_session=True)
+        time.sleep(rng.uniform(0.3, 2.0))
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        build(cfg)
+        assert dump_graph(cfg) == reference, f"seed {seed}"
+        if seed % 2 == 0:
+            shutil.rmtree(cfg.index_path)  # start the next round from nothing
