@@ -73,7 +73,7 @@ class ResourceLimits:
     """Per-command limits; ``None`` leaves a limit unset."""
 
     #: Processes (and threads) the command may have at once.
-    max_processes: int | None = 512
+    max_processes: int | None = 1024
     #: RLIMIT_AS per process, bytes of address space.
     max_memory_bytes: int | None = 8 * 2**30
     #: RLIMIT_FSIZE, the largest file a process may write.
@@ -174,14 +174,15 @@ def _tokenize(command: str) -> _Parsed:
         elif c == "#":
             while i < n and command[i] != "\n":
                 i += 1
-        elif op := next((o for o in _OPERATORS if command.startswith(o, i)), None):
-            tokens.append(_Token("op", op))
-            i += len(op)
         elif redir := next((r for r in _REDIRECTS if command.startswith(r, i)), None):
+            # Before operators, so `&>` is a redirection and not `&` then `>`.
             i += len(redir)
             if redir in ("<", ">") and command.startswith("(", i):
                 substitution = True
             tokens.append(_Token("redirect", redir))
+        elif op := next((o for o in _OPERATORS if command.startswith(o, i)), None):
+            tokens.append(_Token("op", op))
+            i += len(op)
         else:
             i, word, literal, subst = _word(command, i)
             substitution |= subst
@@ -241,7 +242,9 @@ def _word(s: str, i: int) -> tuple[int, str, bool, bool]:
                     continue
             out.append(c)
             i += 1
-    return i, "".join(out), literal, subst
+    word = "".join(out)
+    # A lone brace is the group keyword, not a brace expansion.
+    return i, word, literal or word in ("{", "}"), subst
 
 
 def _command_words(parsed: _Parsed) -> list[_Token]:
@@ -416,6 +419,7 @@ class _PidsCgroup:
     @classmethod
     def create(cls, max_pids: int) -> _PidsCgroup | None:
         for base in _pids_cgroup_bases():
+            _remove_stale(base)
             path = base / f"repoctx-{os.getpid()}-{uuid.uuid4().hex[:10]}"
             try:
                 path.mkdir()
@@ -474,6 +478,17 @@ class _PidsCgroup:
                 if time.monotonic() > deadline:
                     return  # leaked empty-ish cgroup; harmless, and removable by hand
                 time.sleep(0.02)
+
+
+def _remove_stale(base: Path) -> None:
+    """Remove empty cgroups left by repoctx processes that died before cleaning up."""
+    for stale in base.glob("repoctx-*-*"):
+        owner = stale.name.split("-")[1]
+        if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+            try:
+                stale.rmdir()
+            except OSError:
+                continue  # still has members, or not ours to remove
 
 
 def _pids_cgroup_bases() -> list[Path]:
@@ -540,7 +555,8 @@ def _rlimits(limits: ResourceLimits, nproc: int | None) -> list[tuple[int, tuple
         if value is None:
             continue
         _, hard = resource.getrlimit(which)
-        if hard != resource.RLIM_INFINITY and os.geteuid() != 0:
+        # Only ever lower: raising a hard limit needs CAP_SYS_RESOURCE, which container root lacks.
+        if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
         out.append((which, (value, value)))
     return out

@@ -120,6 +120,7 @@ class Workspace:
         self.write_deny_patterns, self._write_deny = _spec(
             (*DEFAULT_DENY, *DEFAULT_WRITE_DENY, *deny, *write_deny)
         )
+        self._write_only = {*DEFAULT_WRITE_DENY, *write_deny}
         self.recorder = recorder
         self.max_read_bytes = max_read_bytes
 
@@ -197,9 +198,10 @@ class Workspace:
         for rel in (asked_rel, real_rel):
             index = self._match(spec, rel)
             if index is not None:
+                key = "agent.write_deny" if pats[index] in self._write_only else "agent.deny"
                 raise SecretPathError(
                     f"{rel} matches the deny pattern '{pats[index]}' — the agent may not {verb} it. "
-                    f"To allow it, add '!{rel}' to `agent.deny` in .repoctx.toml "
+                    f"To allow it, add '!{rel}' to `{key}` in .repoctx.toml "
                     "(or [tool.repoctx.agent] in pyproject.toml)."
                 )
         return real

@@ -27,20 +27,28 @@ def index() -> None:
 @click.option("--jobs", "-j", type=int, default=None, help="Parser processes (default: one per core).")
 @click.option("--max-file-bytes", type=int, default=None, help="Skip files larger than this (default 1 MB).")
 @click.option("--wait", "wait_s", type=float, default=0.0, help="Seconds to wait for another writer.")
+@click.option("--no-embed", is_flag=True, help="Build the graph and lexical index only (no vectors).")
+@click.option("--embed-model", default=None,
+              help="sentence-transformers model name or path (default all-MiniLM-L6-v2, offline).")
+@click.option("--reembed", is_flag=True, help="Drop all vectors and embed again (after a model change).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @index_dir_option
 @json_option
 @handle_errors
 def build_cmd(
     path: Path, full: bool, jobs: int | None, max_file_bytes: int | None, wait_s: float,
+    no_embed: bool, embed_model: str | None, reembed: bool,
     quiet: bool, index_dir: Path | None, as_json: bool,
 ) -> None:
-    """Build or update the index of PATH (incremental unless --full)."""
+    """Build or update the index of PATH (incremental unless --full): the symbol graph, the
+    lexical index, then vectors for new chunks (resumable; reused by content hash)."""
     from indexer.build import build, stats_dict
 
-    config = make_config(path, index_dir=index_dir, jobs=jobs, max_file_bytes=max_file_bytes)
+    config = make_config(path, index_dir=index_dir, jobs=jobs, max_file_bytes=max_file_bytes,
+                         embed_model=embed_model)
     progress = ProgressLine(quiet=quiet)
-    stats = build(config, full=full, progress=progress, wait_lock=wait_s)
+    stats = build(config, full=full, progress=progress, wait_lock=wait_s, embed=not no_embed,
+                  reembed=reembed)
     progress.finish()
     if as_json:
         echo_json({"index_dir": str(config.index_path), **stats_dict(stats)})
@@ -57,6 +65,13 @@ def build_cmd(
         f"{stats.files_with_errors} files with syntax errors."
     )
     click.echo(f"Skipped: {skipped}.")
+    if stats.embedding:
+        e = stats.embedding
+        click.echo(
+            f"Vectors ({e['model']}): {e['embedded']} chunks embedded, {e['reused']} reused, "
+            f"{e['removed']} removed in {e['seconds']:.1f}s; coverage {100 * e['coverage']:.1f}% "
+            f"of {e['chunks']} chunks."
+        )
     for p, err in list(stats.failed.items())[:10]:
         click.echo(f"  failed: {p}: {err}", err=True)
     click.echo(f"Index: {config.index_path} (generation {stats.generation})")

@@ -20,6 +20,12 @@ def find_root(start: Path) -> Path:
     return here
 
 
+def generation(conn) -> int:
+    from retrieval.freshness import generation as gen
+
+    return gen(conn)
+
+
 def open_graph(root: Path, index_dir: Path | None):
     from indexer import store
 
@@ -49,12 +55,12 @@ def symbol_cmd(name: str, kind: str | None, limit: int, root: Path, index_dir: P
     _, conn = open_graph(root, index_dir)
     hits = find_symbols(conn, name, kind, limit)
     if as_json:
-        echo_json([h for h in hits])
+        echo_json({"generation": generation(conn), "symbols": hits})
         return
     if not hits:
         raise click.ClickException(f"No symbol matches {name!r} — try a shorter prefix.")
     for h in hits:
-        click.echo(f"{h.path}:{h.start_line}  {h.kind:9} {h.qualname}")
+        click.echo(f"{h.path}:{h.start_line}  {h.kind:9} {h.qualname}" + ("  [stale]" if h.stale else ""))
         if h.signature:
             click.echo(f"    {h.signature}")
 
@@ -70,7 +76,7 @@ def refs_cmd(name: str, limit: int, root: Path, index_dir: Path | None, as_json:
     _, conn = open_graph(root, index_dir)
     targets, refs = references_to(conn, name, limit=limit)
     if as_json:
-        echo_json({"targets": targets, "references": refs})
+        echo_json({"generation": generation(conn), "targets": targets, "references": refs})
         return
     click.echo(f"{len(refs)} references to " + ", ".join(t.qualname for t in targets[:5])
                + (" …" if len(targets) > 5 else ""))
@@ -90,7 +96,7 @@ def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
         _, conn = open_graph(root, index_dir)
         targets, edges = getattr(symbols, fn_name)(conn, symbol, limit)
         if as_json:
-            echo_json({"targets": targets, "edges": edges})
+            echo_json({"generation": generation(conn), "targets": targets, "edges": edges})
             return
         for e in edges:
             click.echo(f"{e.symbol.path}:{e.symbol.start_line}  {e.symbol.qualname}  "
@@ -101,7 +107,41 @@ def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
     return command
 
 
+@click.command("search")
+@click.argument("query")
+@click.option("--mode", "-m", type=click.Choice(["hybrid", "semantic", "lexical"]), default="hybrid",
+              show_default=True)
+@click.option("-k", "k", default=10, show_default=True, help="Number of results.")
+@click.option("--lang", default=None, help="Only this language (python, go, …).")
+@click.option("--path", "path_glob", default=None, help="Only paths matching this glob (or prefix).")
+@read_options
+def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str | None, root: Path,
+               index_dir: Path | None, as_json: bool) -> None:
+    """Search code by words or identifiers: lexical, semantic or both fused."""
+    from retrieval.search import Searcher
+
+    config, conn = open_graph(root, index_dir)
+    searcher = Searcher(conn, config.index_path, config.root,
+                        vectors_uri=config.extra.get("vectors_uri"))
+    result = searcher.search(query, mode, k, lang=lang, path_glob=path_glob)
+    if as_json:
+        echo_json(result)
+        return
+    if mode != "lexical" and result.semantic_coverage < 1.0:
+        click.echo(f"(semantic coverage {100 * result.semantic_coverage:.0f}% — "
+                   "`repoctx index build` fills in the rest)", err=True)
+    for h in result.hits:
+        srcs = ", ".join(f"{s}#{r}" for s, r in h.ranks.items())
+        click.echo(click.style(f"{h.path}:{h.start_line}-{h.end_line}", bold=True)
+                   + f"  {h.symbol or '<module>'}  {h.score:.4f}  [{srcs}]")
+        for line in h.snippet.splitlines()[:4]:
+            click.echo("    " + line)
+    if not result.hits:
+        click.echo("No results.")
+
+
 COMMANDS = [
+    search_cmd,
     symbol_cmd,
     refs_cmd,
     _edge_command("callers", "Definitions that call SYMBOL.", "callers"),

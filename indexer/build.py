@@ -17,15 +17,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
+from functools import cache
 
 import sqlite_utils
 
 from . import store
+from .chunking import Chunk, chunk_file
 from .config import Config
 from .discovery import classify_content, discover
 from .languages import language_for_path
+from .lexical import index_terms
 from .lock import WriteLock
-from .models import BuildStats, ParsedFile
+from .models import BuildStats, ParsedFile, Progress
 from .modules import module_name, package_dirs
 from .parser import parse_source
 from .resolve import Resolution, SymbolTable, resolve_refs
@@ -34,13 +37,6 @@ from .resolve import Resolution, SymbolTable, resolve_refs
 POOL_THRESHOLD = 48
 #: Above this share of references needing resolution, load every symbol up front.
 PRELOAD_SHARE = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    phase: str  # discover | parse | resolve | embed
-    done: int
-    total: int
 
 
 ProgressFn = Callable[[Progress], None]
@@ -55,14 +51,25 @@ class FileResult:
     status: str  # ok | syntax_error | unchanged | skipped:<reason> | failed
     parsed: ParsedFile | None = None
     error: str = ""
+    chunks: tuple[Chunk, ...] = ()
 
 
 def content_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def parse_file(root: str, path: str, language: str, module: str, old_hash: str | None) -> FileResult:
-    """Read, classify and parse one file. Errors become results, never exceptions."""
+@cache
+def _tokenizer(model: str):
+    from .embed import load_tokenizer
+
+    return load_tokenizer(model)
+
+
+def parse_file(
+    root: str, path: str, language: str, module: str, old_hash: str | None, model: str | None = None
+) -> FileResult:
+    """Read, classify, parse and chunk one file. Errors become results, never exceptions.
+    ``model`` names the embedding model whose tokenizer sizes the chunks (None: no chunks)."""
     full = os.path.join(root, path)
     try:
         st = os.stat(full)
@@ -81,11 +88,18 @@ def parse_file(root: str, path: str, language: str, module: str, old_hash: str |
     except (ValueError, RecursionError, UnicodeError) as exc:  # a grammar or query failure
         return FileResult(path, st.st_size, st.st_mtime_ns, digest, "failed", error=repr(exc))
     status = "syntax_error" if parsed.has_errors else "ok"
-    return FileResult(path, st.st_size, st.st_mtime_ns, digest, status, parsed)
+    chunks: tuple[Chunk, ...] = ()
+    if model is not None:
+        tok = _tokenizer(model)
+        text = data.decode("utf-8", "replace")
+        chunks = tuple(chunk_file(path, text, parsed, tok.count, tok.max_tokens))
+    return FileResult(path, st.st_size, st.st_mtime_ns, digest, status, parsed, chunks=chunks)
 
 
-def _parse_batch(root: str, items: list[tuple[str, str, str, str | None]]) -> list[FileResult]:
-    return [parse_file(root, *item) for item in items]
+def _parse_batch(
+    root: str, model: str | None, items: list[tuple[str, str, str, str | None]]
+) -> list[FileResult]:
+    return [parse_file(root, *item, model=model) for item in items]
 
 
 def _batches(items: list, size: int) -> Iterator[list]:
@@ -94,7 +108,10 @@ def _batches(items: list, size: int) -> Iterator[list]:
 
 
 def _parse_all(
-    config: Config, work: list[tuple[str, str, str, str | None]], progress: ProgressFn | None
+    config: Config,
+    work: list[tuple[str, str, str, str | None]],
+    progress: ProgressFn | None,
+    model: str | None,
 ) -> Iterator[list[FileResult]]:
     """Yield parse results batch by batch, keeping at most 2 batches per worker in flight
     so memory is bounded by the batch size, not the repository size."""
@@ -103,7 +120,7 @@ def _parse_all(
     done = 0
     if len(work) < POOL_THRESHOLD or jobs == 1:
         for batch in _batches(work, config.batch_size):
-            results = _parse_batch(root, batch)
+            results = _parse_batch(root, model, batch)
             done += len(results)
             if progress:
                 progress(Progress("parse", done, len(work)))
@@ -119,7 +136,7 @@ def _parse_all(
         inflight: set[Future] = set()
         while pending or inflight:
             while pending and len(inflight) < jobs * 2:
-                inflight.add(pool.submit(_parse_batch, root, pending.pop()))
+                inflight.add(pool.submit(_parse_batch, root, model, pending.pop()))
             finished, inflight = wait(inflight, return_when=FIRST_COMPLETED)
             for fut in finished:
                 results = fut.result()
@@ -164,6 +181,7 @@ def _write_results(
         new_imports: set[tuple] = set()
         if pf is not None:
             new_ids, new_imports = _insert_parsed(conn, fid, pf)
+        _replace_chunks(conn, fid, r, module or "")
         for sid in old_ids.keys() ^ new_ids.keys():
             pending_names.add(old_ids.get(sid) or new_ids[sid])
         pending_names.update(t[2] for t in old_imports ^ new_imports)
@@ -204,12 +222,48 @@ def _insert_parsed(conn, fid: int, pf: ParsedFile) -> tuple[dict[int, str], set[
     return names, {(i.module, i.name, i.alias) for i in pf.imports}
 
 
+def _replace_chunks(conn, fid: int, r: FileResult, module: str) -> None:
+    """Swap a file's chunks, keeping rows (and their vectors) whose id is unchanged and
+    tombstoning the vectors of chunks that disappeared."""
+    old = {row[0] for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])}
+    new = {}
+    for c in r.chunks:
+        cid = store.stable_id(r.path, str(c.start_line), str(c.end_line), c.content_hash)
+        new[cid] = c
+    gone = old - new.keys()
+    if gone:
+        conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in gone])
+        conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in gone])
+        conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", [(i,) for i in gone])
+    added = [(cid, c) for cid, c in new.items() if cid not in old]
+    conn.executemany(
+        "INSERT INTO chunks(id, file_id, symbol, kind, start_line, end_line, tokens, header, "
+        "content_hash) VALUES (?,?,?,?,?,?,?,?,?)",
+        [(cid, fid, _qualify(module, c.symbol), c.kind, c.start_line, c.end_line, c.tokens, c.header,
+          c.content_hash) for cid, c in added],
+    )
+    conn.executemany(
+        "INSERT INTO chunks_fts(rowid, path, symbol, body) VALUES (?,?,?,?)",
+        [(cid, index_terms(r.path), index_terms(c.symbol), index_terms(c.text)) for cid, c in added],
+    )
+    if added:
+        conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(cid,) for cid, _ in added])
+
+
+def _qualify(module: str, symbol: str) -> str:
+    return f"{module}.{symbol}" if module and symbol else symbol or module
+
+
 def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
     conn.execute("DELETE FROM ref_candidates WHERE ref_id IN (SELECT id FROM refs WHERE file_id = ?)", [fid])
     conn.execute("DELETE FROM refs WHERE file_id = ?", [fid])
     conn.execute("DELETE FROM symbols WHERE file_id = ?", [fid])
     conn.execute("DELETE FROM imports WHERE file_id = ?", [fid])
     if not keep_file:
+        ids = [(row[0],) for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])]
+        conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ids)
+        conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", ids)
+        conn.execute("DELETE FROM chunks WHERE file_id = ?", [fid])
         conn.execute("DELETE FROM files WHERE id = ?", [fid])
 
 
@@ -271,24 +325,51 @@ def _flush(conn, updates, ids, cands) -> None:
 
 
 def build(
-    config: Config, *, full: bool = False, progress: ProgressFn | None = None, wait_lock: float = 0.0
+    config: Config,
+    *,
+    full: bool = False,
+    progress: ProgressFn | None = None,
+    wait_lock: float = 0.0,
+    chunks: bool = True,
+    embed: bool = False,
+    reembed: bool = False,
+    embedder=None,
 ) -> BuildStats:
-    """Bring the graph at ``config.index_path`` up to date with the tree at ``config.root``."""
+    """Bring the index at ``config.index_path`` up to date with the tree at ``config.root``.
+
+    With ``chunks``, changed files are also chunked for lexical search; with ``embed``, chunks
+    without a vector then get one (after the graph is committed, so it is usable meanwhile)."""
     t0 = time.perf_counter()
     with WriteLock(config.index_path).acquire(wait_lock):
         db = store.open_for_write(config.index_path)
         try:
-            return _build_locked(db, config, full, progress, t0)
+            if embed:
+                from .semantic import canonical_model_name, check_model
+
+                name = embedder.name if embedder else canonical_model_name(config.embed_model)
+                check_model(db, name, reembed)
+            stats = _build_locked(db, config, full, progress, t0, chunks)
+            if embed:
+                from .semantic import embed_pending
+
+                es = embed_pending(config, db, embedder=embedder, reembed=reembed, progress=progress)
+                stats = replace(stats, embedding=asdict(es), seconds=time.perf_counter() - t0)
+            return stats
         finally:
             db.conn.close()
 
 
-def _build_locked(db, config: Config, full: bool, progress: ProgressFn | None, t0: float) -> BuildStats:
+
+def _build_locked(
+    db, config: Config, full: bool, progress: ProgressFn | None, t0: float, chunks: bool
+) -> BuildStats:
     conn = db.conn
     gen = int(store.get_meta(db, "generation", "0")) + 1
     if full:
         with conn:
-            for table in ("ref_candidates", "refs", "symbols", "imports", "files", "pending_names"):
+            conn.execute("INSERT OR IGNORE INTO vector_tombstones SELECT id FROM chunks")
+            for table in ("ref_candidates", "refs", "symbols", "imports", "files", "pending_names",
+                          "chunks", "chunks_fts"):
                 conn.execute(f"DELETE FROM {table}")
     disc = discover(config)
     skipped = Counter(disc.skipped)
@@ -326,7 +407,7 @@ def _build_locked(db, config: Config, full: bool, progress: ProgressFn | None, t
             store.drop_ref_indexes(db)
     parsed = touched = 0
     failed: dict[str, str] = {}
-    for results in _parse_all(config, work, progress):
+    for results in _parse_all(config, work, progress, config.embed_model if chunks else None):
         with conn:
             _write_results(db, results, existing, gen)
         for r in results:

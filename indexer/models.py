@@ -73,6 +73,9 @@ class ParsedFile:
     has_errors: bool = False
     lines: int = 0
     doc: str = ""  # the module docstring or leading comment
+    #: Lines where a statement of the module or of a definition body starts: where a chunk
+    #: too large for the embedding model may be cut.
+    breaks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,7 @@ class SymbolRecord:
     doc: str = ""
     language: str = ""
     parent_id: int | None = None
+    stale: bool = False  # the file changed on disk since it was indexed
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,16 @@ class RefRecord:
     target_id: int | None
     resolution: str
     confidence: float
+    stale: bool = False  # the file changed on disk since it was indexed
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress event of a long phase (discover, parse, resolve, embed)."""
+
+    phase: str
+    done: int
+    total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +141,8 @@ class BuildStats:
     seconds: float = 0.0
     generation: int = 0
     full: bool = False
+    #: Figures of the embedding phase (see indexer.semantic.EmbedStats); empty when skipped.
+    embedding: dict = field(default_factory=dict)
 
     @property
     def resolved_pct(self) -> float:

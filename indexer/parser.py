@@ -18,6 +18,7 @@ _MAX_DOC = 2000
 _COMMENT_TYPES = frozenset({"comment", "line_comment", "block_comment"})
 # Node types whose `body` field starts the part a signature leaves out.
 _BODY_FIELDS = ("body", "declarator_body")
+_METHOD_OWNERS = CLASS_KINDS - {"namespace"}
 _WRAPPERS = frozenset({"decorated_definition", "export_statement", "template_declaration"})
 
 
@@ -30,7 +31,12 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
     raw_refs: dict[tuple[int, str], tuple[ts.Node, str, ts.Node | None]] = {}
     raw_imports: list[dict[str, ts.Node]] = []
     import_nodes: list[ts.Node] = []
-    for _, caps in ts.QueryCursor(ts_query(language)).matches(root):
+    # matches() yields in completion order; sorting by pattern index makes the earlier
+    # (more specific) pattern win when two patterns capture the same node.
+    matches = ts.QueryCursor(ts_query(language)).matches(root)
+    if language != "python":
+        matches.sort(key=lambda m: m[0])
+    for _, caps in matches:
         name_nodes = caps.get("name")
         for key, nodes in caps.items():
             if key == "import.statement":
@@ -61,7 +67,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         return i
 
     references: list[Reference] = []
-    def_name_bytes = {n.start_byte for n, _, _ in raw_defs.values()}
+    def_name_bytes = {nm.start_byte for _, nm, _ in raw_defs.values()}
     for (start, kind), (name_node, _, recv) in sorted(raw_refs.items(), key=lambda kv: kv[0][0]):
         if kind == "type" and start in def_name_bytes:
             continue
@@ -92,7 +98,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
     for imp, byte in imports:
         references.append(
             Reference(
-                name=imp.name or imp.module.rsplit(".", 1)[-1],
+                name=imp.name or (imp.module.rsplit(".", 1)[-1] if language == "python" else imp.alias),
                 kind="import",
                 line=imp.line,
                 col=0,
@@ -109,6 +115,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         imports=tuple(imp for imp, _ in imports),
         has_errors=root.has_error,
         doc=_module_doc(source, root, language),
+        breaks=_breaks(root, def_nodes),
         lines=source.count(b"\n") + (0 if source.endswith(b"\n") or not source else 1),
     )
 
@@ -129,7 +136,7 @@ def _definitions(
             stack.pop()
         parent = stack[-1] if stack else -1
         name = _text(source, name_node)
-        if parent >= 0 and out[parent].kind in CLASS_KINDS and kind == "function":
+        if parent >= 0 and out[parent].kind in _METHOD_OWNERS and kind == "function":
             kind = "method"
         if kind == "constant" and language == "python" and not name.isupper():
             kind = "variable"
@@ -144,7 +151,8 @@ def _definitions(
                 kind=kind,
                 span=Span(
                     outer.start_point[0] + 1,
-                    node.end_point[0] + 1,
+                    # a node ending at column 0 (C's #define takes its newline) ends a line earlier
+                    node.end_point[0] + (0 if node.end_point[1] == 0 and node.end_point[0] > node.start_point[0] else 1),
                     outer.start_byte,
                     node.end_byte,
                 ),
@@ -156,6 +164,15 @@ def _definitions(
         nodes.append(node)
         stack.append(len(out) - 1)
     return out, nodes
+
+
+def _breaks(root: ts.Node, def_nodes: list[ts.Node]) -> tuple[int, ...]:
+    lines = {c.start_point[0] + 1 for c in root.named_children}
+    for node in def_nodes:
+        body = node.child_by_field_name("body")
+        if body is not None:
+            lines.update(c.start_point[0] + 1 for c in body.named_children)
+    return tuple(sorted(lines))
 
 
 def _module_doc(source: bytes, root: ts.Node, language: str) -> str:
@@ -199,6 +216,9 @@ def _doc(source: bytes, node: ts.Node, outer: ts.Node, language: str) -> str:
     comments = []
     prev = outer.prev_named_sibling
     line = outer.start_point[0]
+    while prev is not None and prev.type == "attribute_item":  # Rust #[derive(...)]
+        line = prev.start_point[0]
+        prev = prev.prev_named_sibling
     while prev is not None and prev.type in _COMMENT_TYPES and prev.end_point[0] >= line - 1:
         comments.append(_text(source, prev))
         line = prev.start_point[0]
@@ -206,7 +226,7 @@ def _doc(source: bytes, node: ts.Node, outer: ts.Node, language: str) -> str:
     return _clean_doc("\n".join(reversed(comments))) if comments else ""
 
 
-_DOC_STRIP = re.compile(r"^\s*(?:///?|/\*\*?|\*/|\*|#)\s?", re.M)
+_DOC_STRIP = re.compile(r"^\s*(?://[/!]?|/\*[*!]?|\*/|\*|#)\s?", re.M)
 
 
 def _clean_doc(text: str) -> str:

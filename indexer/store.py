@@ -15,7 +15,7 @@ import sqlite_utils
 
 from .errors import NoIndexError, SchemaError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _m001_initial(db: sqlite_utils.Database) -> None:
@@ -114,8 +114,36 @@ def ensure_ref_indexes(db: sqlite_utils.Database) -> None:
         db.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {spec}")
 
 
+def _m002_chunks(db: sqlite_utils.Database) -> None:
+    db.executescript(
+        """
+        CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY,         -- stable: hash of path, span and content
+            file_id INTEGER NOT NULL,
+            symbol TEXT NOT NULL,           -- module-qualified definition, '' at module level
+            kind TEXT NOT NULL,             -- definition | part | group | module
+            start_line INTEGER NOT NULL,
+            end_line INTEGER NOT NULL,
+            tokens INTEGER NOT NULL,
+            header TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            embedded INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX chunks_file ON chunks(file_id);
+        CREATE INDEX chunks_unembedded ON chunks(id) WHERE embedded = 0;
+        -- identifiers split into words (see indexer/lexical.py); rowid = chunks.id
+        CREATE VIRTUAL TABLE chunks_fts USING fts5(
+            path, symbol, body, tokenize = 'porter unicode61'
+        );
+        -- chunk ids whose vectors must leave the vector store (written with the deletion)
+        CREATE TABLE vector_tombstones (chunk_id INTEGER PRIMARY KEY);
+        """
+    )
+
+
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (1, _m001_initial),
+    (2, _m002_chunks),
 ]
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from indexer.models import RefRecord, SymbolRecord
 
 from .errors import SymbolNotFoundError
+from .freshness import stale_paths
 
 _SYMBOL_COLS = (
     "s.id, f.path, s.name, s.qualname, s.kind, s.start_line, s.end_line, s.signature, s.doc, "
@@ -25,6 +26,12 @@ def _symbols(conn: sqlite3.Connection, where: str, params: list, limit: int) -> 
 
 def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def mark_stale(conn: sqlite3.Connection, records: list) -> list:
+    """The same records, with ``stale`` set on those whose file changed since indexing."""
+    stale = stale_paths(conn, (r.path for r in records))
+    return [replace(r, stale=True) if r.path in stale else r for r in records]
 
 
 def find_symbols(
@@ -47,7 +54,7 @@ def find_symbols(
     for where, params in steps:
         hits = _symbols(conn, where + kind_sql, params + kind_params, limit)
         if hits:
-            return hits
+            return mark_stale(conn, hits)
     return []
 
 
@@ -95,7 +102,7 @@ def references_to(
         [*ids, *kind_params, limit],
     ).fetchall()
     refs = [RefRecord(*row) for row in [*direct, *ambiguous][:limit]]
-    return targets, refs
+    return targets, mark_stale(conn, refs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,15 +52,15 @@ def run(*args, ok=True):
 
 
 def test_build_then_query(repo):
-    out = json.loads(run("index", "build", repo, "--json", "-q").stdout)
+    out = json.loads(run("index", "build", repo, "--embed-model", "hashing", "--json", "-q").stdout)
     assert out["files_total"] == 3 and out["by_language"] == {"python": 3}
     assert out["symbols"] == 4 and out["resolved_pct"] > 50
 
-    syms = json.loads(run("symbol", "Cart", "-C", repo, "--json").stdout)
+    syms = json.loads(run("symbol", "Cart", "-C", repo, "--json").stdout)["symbols"]
     assert [(s["qualname"], s["kind"], s["path"], s["start_line"]) for s in syms] == [
         ("shop.cart.Cart", "class", "shop/cart.py", 4)
     ]
-    prefix = json.loads(run("symbol", "tot", "-C", repo, "--json").stdout)
+    prefix = json.loads(run("symbol", "tot", "-C", repo, "--json").stdout)["symbols"]
     assert [s["qualname"] for s in prefix] == ["shop.cart.total"]
     by_kind = run("symbol", "Cart.add", "-C", repo, "--kind", "method").stdout
     assert "shop/cart.py:7" in by_kind and "def add(self, item):" in by_kind
@@ -75,8 +75,21 @@ def test_build_then_query(repo):
     assert {e["symbol"]["qualname"] for e in callees} >= {"shop.cart.Cart"}
 
 
+def test_results_carry_generation_and_stale_flags(repo):
+    run("index", "build", repo, "--embed-model", "hashing", "-q")
+    out = json.loads(run("symbol", "Cart", "-C", repo, "--json").stdout)
+    assert out["generation"] == 1 and out["symbols"][0]["stale"] is False
+    (repo / "shop" / "cart.py").write_text((repo / "shop" / "cart.py").read_text() + "# edited\n")
+    out = json.loads(run("symbol", "Cart", "-C", repo, "--json").stdout)
+    assert out["symbols"][0]["stale"] is True
+    assert "[stale]" in run("symbol", "Cart", "-C", repo).stdout
+    run("index", "build", repo, "--embed-model", "hashing", "-q")
+    out = json.loads(run("symbol", "Cart", "-C", repo, "--json").stdout)
+    assert out["generation"] == 2 and out["symbols"][0]["stale"] is False
+
+
 def test_status_reports_pending_changes(repo):
-    run("index", "build", repo, "-q")
+    run("index", "build", repo, "--embed-model", "hashing", "-q")
     st = json.loads(run("index", "status", repo, "--json").stdout)
     assert st["pending"] == {"changed": 0, "added": 0, "deleted": 0}
     (repo / "shop" / "new.py").write_text("x = 1\n")
@@ -95,14 +108,14 @@ def test_read_commands_without_index_name_the_build_command(tmp_path):
 
 
 def test_unknown_symbol_is_a_clear_error(repo):
-    run("index", "build", repo, "-q")
+    run("index", "build", repo, "--embed-model", "hashing", "-q")
     result = run("refs", "does_not_exist", "-C", repo, ok=False)
     assert result.exit_code == 1 and "No symbol matches" in result.output
 
 
 def test_index_dir_for_read_only_trees(repo, tmp_path, monkeypatch):
     idx = tmp_path / "elsewhere"
-    run("index", "build", repo, "--index-dir", idx, "-q")
+    run("index", "build", repo, "--embed-model", "hashing", "--index-dir", idx, "-q")
     assert (idx / "graph.db").exists() and not (repo / ".repoctx").exists()
     monkeypatch.setenv("REPOCTX_INDEX_DIR", str(idx))
     assert "shop.cart.Cart" in run("symbol", "Cart", "-C", repo).stdout
@@ -117,7 +130,7 @@ def test_config_precedence(repo, monkeypatch):
     assert load_config(repo, max_file_bytes=30).max_file_bytes == 30  # flag beats file
     (repo / ".repoctx.toml").write_text("max_file_bytes = 40\n")
     assert load_config(repo).max_file_bytes == 40  # .repoctx.toml before pyproject
-    out = json.loads(run("index", "build", repo, "--json", "-q").stdout)
+    out = json.loads(run("index", "build", repo, "--embed-model", "hashing", "--json", "-q").stdout)
     assert out["skipped"]["too_large"] == 2  # cart.py and api.py exceed 40 bytes
 
 

@@ -1,0 +1,299 @@
+"""Index build benchmark: repoctx's graph build against Universal Ctags on the same tree.
+
+For each corpus: ctags wall time; a cold full build (whole CLI command, peak memory of the main
+process and of the parser workers); a no-op rebuild; a one-file edit in a copy of the corpus;
+and `repoctx symbol` / `repoctx refs` whole-command latency. Prints one JSON object to stdout,
+progress to stderr. The corpus itself is never written: indexes live in a temp directory.
+
+    .venv/bin/python benchmarks/index_build.py --corpus stdlib --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import (
+    CORPORA,
+    Corpus,
+    bench_tmpdir,
+    git_revision,
+    log,
+    median,
+    repoctx_command,
+    rounded,
+    run_cmd,
+    source_label,
+    use_source,
+)
+
+EDIT_TEXT = "\n\ndef _bench_added():\n    return 1\n"
+DEFAULT_EDIT_FILE = "json/decoder.py"
+DEFAULT_QUERY_NAMES = ("JSONDecoder", "loads", "join")
+#: Targets from the issue; each check reports value, target and pass.
+TARGET_BUILD_RATIO = 6.0
+TARGET_RSS_MB = 1024.0
+TARGET_NOOP_S = 1.5
+TARGET_EDIT_S = 0.300
+TARGET_QUERY_S = 0.150
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def _json_out(res, what: str) -> dict | list:
+    if res.timed_out or res.returncode != 0:
+        raise BenchError(
+            f"{what} failed (rc {res.returncode}, timed out {res.timed_out}): {res.stderr[-2000:]}"
+        )
+    return json.loads(res.stdout)
+
+
+def run_ctags(corpus: Corpus, tmp: Path, runs: int, timeout: float) -> dict:
+    tags = tmp / "tags"
+    walls, totals = [], ""
+    for i in range(runs):
+        tags.unlink(missing_ok=True)
+        argv = ["ctags", "-R", "-f", str(tags), "--languages=Python", "--totals=yes",
+                *corpus.ctags_excludes(), str(corpus.root)]
+        res = run_cmd(argv, timeout=timeout)
+        if res.returncode != 0:
+            raise BenchError(f"ctags failed: {res.stderr[-2000:]}")
+        walls.append(res.wall_s)
+        totals = (res.stderr + res.stdout).strip().splitlines()
+        log(f"  ctags run {i + 1}/{runs}: {res.wall_s:.2f}s")
+    n_tags = sum(1 for line in tags.open("rb") if not line.startswith(b"!_TAG_"))
+    version = subprocess.run(["ctags", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    return {
+        "command": f"ctags -R -f <tmp> --languages=Python --totals=yes {' '.join(corpus.ctags_excludes())} ROOT",
+        "version": version,
+        "seconds_median": median(walls),
+        "seconds_runs": rounded(walls),
+        "tags": n_tags,
+        "totals": totals[0] if totals else "",
+        "note": "ctags parses only Python sources (*.py, not *.pyi); repoctx also parses .pyi, "
+                "C/C++/JS/… files and resolves references.",
+    }
+
+
+def build_cmd(root: Path, index_dir: Path, full: bool) -> list[str]:
+    argv = [*repoctx_command(), "index", "build", str(root), "--index-dir", str(index_dir), "--json", "-q"]
+    return argv + ["--full"] if full else argv
+
+
+def full_build(corpus: Corpus, index_dir: Path, timeout: float) -> tuple[dict, dict]:
+    res = run_cmd(build_cmd(corpus.root, index_dir, True), env=corpus.env(), cwd=index_dir.parent,
+                  timeout=timeout, watch_memory=True)
+    stats = _json_out(res, "full build")
+    log(f"  full build: {res.wall_s:.2f}s wall, {stats['files_total']} files, "
+        f"largest process {res.memory['largest_single_process_rss_mb']} MB")
+    return stats, {
+        "wall_seconds": round(res.wall_s, 3),
+        "reported_seconds": round(stats["seconds"], 3),
+        "memory": res.memory,
+    }
+
+
+def timed_builds(root: Path, index_dir: Path, env: dict, runs: int, timeout: float, what: str) -> dict:
+    walls, reported, parsed = [], [], []
+    for i in range(runs):
+        res = run_cmd(build_cmd(root, index_dir, False), env=env, cwd=index_dir.parent, timeout=timeout)
+        stats = _json_out(res, what)
+        walls.append(res.wall_s)
+        reported.append(stats["seconds"])
+        parsed.append(stats["files_parsed"])
+        log(f"  {what} run {i + 1}/{runs}: {res.wall_s:.3f}s wall ({stats['seconds']:.3f}s in build)")
+    return {
+        "wall_seconds_median": median(walls),
+        "wall_seconds_runs": rounded(walls),
+        "reported_seconds_median": median(reported),
+        "files_parsed_runs": parsed,
+    }
+
+
+def _ignore_pycache(_dir: str, names: list[str]) -> list[str]:
+    return [n for n in names if n == "__pycache__"]
+
+
+def edit_test(corpus: Corpus, tmp: Path, index_dir: Path, edit_file: str, runs: int, timeout: float) -> dict:
+    """Copy the corpus (never edit it) and its fresh index, then time one-file edits."""
+    tree, ix = tmp / "tree", tmp / "edit-index"
+    t0 = time.perf_counter()
+    # copy2 keeps mtimes, so the copied index is up to date for the copied tree.
+    shutil.copytree(corpus.root, tree, symlinks=True, ignore=_ignore_pycache)
+    shutil.copytree(index_dir, ix)
+    copy_s = time.perf_counter() - t0
+    log(f"  copied corpus and index in {copy_s:.1f}s")
+    env = corpus.env()
+    sync = timed_builds(tree, ix, env, 1, timeout, "build on copy")
+    target = tree / edit_file
+    original = target.read_bytes()
+    walls, reported, parsed, resync = [], [], [], []
+    try:
+        for i in range(runs):
+            with target.open("ab") as fh:
+                fh.write(EDIT_TEXT.encode())
+            res = run_cmd(build_cmd(tree, ix, False), env=env, cwd=tmp, timeout=timeout)
+            stats = _json_out(res, "edit build")
+            walls.append(res.wall_s)
+            reported.append(stats["seconds"])
+            parsed.append(stats["files_parsed"])
+            log(f"  edit run {i + 1}/{runs}: {res.wall_s:.3f}s wall ({stats['seconds']:.3f}s in build)")
+            target.write_bytes(original)
+            # Bring the index back to the original content so the next edit is a real change
+            # (appending the same text again would match the stored hash and skip the parse).
+            back = run_cmd(build_cmd(tree, ix, False), env=env, cwd=tmp, timeout=timeout)
+            resync.append(round(back.wall_s, 4))
+            _json_out(back, "restore build")
+    finally:
+        target.write_bytes(original)
+    return {
+        "file": edit_file,
+        "appended": EDIT_TEXT,
+        "copy": "corpus copied without __pycache__/ dirs (shutil.copy2 keeps mtimes) plus the "
+                "index of the cold build; the first build on the copy checks it is up to date",
+        "copy_seconds": round(copy_s, 2),
+        "first_build_on_copy": sync,
+        "wall_seconds_median": median(walls),
+        "wall_seconds_runs": rounded(walls),
+        "reported_seconds_median": median(reported),
+        "files_parsed_runs": parsed,
+        "restore_build_wall_seconds": resync,
+    }
+
+
+def query_latency(corpus: Corpus, index_dir: Path, names: list[str], runs: int, timeout: float) -> dict:
+    out: dict = {}
+    for command in ("symbol", "refs"):
+        per_name = {}
+        for name in names:
+            argv = [*repoctx_command(), command, name, "--json", "-C", str(corpus.root),
+                    "--index-dir", str(index_dir)]
+            walls, size = [], None
+            for _ in range(runs):
+                res = run_cmd(argv, env=corpus.env(), cwd=index_dir.parent, timeout=timeout)
+                data = _json_out(res, f"repoctx {command} {name}")
+                walls.append(res.wall_s)
+                size = len(data) if command == "symbol" else {
+                    "targets": len(data["targets"]), "references": len(data["references"])}
+            per_name[name] = {"wall_seconds_median": median(walls), "wall_seconds_runs": rounded(walls),
+                              "results": size}
+            log(f"  {command} {name}: {median(walls):.3f}s median")
+        worst = max(v["wall_seconds_median"] for v in per_name.values())
+        out[command] = {"worst_median_seconds": worst, "by_name": per_name}
+    return out
+
+
+def _check(value: float | None, target: float, **extra) -> dict:
+    return {"value": value, "target": f"< {target}", "pass": value is not None and value < target, **extra}
+
+
+def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
+    tmp = bench_tmpdir(corpus.name)
+    log(f"{corpus.name}: {corpus.root} (exclude {list(corpus.exclude)}), work dir {tmp}")
+    try:
+        ctags = run_ctags(corpus, tmp, args.runs, args.timeout)
+        index_dir = tmp / "index"
+        stats, full = full_build(corpus, index_dir, args.timeout)
+        noop = timed_builds(corpus.root, index_dir, corpus.env(), args.runs, args.timeout, "no-op build")
+        queries = query_latency(corpus, index_dir, args.query_names, args.query_runs, args.timeout)
+        edit = edit_test(corpus, tmp, index_dir, args.edit_file, args.runs, args.timeout)
+        index_mb = sum(p.stat().st_size for p in index_dir.iterdir() if p.is_file()) / 2**20
+    finally:
+        if args.keep:
+            log(f"  kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    mem = full["memory"]
+    ratio = round(full["wall_seconds"] / ctags["seconds_median"], 2) if ctags["seconds_median"] else None
+    return {
+        "root": str(corpus.root),
+        "exclude": list(corpus.exclude),
+        "files": stats["files_total"],
+        "by_language": stats["by_language"],
+        "lines": stats["lines"],
+        "symbols": stats["symbols"],
+        "references": stats["references"],
+        "resolved": stats["resolved"],
+        "resolved_pct": stats["resolved_pct"],
+        "ambiguous": stats["ambiguous"],
+        "files_with_errors": stats["files_with_errors"],
+        "skipped": stats["skipped"],
+        "failed": stats["failed"],
+        "index_size_mb": round(index_mb, 1),
+        "ctags": ctags,
+        "full_build": full,
+        "ratio_build_to_ctags": ratio,
+        "noop_rebuild": noop,
+        "one_file_edit": edit,
+        "queries": queries,
+        "targets": {
+            "full_build_within_6x_ctags": {
+                "value": ratio, "target": f"<= {TARGET_BUILD_RATIO}",
+                "pass": ratio is not None and ratio <= TARGET_BUILD_RATIO,
+            },
+            "peak_rss_lt_1gb": _check(
+                mem["largest_single_process_rss_mb"], TARGET_RSS_MB,
+                measure="largest single process of the build (main or worker), MB",
+                tree_sum_mb=mem["tree_peak_rss_sum_mb"],
+                tree_sum_pass=mem["tree_peak_rss_sum_mb"] < TARGET_RSS_MB,
+                applies_to="large",
+            ),
+            "noop_rebuild_lt_1_5s": _check(noop["wall_seconds_median"], TARGET_NOOP_S,
+                                           measure="whole command, median", applies_to="large"),
+            "one_file_edit_lt_300ms": _check(edit["wall_seconds_median"], TARGET_EDIT_S,
+                                             measure="whole command, median"),
+            "symbol_lt_150ms": _check(queries["symbol"]["worst_median_seconds"], TARGET_QUERY_S,
+                                      measure="whole command, worst per-name median"),
+            "refs_lt_150ms": _check(queries["refs"]["worst_median_seconds"], TARGET_QUERY_S,
+                                    measure="whole command, worst per-name median"),
+        },
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", choices=["stdlib", "large", "both"], default="stdlib")
+    ap.add_argument("--runs", type=int, default=3, help="runs for ctags, no-op and edit medians")
+    ap.add_argument("--query-runs", type=int, default=5)
+    ap.add_argument("--query-names", type=lambda s: s.split(","), default=list(DEFAULT_QUERY_NAMES))
+    ap.add_argument("--edit-file", default=DEFAULT_EDIT_FILE, help="path relative to the corpus root")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="per command, seconds")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dirs (indexes, copies)")
+    ap.add_argument("--src", type=Path, default=None,
+                    help="run repoctx from this source tree (e.g. a `git archive HEAD` export)")
+    args = ap.parse_args()
+    use_source(args.src)
+    names = ["stdlib", "large"] if args.corpus == "both" else [args.corpus]
+    started = time.time()
+    load_before = os.getloadavg()
+    result = {
+        "benchmark": "index_build",
+        "repoctx": {**git_revision(), "source": source_label()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "loadavg_before": [round(x, 2) for x in load_before],
+        },
+        "params": {"runs": args.runs, "query_runs": args.query_runs, "query_names": args.query_names,
+                   "edit_file": args.edit_file, "jobs": "default (one per core)"},
+        "corpora": {},
+    }
+    for name in names:
+        result["corpora"][name] = bench_corpus(CORPORA[name], args)
+    result["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    result["total_seconds"] = round(time.time() - started, 1)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

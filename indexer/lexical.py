@@ -1,0 +1,101 @@
+"""Lexical search terms: identifiers split so words find code.
+
+`parseHTTPResponse` and `parse_http_response` both yield parse, http, response (plus the whole
+identifier), for the indexed text and for queries alike.
+"""
+
+from __future__ import annotations
+
+import re
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[0-9]|\b|_)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "our",
+        "should",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "this",
+        "to",
+        "was",
+        "we",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+        "code",
+        "function",
+        "method",
+        "class",
+        "file",
+        "files",
+    ]
+)
+
+
+def split_identifier(ident: str) -> list[str]:
+    """Lower-case parts of an identifier; the identifier itself first when it has several."""
+    parts = [p.lower() for p in _PARTS.findall(ident)]
+    low = ident.lower().strip("_")
+    if len(parts) > 1:
+        return [low, *parts]
+    return parts or ([low] if low else [])
+
+
+def index_terms(text: str) -> str:
+    """The text as FTS5 sees it: every identifier followed by its parts."""
+    out: list[str] = []
+    for ident in _IDENT.findall(text):
+        out.extend(split_identifier(ident))
+    return " ".join(out)
+
+
+def query_terms(query: str) -> list[str]:
+    """Distinct search terms of a natural-language or identifier query, stopwords dropped."""
+    seen: dict[str, None] = {}
+    for ident in _IDENT.findall(query):
+        for term in split_identifier(ident):
+            if len(term) > 1 and term not in STOPWORDS:
+                seen.setdefault(term, None)
+    return list(seen)
+
+
+def fts_match(terms: list[str]) -> str:
+    """An FTS5 MATCH expression: any term, ranked by BM25."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
