@@ -63,9 +63,17 @@ def source_label() -> str:
     return str(_SRC) if _SRC is not None else f"installed ({REPO})"
 
 
+#: Bytecode cache for the commands benchmarked. A user's install has .pyc files; with
+#: PYTHONDONTWRITEBYTECODE set (as in some sandboxes) or a fresh `--src` tree every command
+#: would compile repoctx from source and the start-up time would be measured wrongly.
+PYCACHE = Path(tempfile.gettempdir()) / "repoctx-bench-pycache"
+
+
 def with_source(env: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     if _SRC is not None:
-        env = {**env, "PYTHONPATH": str(_SRC)}
+        env["PYTHONPATH"] = str(_SRC)
     return env
 
 
@@ -81,6 +89,32 @@ def repoctx_command() -> list[str]:
     if found:
         return [found]
     raise SystemExit("repoctx is not installed in this environment — run `pip install -e .` first.")
+
+
+_BUILD_HELP: str | None = None
+
+
+def build_argv(root: Path, index_dir: Path, *, full: bool, embed: bool = False) -> list[str]:
+    """`repoctx index build ROOT --index-dir D --json -q [--full]`, plus `--no-embed` unless
+    ``embed`` when this repoctx embeds by default (the graph benchmarks leave vectors out)."""
+    global _BUILD_HELP
+    argv = [*repoctx_command(), "index", "build", str(root), "--index-dir", str(index_dir)]
+    argv += ["--json", "-q"]
+    if full:
+        argv.append("--full")
+    if not embed:
+        if _BUILD_HELP is None:
+            proc = subprocess.run(
+                [*repoctx_command(), "index", "build", "--help"],
+                capture_output=True,
+                text=True,
+                env=with_source(dict(os.environ)),
+                check=False,
+            )
+            _BUILD_HELP = proc.stdout
+        if "--no-embed" in _BUILD_HELP:
+            argv.append("--no-embed")
+    return argv
 
 
 def bench_tmpdir(prefix: str) -> Path:
@@ -193,6 +227,9 @@ class CmdResult:
     stderr: str
     timed_out: bool = False
     memory: dict | None = None
+    #: user + system CPU seconds of the command and the children it waited for (workers):
+    #: less sensitive than wall time to other load on a shared machine.
+    cpu_s: float = 0.0
 
 
 def run_cmd(
@@ -210,7 +247,9 @@ def run_cmd(
     single process in the tree, exact)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True
+        )
         watch = _TreeWatch(proc.pid) if watch_memory else None
         deadline = t0 + timeout
         timed_out = False
@@ -239,7 +278,8 @@ def run_cmd(
     memory = None
     if watch is not None:
         memory = _memory_report(watch, ru.ru_maxrss if ru else 0)
-    return CmdResult(argv, proc.returncode, wall, stdout, stderr, timed_out, memory)
+    cpu = ru.ru_utime + ru.ru_stime if ru else 0.0
+    return CmdResult(argv, proc.returncode, wall, stdout, stderr, timed_out, memory, cpu)
 
 
 def _memory_report(watch: _TreeWatch, wait4_max_kb: int) -> dict:
@@ -261,7 +301,9 @@ def _memory_report(watch: _TreeWatch, wait4_max_kb: int) -> dict:
         "worker_peak_rss_mb_each": sorted(round(w / mb, 1) for w in workers),
         "other_children_peak_rss_mb": round(max(by_role.get("other", [0])) / mb, 1),
         "resource_tracker_peak_rss_mb": (
-            round(max(by_role["resource_tracker"]) / mb, 1) if "resource_tracker" in by_role else None
+            round(max(by_role["resource_tracker"]) / mb, 1)
+            if "resource_tracker" in by_role
+            else None
         ),
         "tree_peak_rss_sum_mb": round(watch.tree_peak_kb / mb, 1),
         "largest_single_process_rss_mb": round(wait4_max_kb / mb, 1),
@@ -272,4 +314,3 @@ def _memory_report(watch: _TreeWatch, wait4_max_kb: int) -> dict:
             "VmRSS over the tree at one sample; largest_single_process = wait4 ru_maxrss (exact)."
         ),
     }
-

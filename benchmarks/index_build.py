@@ -24,6 +24,7 @@ from _common import (
     CORPORA,
     Corpus,
     bench_tmpdir,
+    build_argv,
     git_revision,
     log,
     median,
@@ -36,6 +37,8 @@ from _common import (
 
 EDIT_TEXT = "\n\ndef _bench_added():\n    return 1\n"
 DEFAULT_EDIT_FILE = "json/decoder.py"
+#: Whether builds also embed chunks (`--embed`); the graph benchmark leaves vectors out.
+EMBED = False
 DEFAULT_QUERY_NAMES = ("JSONDecoder", "loads", "join")
 #: Targets from the issue; each check reports value, target and pass.
 TARGET_BUILD_RATIO = 6.0
@@ -59,61 +62,88 @@ def _json_out(res, what: str) -> dict | list:
 
 def run_ctags(corpus: Corpus, tmp: Path, runs: int, timeout: float) -> dict:
     tags = tmp / "tags"
-    walls, totals = [], ""
+    walls, cpus, totals = [], [], ""
     for i in range(runs):
         tags.unlink(missing_ok=True)
-        argv = ["ctags", "-R", "-f", str(tags), "--languages=Python", "--totals=yes",
-                *corpus.ctags_excludes(), str(corpus.root)]
+        argv = [
+            "ctags",
+            "-R",
+            "-f",
+            str(tags),
+            "--languages=Python",
+            "--totals=yes",
+            *corpus.ctags_excludes(),
+            str(corpus.root),
+        ]
         res = run_cmd(argv, timeout=timeout)
         if res.returncode != 0:
             raise BenchError(f"ctags failed: {res.stderr[-2000:]}")
         walls.append(res.wall_s)
+        cpus.append(res.cpu_s)
         totals = (res.stderr + res.stdout).strip().splitlines()
         log(f"  ctags run {i + 1}/{runs}: {res.wall_s:.2f}s")
     n_tags = sum(1 for line in tags.open("rb") if not line.startswith(b"!_TAG_"))
-    version = subprocess.run(["ctags", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    version = subprocess.run(
+        ["ctags", "--version"], capture_output=True, text=True
+    ).stdout.splitlines()[0]
     return {
         "command": f"ctags -R -f <tmp> --languages=Python --totals=yes {' '.join(corpus.ctags_excludes())} ROOT",
         "version": version,
         "seconds_median": median(walls),
         "seconds_runs": rounded(walls),
+        "cpu_seconds_median": median(cpus),
         "tags": n_tags,
         "totals": totals[0] if totals else "",
         "note": "ctags parses only Python sources (*.py, not *.pyi); repoctx also parses .pyi, "
-                "C/C++/JS/… files and resolves references.",
+        "C/C++/JS/… files and resolves references.",
     }
 
 
 def build_cmd(root: Path, index_dir: Path, full: bool) -> list[str]:
-    argv = [*repoctx_command(), "index", "build", str(root), "--index-dir", str(index_dir), "--json", "-q"]
-    return argv + ["--full"] if full else argv
+    return build_argv(root, index_dir, full=full, embed=EMBED)
 
 
 def full_build(corpus: Corpus, index_dir: Path, timeout: float) -> tuple[dict, dict]:
-    res = run_cmd(build_cmd(corpus.root, index_dir, True), env=corpus.env(), cwd=index_dir.parent,
-                  timeout=timeout, watch_memory=True)
+    res = run_cmd(
+        build_cmd(corpus.root, index_dir, True),
+        env=corpus.env(),
+        cwd=index_dir.parent,
+        timeout=timeout,
+        watch_memory=True,
+    )
     stats = _json_out(res, "full build")
-    log(f"  full build: {res.wall_s:.2f}s wall, {stats['files_total']} files, "
-        f"largest process {res.memory['largest_single_process_rss_mb']} MB")
+    log(
+        f"  full build: {res.wall_s:.2f}s wall, {stats['files_total']} files, "
+        f"largest process {res.memory['largest_single_process_rss_mb']} MB"
+    )
     return stats, {
         "wall_seconds": round(res.wall_s, 3),
+        "cpu_seconds": round(res.cpu_s, 3),
         "reported_seconds": round(stats["seconds"], 3),
         "memory": res.memory,
     }
 
 
-def timed_builds(root: Path, index_dir: Path, env: dict, runs: int, timeout: float, what: str) -> dict:
-    walls, reported, parsed = [], [], []
+def timed_builds(
+    root: Path, index_dir: Path, env: dict, runs: int, timeout: float, what: str
+) -> dict:
+    walls, cpus, reported, parsed = [], [], [], []
     for i in range(runs):
-        res = run_cmd(build_cmd(root, index_dir, False), env=env, cwd=index_dir.parent, timeout=timeout)
+        res = run_cmd(
+            build_cmd(root, index_dir, False), env=env, cwd=index_dir.parent, timeout=timeout
+        )
         stats = _json_out(res, what)
         walls.append(res.wall_s)
+        cpus.append(res.cpu_s)
         reported.append(stats["seconds"])
         parsed.append(stats["files_parsed"])
-        log(f"  {what} run {i + 1}/{runs}: {res.wall_s:.3f}s wall ({stats['seconds']:.3f}s in build)")
+        log(
+            f"  {what} run {i + 1}/{runs}: {res.wall_s:.3f}s wall ({stats['seconds']:.3f}s in build)"
+        )
     return {
         "wall_seconds_median": median(walls),
         "wall_seconds_runs": rounded(walls),
+        "cpu_seconds_median": median(cpus),
         "reported_seconds_median": median(reported),
         "files_parsed_runs": parsed,
     }
@@ -123,7 +153,9 @@ def _ignore_pycache(_dir: str, names: list[str]) -> list[str]:
     return [n for n in names if n == "__pycache__"]
 
 
-def edit_test(corpus: Corpus, tmp: Path, index_dir: Path, edit_file: str, runs: int, timeout: float) -> dict:
+def edit_test(
+    corpus: Corpus, tmp: Path, index_dir: Path, edit_file: str, runs: int, timeout: float
+) -> dict:
     """Copy the corpus (never edit it) and its fresh index, then time one-file edits."""
     tree, ix = tmp / "tree", tmp / "edit-index"
     t0 = time.perf_counter()
@@ -136,7 +168,7 @@ def edit_test(corpus: Corpus, tmp: Path, index_dir: Path, edit_file: str, runs: 
     sync = timed_builds(tree, ix, env, 1, timeout, "build on copy")
     target = tree / edit_file
     original = target.read_bytes()
-    walls, reported, parsed, resync = [], [], [], []
+    walls, cpus, reported, parsed, resync = [], [], [], [], []
     try:
         for i in range(runs):
             with target.open("ab") as fh:
@@ -144,9 +176,12 @@ def edit_test(corpus: Corpus, tmp: Path, index_dir: Path, edit_file: str, runs: 
             res = run_cmd(build_cmd(tree, ix, False), env=env, cwd=tmp, timeout=timeout)
             stats = _json_out(res, "edit build")
             walls.append(res.wall_s)
+            cpus.append(res.cpu_s)
             reported.append(stats["seconds"])
             parsed.append(stats["files_parsed"])
-            log(f"  edit run {i + 1}/{runs}: {res.wall_s:.3f}s wall ({stats['seconds']:.3f}s in build)")
+            log(
+                f"  edit run {i + 1}/{runs}: {res.wall_s:.3f}s wall ({stats['seconds']:.3f}s in build)"
+            )
             target.write_bytes(original)
             # Bring the index back to the original content so the next edit is a real change
             # (appending the same text again would match the stored hash and skip the parse).
@@ -159,33 +194,50 @@ def edit_test(corpus: Corpus, tmp: Path, index_dir: Path, edit_file: str, runs: 
         "file": edit_file,
         "appended": EDIT_TEXT,
         "copy": "corpus copied without __pycache__/ dirs (shutil.copy2 keeps mtimes) plus the "
-                "index of the cold build; the first build on the copy checks it is up to date",
+        "index of the cold build; the first build on the copy checks it is up to date",
         "copy_seconds": round(copy_s, 2),
         "first_build_on_copy": sync,
         "wall_seconds_median": median(walls),
         "wall_seconds_runs": rounded(walls),
+        "cpu_seconds_median": median(cpus),
         "reported_seconds_median": median(reported),
         "files_parsed_runs": parsed,
         "restore_build_wall_seconds": resync,
     }
 
 
-def query_latency(corpus: Corpus, index_dir: Path, names: list[str], runs: int, timeout: float) -> dict:
+def query_latency(
+    corpus: Corpus, index_dir: Path, names: list[str], runs: int, timeout: float
+) -> dict:
     out: dict = {}
     for command in ("symbol", "refs"):
         per_name = {}
         for name in names:
-            argv = [*repoctx_command(), command, name, "--json", "-C", str(corpus.root),
-                    "--index-dir", str(index_dir)]
+            argv = [
+                *repoctx_command(),
+                command,
+                name,
+                "--json",
+                "-C",
+                str(corpus.root),
+                "--index-dir",
+                str(index_dir),
+            ]
             walls, size = [], None
             for _ in range(runs):
                 res = run_cmd(argv, env=corpus.env(), cwd=index_dir.parent, timeout=timeout)
                 data = _json_out(res, f"repoctx {command} {name}")
                 walls.append(res.wall_s)
-                size = len(data) if command == "symbol" else {
-                    "targets": len(data["targets"]), "references": len(data["references"])}
-            per_name[name] = {"wall_seconds_median": median(walls), "wall_seconds_runs": rounded(walls),
-                              "results": size}
+                size = (
+                    len(data)
+                    if command == "symbol"
+                    else {"targets": len(data["targets"]), "references": len(data["references"])}
+                )
+            per_name[name] = {
+                "wall_seconds_median": median(walls),
+                "wall_seconds_runs": rounded(walls),
+                "results": size,
+            }
             log(f"  {command} {name}: {median(walls):.3f}s median")
         worst = max(v["wall_seconds_median"] for v in per_name.values())
         out[command] = {"worst_median_seconds": worst, "by_name": per_name}
@@ -193,7 +245,12 @@ def query_latency(corpus: Corpus, index_dir: Path, names: list[str], runs: int, 
 
 
 def _check(value: float | None, target: float, **extra) -> dict:
-    return {"value": value, "target": f"< {target}", "pass": value is not None and value < target, **extra}
+    return {
+        "value": value,
+        "target": f"< {target}",
+        "pass": value is not None and value < target,
+        **extra,
+    }
 
 
 def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
@@ -203,7 +260,9 @@ def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
         ctags = run_ctags(corpus, tmp, args.runs, args.timeout)
         index_dir = tmp / "index"
         stats, full = full_build(corpus, index_dir, args.timeout)
-        noop = timed_builds(corpus.root, index_dir, corpus.env(), args.runs, args.timeout, "no-op build")
+        noop = timed_builds(
+            corpus.root, index_dir, corpus.env(), args.runs, args.timeout, "no-op build"
+        )
         queries = query_latency(corpus, index_dir, args.query_names, args.query_runs, args.timeout)
         edit = edit_test(corpus, tmp, index_dir, args.edit_file, args.runs, args.timeout)
         index_mb = sum(p.stat().st_size for p in index_dir.iterdir() if p.is_file()) / 2**20
@@ -213,7 +272,11 @@ def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     mem = full["memory"]
-    ratio = round(full["wall_seconds"] / ctags["seconds_median"], 2) if ctags["seconds_median"] else None
+    ratio = (
+        round(full["wall_seconds"] / ctags["seconds_median"], 2)
+        if ctags["seconds_median"]
+        else None
+    )
     return {
         "root": str(corpus.root),
         "exclude": list(corpus.exclude),
@@ -237,24 +300,37 @@ def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
         "queries": queries,
         "targets": {
             "full_build_within_6x_ctags": {
-                "value": ratio, "target": f"<= {TARGET_BUILD_RATIO}",
+                "value": ratio,
+                "target": f"<= {TARGET_BUILD_RATIO}",
                 "pass": ratio is not None and ratio <= TARGET_BUILD_RATIO,
             },
             "peak_rss_lt_1gb": _check(
-                mem["largest_single_process_rss_mb"], TARGET_RSS_MB,
+                mem["largest_single_process_rss_mb"],
+                TARGET_RSS_MB,
                 measure="largest single process of the build (main or worker), MB",
                 tree_sum_mb=mem["tree_peak_rss_sum_mb"],
                 tree_sum_pass=mem["tree_peak_rss_sum_mb"] < TARGET_RSS_MB,
                 applies_to="large",
             ),
-            "noop_rebuild_lt_1_5s": _check(noop["wall_seconds_median"], TARGET_NOOP_S,
-                                           measure="whole command, median", applies_to="large"),
-            "one_file_edit_lt_300ms": _check(edit["wall_seconds_median"], TARGET_EDIT_S,
-                                             measure="whole command, median"),
-            "symbol_lt_150ms": _check(queries["symbol"]["worst_median_seconds"], TARGET_QUERY_S,
-                                      measure="whole command, worst per-name median"),
-            "refs_lt_150ms": _check(queries["refs"]["worst_median_seconds"], TARGET_QUERY_S,
-                                    measure="whole command, worst per-name median"),
+            "noop_rebuild_lt_1_5s": _check(
+                noop["wall_seconds_median"],
+                TARGET_NOOP_S,
+                measure="whole command, median",
+                applies_to="large",
+            ),
+            "one_file_edit_lt_300ms": _check(
+                edit["wall_seconds_median"], TARGET_EDIT_S, measure="whole command, median"
+            ),
+            "symbol_lt_150ms": _check(
+                queries["symbol"]["worst_median_seconds"],
+                TARGET_QUERY_S,
+                measure="whole command, worst per-name median",
+            ),
+            "refs_lt_150ms": _check(
+                queries["refs"]["worst_median_seconds"],
+                TARGET_QUERY_S,
+                measure="whole command, worst per-name median",
+            ),
         },
     }
 
@@ -265,13 +341,26 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="runs for ctags, no-op and edit medians")
     ap.add_argument("--query-runs", type=int, default=5)
     ap.add_argument("--query-names", type=lambda s: s.split(","), default=list(DEFAULT_QUERY_NAMES))
-    ap.add_argument("--edit-file", default=DEFAULT_EDIT_FILE, help="path relative to the corpus root")
+    ap.add_argument(
+        "--edit-file", default=DEFAULT_EDIT_FILE, help="path relative to the corpus root"
+    )
     ap.add_argument("--timeout", type=float, default=3600.0, help="per command, seconds")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (indexes, copies)")
-    ap.add_argument("--src", type=Path, default=None,
-                    help="run repoctx from this source tree (e.g. a `git archive HEAD` export)")
+    ap.add_argument(
+        "--src",
+        type=Path,
+        default=None,
+        help="run repoctx from this source tree (e.g. a `git archive HEAD` export)",
+    )
+    ap.add_argument(
+        "--embed",
+        action="store_true",
+        help="let builds embed chunks too (default: --no-embed where repoctx has it)",
+    )
     args = ap.parse_args()
     use_source(args.src)
+    global EMBED
+    EMBED = args.embed
     names = ["stdlib", "large"] if args.corpus == "both" else [args.corpus]
     started = time.time()
     load_before = os.getloadavg()
@@ -284,8 +373,15 @@ def main() -> None:
             "python": sys.version.split()[0],
             "loadavg_before": [round(x, 2) for x in load_before],
         },
-        "params": {"runs": args.runs, "query_runs": args.query_runs, "query_names": args.query_names,
-                   "edit_file": args.edit_file, "jobs": "default (one per core)"},
+        "params": {
+            "runs": args.runs,
+            "query_runs": args.query_runs,
+            "query_names": args.query_names,
+            "edit_file": args.edit_file,
+            "jobs": "default (one per core)",
+            "build_command": "repoctx "
+            + " ".join(build_cmd(Path("ROOT"), Path("DIR"), True)[len(repoctx_command()) :]),
+        },
         "corpora": {},
     }
     for name in names:

@@ -31,7 +31,9 @@ class FileBM25:
             toks = self._cache.get(sha)
             if toks is None:
                 try:
-                    with open(os.path.join(tree.tree, path), encoding="utf-8", errors="replace") as fh:
+                    with open(
+                        os.path.join(tree.tree, path), encoding="utf-8", errors="replace"
+                    ) as fh:
                         toks = tokens(fh.read())
                 except OSError:
                     continue

@@ -27,7 +27,9 @@ class Unit:
 
 def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
     """The units of one indexed file, in line order."""
-    row = conn.execute("SELECT id, coalesce(module, '') FROM files WHERE path = ?", [path]).fetchone()
+    row = conn.execute(
+        "SELECT id, coalesce(module, '') FROM files WHERE path = ?", [path]
+    ).fetchone()
     if row is None:
         return []
     fid, module = row
@@ -40,10 +42,10 @@ def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
     prefix = module + "." if module else ""
 
     def local(qual: str) -> str:
-        return qual[len(prefix):] if prefix and qual.startswith(prefix) else qual
+        return qual[len(prefix) :] if prefix and qual.startswith(prefix) else qual
 
     units: dict[int, tuple[str, int, int, str]] = {}
-    for sid, qual, kind, start, end, parent in syms:
+    for sid, _qual, kind, _start, _end, parent in syms:
         if kind not in FUNCTION_KINDS and kind not in CLASS_KINDS:
             continue
         chain = [by_id[sid]]

@@ -68,12 +68,15 @@ class RepoTree:
 def mirror_dir(repo: str, mirrors: Path = DEFAULT_MIRRORS) -> Path:
     git_dir = mirrors / repo.replace("/", "+") / "repo"
     if not git_dir.is_dir():
-        raise SystemExit(f"No mirror for {repo} at {git_dir} — fetch it first (`fetch github:{repo}`).")
+        raise SystemExit(
+            f"No mirror for {repo} at {git_dir} — fetch it first (`fetch github:{repo}`)."
+        )
     return git_dir
 
 
-def materialize(repo: str, first_commit: str, cache: Path = DEFAULT_CACHE,
-                mirrors: Path = DEFAULT_MIRRORS) -> RepoTree:
+def materialize(
+    repo: str, first_commit: str, cache: Path = DEFAULT_CACHE, mirrors: Path = DEFAULT_MIRRORS
+) -> RepoTree:
     """The repository's work tree, created at ``first_commit`` unless it already exists."""
     git_dir = mirror_dir(repo, mirrors)
     folder = cache / repo.replace("/", "+")

@@ -104,3 +104,9 @@ def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
     if st.get("last_build"):
         lb = st["last_build"]
         click.echo(f"Last build: {lb.get('seconds', 0):.2f}s, {lb.get('files_parsed', 0)} files parsed")
+
+
+from .watch_cmds import verify_cmd, watch_cmd  # noqa: E402
+
+index.add_command(watch_cmd)
+index.add_command(verify_cmd)

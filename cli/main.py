@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from . import index_cmds, query_cmds
+from . import context_cmds, index_cmds, query_cmds, serve_cmds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +17,10 @@ def cli() -> None:
 cli.add_command(index_cmds.index)
 for command in query_cmds.COMMANDS:
     cli.add_command(command)
+for c in serve_cmds.COMMANDS:
+    cli.add_command(c)
+for c in context_cmds.COMMANDS:
+    cli.add_command(c)
 
 
 def main() -> None:

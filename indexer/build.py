@@ -244,7 +244,7 @@ def _replace_chunks(conn, fid: int, r: FileResult, module: str) -> None:
     )
     conn.executemany(
         "INSERT INTO chunks_fts(rowid, path, symbol, body) VALUES (?,?,?,?)",
-        [(cid, index_terms(r.path), index_terms(c.symbol), index_terms(c.text)) for cid, c in added],
+        [(cid, index_terms(r.path), index_terms(c.symbol), c.terms) for cid, c in added],
     )
     if added:
         conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(cid,) for cid, _ in added])

@@ -13,6 +13,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .lexical import index_terms
 from .models import CLASS_KINDS, ParsedFile
 
 #: Tokens kept free for the header prepended to every chunk.
@@ -29,6 +30,7 @@ class Chunk:
     text: str
     content_hash: str
     tokens: int  # model tokens of header + text, special tokens included
+    terms: str = ""  # the text as the lexical index sees it (identifiers split into words)
 
 
 @dataclass(slots=True)
@@ -114,7 +116,8 @@ def chunk_file(
         body = "\n".join(lines[p.start - 1 : p.end])
         header = _header(path, p, by_qual)
         digest = chunk_hash(header, body)
-        out.append(Chunk(p.start, p.end, p.symbol, p.kind, header, body, digest, p.tokens + overhead))
+        out.append(Chunk(p.start, p.end, p.symbol, p.kind, header, body, digest, p.tokens + overhead,
+                         index_terms(body)))
     return out
 
 

@@ -18,13 +18,16 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -39,6 +42,7 @@ BACKENDS = ("auto", "torch", "torch-bf16", "openvino")
 #: A converted runtime is used only if every probe's cosine similarity to torch fp32 reaches this.
 MIN_COSINE = 0.99
 _HUB_ORG = "sentence-transformers"
+_UNSET = object()
 _EXPORT_FORMAT = "1"  # bump when the exported graph or info.json layout changes
 
 
@@ -217,24 +221,38 @@ def resolve_model(model: str) -> ModelSource:
 
 
 def _model_file(source: ModelSource, filename: str) -> Path | None:
-    """A file of the model: from its directory, else from the hub (cache first, then download
-    unless HF_HUB_OFFLINE is set). None when the model has no such file."""
-    if source.path is not None:
-        candidate = source.path / filename
-        return candidate if candidate.is_file() else None
-    if source.local:
+    """A file of the model's local directory, or None."""
+    if source.path is None:
         return None
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, HFValidationError
+    candidate = source.path / filename
+    return candidate if candidate.is_file() else None
+
+
+#: Config and tokenizer files: what counting tokens needs, without the weights.
+_SMALL_FILES = ["*.json", "*.txt", "*.model", "*/*.json"]
+
+
+def _with_local_files(source: ModelSource) -> ModelSource:
+    """A hub model that is not cached yet: download its small files (one request per repo id,
+    not per file), unless HF_HUB_OFFLINE is set."""
+    if source.path is not None or source.local:
+        return source
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
 
     errors: list[str] = []
     for repo_id in source.hub_ids():
         try:
-            return Path(hf_hub_download(repo_id, filename, cache_dir=_hub_cache_dir()))
-        except EntryNotFoundError:
-            return None  # the repository exists but has no such file
-        except (OSError, HFValidationError) as exc:
+            path = snapshot_download(
+                repo_id, allow_patterns=_SMALL_FILES, cache_dir=_hub_cache_dir()
+            )
+        except (RepositoryNotFoundError, HFValidationError) as exc:
             errors.append(f"{repo_id}: {exc}")
+            continue
+        except OSError as exc:  # offline or unreachable: the next id would fail the same way
+            errors.append(f"{repo_id}: {exc}")
+            break
+        return replace(source, path=Path(path))
     raise EmbeddingModelError(
         f"Cannot find embedding model {source.name!r} ({'; '.join(errors)}) — check the name, "
         "download it once with network access, or set `embed_model` to a local directory."
@@ -282,6 +300,7 @@ class ModelTokenizer:
         tokenizer: Any = None,
         hf_tokenizer: Any = None,
         lowercase: bool = False,
+        pad_token: str | None = None,
     ) -> None:
         if (tokenizer is None) == (hf_tokenizer is None):
             raise ValueError("pass exactly one of tokenizer / hf_tokenizer")
@@ -289,26 +308,37 @@ class ModelTokenizer:
         self.max_tokens = max_tokens
         self._lowercase = lowercase
         self._hf = hf_tokenizer
+        self._tokenizer = tokenizer
+        self._pad_token = pad_token
         self._counter = None
         self._encoder = None
         if tokenizer is not None:
             from tokenizers import Tokenizer
 
-            # tokenizer.json may carry fixed padding/truncation (128 for MiniLM); counting
-            # needs neither, encoding needs batch-longest padding and max_tokens truncation.
+            # tokenizer.json may carry fixed padding/truncation (128 for MiniLM): counting
+            # must use neither.
             self._counter = Tokenizer.from_str(tokenizer.to_str())
             self._counter.no_padding()
             self._counter.no_truncation()
-            self._encoder = Tokenizer.from_str(tokenizer.to_str())
-            self._encoder.enable_truncation(max_tokens)
-            padding = tokenizer.padding or {}
-            pad_token = padding.get("pad_token") or "[PAD]"
-            pad_id = padding.get("pad_id", tokenizer.token_to_id(pad_token))
-            if pad_id is None:
-                raise EmbeddingModelError(f"The tokenizer of {name} has no padding token.")
-            self._encoder.enable_padding(
-                pad_id=pad_id, pad_token=pad_token, pad_type_id=padding.get("pad_type_id", 0)
+
+    def _make_encoder(self) -> Any:
+        """A copy padding to the batch's longest text and truncating at ``max_tokens``."""
+        from tokenizers import Tokenizer
+
+        tok = self._tokenizer
+        encoder = Tokenizer.from_str(tok.to_str())
+        encoder.enable_truncation(self.max_tokens)
+        padding = tok.padding or {}
+        pad_token = padding.get("pad_token") or self._pad_token or "[PAD]"
+        pad_id = padding.get("pad_id", tok.token_to_id(pad_token))
+        if pad_id is None:
+            raise EmbeddingModelError(
+                f"The tokenizer of {self.name} has no padding token — use backend `torch`."
             )
+        encoder.enable_padding(
+            pad_id=pad_id, pad_token=pad_token, pad_type_id=padding.get("pad_type_id", 0)
+        )
+        return encoder
 
     def _prep(self, texts: Sequence[str]) -> list[str]:
         return [t.lower() for t in texts] if self._lowercase else list(texts)
@@ -325,7 +355,9 @@ class ModelTokenizer:
 
     def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Model inputs (int64, batch-longest padding, truncated to ``max_tokens``)."""
-        if self._encoder is not None:
+        if self._tokenizer is not None:
+            if self._encoder is None:
+                self._encoder = self._make_encoder()
             encs = self._encoder.encode_batch(self._prep(texts))
             return {
                 "input_ids": np.array([e.ids for e in encs], dtype=np.int64),
@@ -352,14 +384,25 @@ def load_tokenizer(model: str) -> ModelTokenizer | HashingEmbedder:
 
 
 def _load_model_tokenizer(source: ModelSource) -> ModelTokenizer:
+    source = _with_local_files(source)
     max_tokens = _max_tokens(source)
-    lowercase = bool(_read_json(_model_file(source, "sentence_bert_config.json")).get("do_lower_case"))
+    lowercase = bool(
+        _read_json(_model_file(source, "sentence_bert_config.json")).get("do_lower_case")
+    )
     tokenizer_json = _model_file(source, "tokenizer.json")
     if tokenizer_json is not None:
         from tokenizers import Tokenizer
 
+        pad = _read_json(_model_file(source, "tokenizer_config.json")).get("pad_token")
+        pad = pad.get("content") if isinstance(pad, dict) else pad
         tok = Tokenizer.from_file(str(tokenizer_json))
-        return ModelTokenizer(source.name, max_tokens, tokenizer=tok, lowercase=lowercase)
+        return ModelTokenizer(
+            source.name,
+            max_tokens,
+            tokenizer=tok,
+            lowercase=lowercase,
+            pad_token=pad if isinstance(pad, str) else None,
+        )
     from transformers import AutoTokenizer  # slow path: models that ship no tokenizer.json
 
     try:
@@ -396,29 +439,45 @@ def _torch_device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No progress bars or load notices from transformers while loading: only cli/ writes to
+    the terminal. Restores the caller's settings afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    level = hf_logging.get_verbosity()
+    st_logger = logging.getLogger("sentence_transformers")
+    st_level = st_logger.level
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    st_logger.setLevel(logging.ERROR)  # tracing touches deprecated attributes, which warn
+    try:
+        yield
+    finally:
+        st_logger.setLevel(st_level)
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 class _TorchRuntime:
     def __init__(self, source: ModelSource, device: str, bf16: bool = False) -> None:
         import torch
         from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
 
         self.kind = "torch-bf16" if bf16 else "torch"
         kwargs: dict[str, Any] = {"device": device, "local_files_only": source.local}
         if bf16:
             kwargs["model_kwargs"] = {"dtype": torch.bfloat16}
-        bars = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()  # load-time notices are not actionable for repoctx users  # only cli/ writes to the terminal
         try:
-            self.model = SentenceTransformer(source.load_id, **kwargs)
+            with _quiet_transformers():
+                self.model = SentenceTransformer(source.load_id, **kwargs)
         except (OSError, ValueError) as exc:
             raise EmbeddingModelError(
                 f"Cannot load embedding model {source.name!r}: {exc} — check `embed_model`, "
                 "or download the model once with network access."
             ) from exc
-        finally:
-            if bars:
-                hf_logging.enable_progress_bar()
         self.dim = int(self.model.get_embedding_dimension())
         self.max_tokens = int(self.model.max_seq_length)
 
@@ -503,7 +562,8 @@ def _export_openvino(torch_rt: _TorchRuntime, tokenizer: ModelTokenizer) -> tupl
 
     ov = _import_openvino()
     st = torch_rt.model.to("cpu")
-    feats = st.preprocess(list(_PROBES[:2]))
+    probes = list(_PROBES[:2])
+    feats = st.preprocess(probes) if hasattr(st, "preprocess") else st.tokenize(probes)
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in feats]
 
     class _Pipeline(torch.nn.Module):
@@ -516,25 +576,36 @@ def _export_openvino(torch_rt: _TorchRuntime, tokenizer: ModelTokenizer) -> tupl
             features["modality"] = "text"
             return self.st(features)["sentence_embedding"]
 
-    with torch.no_grad():
-        model = ov.convert_model(_Pipeline().eval(), example_input=tuple(feats[n] for n in names))
+    example = tuple(feats[n] for n in names)
+    # Tracing warns about shape checks frozen to constants; _check_export's probes (other
+    # lengths, padding, truncation) catch any that matter, so torch's own re-run check
+    # (seconds) is skipped.
+    with torch.no_grad(), warnings.catch_warnings(), _quiet_transformers():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(_Pipeline().eval(), example, check_trace=False)
+        model = ov.convert_model(traced, example_input=example)
+    for port, name in zip(model.inputs, names, strict=True):  # *tensors leaves them unnamed
+        port.get_tensor().set_names({name})
     return model, names
 
 
-def _check_export(torch_rt: _TorchRuntime, ov_rt: _OpenVinoRuntime, tokenizer: ModelTokenizer) -> str:
-    """Why the converted runtime must not be used, or "" when it matches torch fp32."""
+def _check_export(
+    torch_rt: _TorchRuntime, ov_rt: _OpenVinoRuntime, tokenizer: ModelTokenizer
+) -> tuple[str, float]:
+    """(why the converted runtime must not be used or "", min cosine vs torch fp32)."""
     probes = list(_PROBES)
-    st_ids = torch_rt.model.preprocess(probes)
+    model = torch_rt.model
+    st_ids = model.preprocess(probes) if hasattr(model, "preprocess") else model.tokenize(probes)
     ours = tokenizer.encode(probes)
     mask = st_ids["attention_mask"].numpy()
     if mask.shape != ours["attention_mask"].shape or not np.array_equal(
         st_ids["input_ids"].numpy() * mask, ours["input_ids"] * ours["attention_mask"]
     ):
-        return "its tokenizer.json tokenises differently from sentence-transformers"
-    cos = _cosines(ov_rt.encode(probes, 4), torch_rt.encode(probes, 4))
-    if float(cos.min()) < MIN_COSINE:
-        return f"its vectors differ from torch fp32 (min cosine {cos.min():.4f} < {MIN_COSINE})"
-    return ""
+        return "its tokenizer.json tokenises differently from sentence-transformers", 0.0
+    cos = float(_cosines(ov_rt.encode(probes, 4), torch_rt.encode(probes, 4)).min())
+    if cos < MIN_COSINE:
+        return f"its vectors differ from torch fp32 (min cosine {cos:.4f} < {MIN_COSINE})", cos
+    return "", cos
 
 
 def default_cache_dir() -> Path:
@@ -596,6 +667,7 @@ class SentenceTransformerEmbedder:
         self._device = device
         self._cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self._runtime: _Runtime | None = None
+        self._key: Path | None | object = _UNSET
         #: Why the OpenVINO runtime is not used, when ``backend="auto"`` fell back to torch.
         self.fallback_reason = ""
         self.calls = 0  # embed() calls that ran the model
@@ -669,6 +741,11 @@ class SentenceTransformerEmbedder:
     def _key_dir(self) -> Path | None:
         """The cache directory for this model's files and library versions; None when the
         model files are not local yet (a hub model before its first download)."""
+        if self._key is _UNSET:
+            self._key = self._compute_key_dir()
+        return self._key  # type: ignore[return-value]
+
+    def _compute_key_dir(self) -> Path | None:
         if self.source.path is None:
             return None
         key = json.dumps(
@@ -684,32 +761,40 @@ class SentenceTransformerEmbedder:
             sort_keys=True,
         )
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.name)[-60:]
-        return self._cache_root / "models" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        return (
+            self._cache_root / "models" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        )
 
     def _cached_info(self) -> dict[str, Any]:
         key_dir = self._key_dir()
         return _read_json(key_dir / "info.json") if key_dir is not None else {}
 
     def _write_info(self, updates: dict[str, Any], files: Path | None = None) -> None:
-        """Merge ``updates`` into info.json (and move exported ``files`` in), atomically; a
-        cache that cannot be written only costs speed."""
+        """Merge ``updates`` into info.json, and with ``files`` (an exported model) replace
+        the cache entry, each by an atomic rename. A cache that cannot be written only costs
+        speed, so OSError is ignored."""
         key_dir = self._key_dir()
         if key_dir is None:
             return
+        old = self._cached_info()
+        info = {**old, "name": self.name, **updates}
+        if files is None and info == old:
+            return
         try:
             key_dir.parent.mkdir(parents=True, exist_ok=True)
+            if files is None:
+                key_dir.mkdir(exist_ok=True)
+                tmp_file = key_dir / f".info-{os.getpid()}.json"
+                tmp_file.write_text(json.dumps(info, indent=1), encoding="utf-8")
+                os.replace(tmp_file, key_dir / "info.json")
+                return
             tmp = Path(tempfile.mkdtemp(dir=key_dir.parent, prefix=".tmp-"))
             try:
-                if files is not None:
-                    for f in files.iterdir():
-                        shutil.copy2(f, tmp / f.name)
-                elif key_dir.is_dir():
-                    for f in key_dir.iterdir():
-                        shutil.copy2(f, tmp / f.name)
-                info = {**self._cached_info(), "name": self.name, **updates}
+                for f in files.iterdir():
+                    shutil.move(f, tmp / f.name)
                 (tmp / "info.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
                 if key_dir.is_dir():
-                    shutil.rmtree(key_dir, ignore_errors=True)
+                    shutil.rmtree(key_dir)
                 os.replace(tmp, key_dir)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -722,7 +807,9 @@ class SentenceTransformerEmbedder:
         info = self._cached_info()
         ov_info = info.get("openvino") or {}
         if ov_info.get("ok") and key_dir is not None and (key_dir / "model.xml").is_file():
-            return _OpenVinoRuntime(key_dir / "model.xml", tokenizer, ov_info["inputs"], info["dim"])
+            return _OpenVinoRuntime(
+                key_dir / "model.xml", tokenizer, ov_info["inputs"], info["dim"]
+            )
         if ov_info.get("ok") is False and not strict:
             self.fallback_reason = ov_info.get("reason", "")
             return _TorchRuntime(self.source, "cpu")
@@ -731,9 +818,10 @@ class SentenceTransformerEmbedder:
         torch_rt = _TorchRuntime(self.source, "cpu")
         if self.source.path is None:  # downloaded just now: key the cache on the snapshot
             self.source = resolve_model(self.name)
+            self._key = _UNSET
         ov_model, inputs = _export_openvino(torch_rt, tokenizer)
         ov_rt = _OpenVinoRuntime(ov_model, tokenizer, inputs, torch_rt.dim)
-        reason = _check_export(torch_rt, ov_rt, tokenizer)
+        reason, cosine = _check_export(torch_rt, ov_rt, tokenizer)
         meta = {"dim": torch_rt.dim, "max_tokens": torch_rt.max_tokens}
         if reason:
             self._write_info({**meta, "openvino": {"ok": False, "reason": reason}})
@@ -745,8 +833,11 @@ class SentenceTransformerEmbedder:
             return torch_rt
         with tempfile.TemporaryDirectory() as tmp:
             ov = _import_openvino()
-            ov.save_model(ov_model, str(Path(tmp) / "model.xml"))  # weights stay fp32 on disk
-            self._write_info({**meta, "openvino": {"ok": True, "inputs": inputs}}, files=Path(tmp))
+            # Uncompressed, so the cached model is exactly the one just checked (OpenVINO
+            # would otherwise store fp16 weights).
+            ov.save_model(ov_model, str(Path(tmp) / "model.xml"), compress_to_fp16=False)
+            ok = {"ok": True, "inputs": inputs, "min_cosine_vs_torch": round(cosine, 6)}
+            self._write_info({**meta, "openvino": ok}, files=Path(tmp))
         return ov_rt
 
 
@@ -760,5 +851,7 @@ def create_embedder(name: str, **kw: Any) -> HashingEmbedder | SentenceTransform
     ignored); anything else -> SentenceTransformerEmbedder(name, **kw)."""
     dim = _hashing_dim(name)
     if dim is not None:
-        return HashingEmbedder(dim, **({"max_tokens": kw["max_tokens"]} if "max_tokens" in kw else {}))
+        return HashingEmbedder(
+            dim, **({"max_tokens": kw["max_tokens"]} if "max_tokens" in kw else {})
+        )
     return SentenceTransformerEmbedder(name, **kw)

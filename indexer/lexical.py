@@ -7,6 +7,7 @@ identifier), for the indexed text and for queries alike.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[0-9]|\b|_)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -69,21 +70,24 @@ STOPWORDS = frozenset(
 )
 
 
-def split_identifier(ident: str) -> list[str]:
-    """Lower-case parts of an identifier; the identifier itself first when it has several."""
+@lru_cache(maxsize=200_000)
+def _split(ident: str) -> tuple[str, ...]:
     parts = [p.lower() for p in _PARTS.findall(ident)]
     low = ident.lower().strip("_")
     if len(parts) > 1:
-        return [low, *parts]
-    return parts or ([low] if low else [])
+        return (low, *parts)
+    return tuple(parts) or ((low,) if low else ())
+
+
+def split_identifier(ident: str) -> list[str]:
+    """Lower-case parts of an identifier; the identifier itself first when it has several."""
+    return list(_split(ident))
 
 
 def index_terms(text: str) -> str:
     """The text as FTS5 sees it: every identifier followed by its parts."""
-    out: list[str] = []
-    for ident in _IDENT.findall(text):
-        out.extend(split_identifier(ident))
-    return " ".join(out)
+    split = _split
+    return " ".join(" ".join(split(ident)) for ident in _IDENT.findall(text))
 
 
 def query_terms(query: str) -> list[str]:

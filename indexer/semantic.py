@@ -96,12 +96,6 @@ def embed_pending(
     with conn:
         store.set_meta(db, "embed_model", embedder.name)
         store.set_meta(db, "embed_dim", str(embedder.dim))
-    removed = 0
-    if tombstones:
-        vs.delete_chunk_ids([str(i) for i in tombstones])
-        removed = len(tombstones)
-        with conn:
-            conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(i,) for i in tombstones])
     embedded = reused = done = 0
     total = pending_total if limit is None else min(limit, pending_total)
     t_embed = time.perf_counter()
@@ -139,6 +133,14 @@ def embed_pending(
         done += len(rows)
         if progress:
             progress(Progress("embed", done, total))
+    # Vectors of deleted chunks go last: until now they could still be reused by content hash
+    # (a moved function, a renamed file).
+    removed = 0
+    if tombstones:
+        vs.delete_chunk_ids([str(i) for i in tombstones])
+        removed = len(tombstones)
+        with conn:
+            conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(i,) for i in tombstones])
     if embedded > 1000:
         vs.maybe_index()
     done_n, total_n = coverage(conn)

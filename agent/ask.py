@@ -1,0 +1,213 @@
+"""`ask`: answer a question about the repository from a budgeted context, with verified
+citations — or, without a model, the ranked locations themselves.
+
+The model sees the context with line numbers and must cite ``path:line``; every citation in
+its answer is checked against the files on disk (and against the context it was shown), so an
+invented location is flagged, never passed on as fact.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from retrieval.context import FULL, ContextPack, PackPolicy, assemble_context
+
+from .models import Message, ModelClient, Usage
+
+SYSTEM_PROMPT = """\
+You answer questions about a code repository using only the context given with the question.
+Every code line in the context starts with its line number. Support each statement about the
+code with a citation `path:line` or `path:start-end` (e.g. `src/app/cli.py:42-57`), using the
+exact paths and line numbers shown in the context. Never cite a file or line you were not shown.
+If the context does not answer the question, say so and name the files or symbols you would
+look at next. Be concise."""
+
+MODEL_HINT = (
+    "No model configured: this is a retrieval-only answer. For a written answer pass "
+    "--model openai:gpt-4o-mini (with OPENAI_API_KEY), --model anthropic:claude-sonnet-4-5 "
+    "(with ANTHROPIC_API_KEY) or a local --model ollama:qwen2.5-coder, or set REPOCTX_MODEL "
+    "or `model = \"…\"` in .repoctx.toml."
+)
+
+# path:12, path:12-30, path:L12-L30, path#L12-L30, path:12–30; paths need a dot or a slash.
+_CITATION = re.compile(
+    r"(?<![\w/.-])(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z0-9_+]+)"
+    r"(?:#L|:L?)(?P<start>\d+)(?:\s*[-–]\s*L?(?P<end>\d+))?"
+)
+SNIPPET_LINES = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A location the answer cites. ``valid``: the file exists in the repository and has those
+    lines; ``in_context``: the model was shown them. ``problem`` says what is wrong."""
+
+    text: str
+    path: str
+    start_line: int
+    end_line: int
+    valid: bool
+    in_context: bool
+    problem: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """One ranked place of a retrieval-only answer."""
+
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str
+    kind: str
+    score: float
+    reasons: tuple[str, ...]
+    snippet: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: str
+    answer: str  # the model's text; '' when no model was configured
+    model: str  # '' when retrieval-only
+    citations: tuple[Citation, ...]
+    locations: tuple[Location, ...]
+    pack: ContextPack
+    hint: str = ""
+    usage: Usage | None = None
+    latency_s: float = 0.0
+
+    @property
+    def invalid_citations(self) -> tuple[Citation, ...]:
+        return tuple(c for c in self.citations if not c.valid)
+
+    def to_dict(self) -> dict:
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "model": self.model,
+            "citations": [asdict(c) for c in self.citations],
+            "invalid_citations": len(self.invalid_citations),
+            "locations": [asdict(loc) for loc in self.locations],
+            "hint": self.hint,
+            "usage": asdict(self.usage) if self.usage else None,
+            "latency_s": round(self.latency_s, 3),
+            "context": {
+                "budget": self.pack.budget,
+                "used_tokens": self.pack.used_tokens,
+                "tokenizer": self.pack.tokenizer,
+                "items": len(self.pack.items),
+                "timings": self.pack.timings,
+            },
+        }
+
+
+def model_spec(flag: str | None, config_extra: Mapping[str, object],
+               env: Mapping[str, str] | None = None) -> str | None:
+    """The model to use: the flag, then `model` in the project config, then REPOCTX_MODEL."""
+    env = os.environ if env is None else env
+    for value in (flag, config_extra.get("model"), env.get("REPOCTX_MODEL")):
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def ask(
+    conn: sqlite3.Connection,
+    root: str | Path,
+    question: str,
+    *,
+    model: ModelClient | None = None,
+    budget_tokens: int = 8000,
+    focus: Sequence[str] = (),
+    searcher=None,
+    tokenizer=None,
+    index_dir: str | Path | None = None,
+    max_tokens: int = 1024,
+) -> Answer:
+    """Answer ``question``: with ``model``, from the assembled context with checked
+    citations; without, the ranked locations of that context and a hint to configure one."""
+    root = Path(root)
+    policy = replace(PackPolicy(), line_numbers=model is not None)
+    pack = assemble_context(conn, root, question, budget_tokens, focus=focus, searcher=searcher,
+                            tokenizer=tokenizer, index_dir=index_dir, policy=policy)
+    locations = tuple(_location(item) for item in pack.items)
+    if model is None:
+        return Answer(question, "", "", (), locations, pack, hint=MODEL_HINT)
+    messages = [
+        Message.system(SYSTEM_PROMPT),
+        Message.user(f"{pack.render()}\n\nQuestion: {question}"),
+    ]
+    completion = model.complete(messages, max_tokens=max_tokens, temperature=0.0)
+    text = completion.message.content
+    citations = verify_citations(text, root, pack)
+    return Answer(question, text, model.name, citations, locations, pack,
+                  usage=completion.usage, latency_s=completion.latency_s)
+
+
+def verify_citations(text: str, root: Path, pack: ContextPack | None = None) -> tuple[Citation, ...]:
+    """Every ``path:line`` in ``text``, checked against the repository (and the pack)."""
+    out: list[Citation] = []
+    seen: set[tuple[str, int, int]] = set()
+    lines_of: dict[str, int | None] = {}
+    shown_paths = {i.path for i in pack.items} if pack is not None else set()
+    for m in _CITATION.finditer(text):
+        path = _resolve(m.group("path").removeprefix("./"), shown_paths)
+        start = int(m.group("start"))
+        end = int(m.group("end") or start)
+        if (path, start, end) in seen:
+            continue
+        seen.add((path, start, end))
+        if path not in lines_of:
+            lines_of[path] = _line_count(root, path)
+        n = lines_of[path]
+        problem = ""
+        if n is None:
+            problem = "no such file in the repository"
+        elif start < 1 or end < start:
+            problem = f"bad line range {start}-{end}"
+        elif end > n:
+            problem = f"line {end} is past the end of the file ({n} lines)"
+        in_context = pack is not None and not problem and _shown(pack, path, start, end)
+        out.append(Citation(m.group(0), path, start, end, not problem, in_context, problem))
+    return tuple(out)
+
+
+def _resolve(path: str, shown: set[str]) -> str:
+    """A shortened path (``cart.py``) means the one file of the context it ends, if unique."""
+    if path in shown:
+        return path
+    tails = [p for p in shown if p.endswith("/" + path)]
+    return tails[0] if len(tails) == 1 else path
+
+
+def _line_count(root: Path, path: str) -> int | None:
+    full = (root / path).resolve()
+    try:
+        full.relative_to(root.resolve())
+    except ValueError:
+        return None  # outside the repository is no location in it
+    if not full.is_file():
+        return None
+    with open(full, "rb") as fh:
+        data = fh.read()
+    return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+
+
+def _shown(pack: ContextPack, path: str, start: int, end: int) -> bool:
+    return any(i.path == path and i.start_line <= start and end <= i.end_line
+               for i in pack.items)
+
+
+def _location(item) -> Location:
+    snippet = ""
+    if item.kind == FULL:
+        body = item.text.split("\n")[2:-1]  # between the header and its code fence
+        snippet = "\n".join(body[:SNIPPET_LINES])
+    return Location(item.path, item.start_line, item.end_line, item.symbol, item.kind,
+                    item.score, tuple(str(r) for r in item.reasons), snippet)

@@ -1,0 +1,668 @@
+"""repoctx as an MCP server: the index's read tools for any MCP client (Claude Code, Cursor, …).
+
+The tools are the agent's own (``agent.tools.read_tools`` through a ``ToolRegistry``: same
+schemas, validation, secrets filtering and messages), plus ``get_context`` and
+``index_status``. Nothing here writes to the repository: the only writes are the incremental
+builds of the index and a sync marker inside the index directory.
+
+Freshness: a watchdog observer started with the server marks the index dirty when a relevant file
+changes; the next tool call first runs an incremental ``build`` (only changed files are parsed,
+vectors too when the index keeps them), waiting briefly for the write lock. If another process
+holds the lock the call is answered from the current index and says so. Every answer carries
+its generation and flags the files it names that changed on disk since they were indexed.
+
+Events reach the observer asynchronously, so before each call the server writes a marker file
+in the index directory and waits until the observer reports it (about a millisecond): inotify
+delivers events in order, so every change made before the call has been seen by then. (With
+``--index-dir`` outside the repository the marker is watched separately and this ordering is
+only near-certain.) Without inotify, or when it never reports, the tree is re-stat'ed at most
+every ``poll_interval_s`` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.shared.exceptions import MCPError
+
+from indexer.build import build, index_exists
+from indexer.config import Config
+from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
+from indexer.languages import language_for_path
+from retrieval.freshness import generation, stale_paths
+from retrieval.status import index_status
+
+from .tools.core import Tool, ToolContext, ToolRegistry, ToolResult, fail, ok
+from .tools.read_tools import FIND_REFERENCES, FIND_SYMBOL, READ_SPAN, SEARCH_CODE
+from .tools.session import ToolSession
+from .workspace import Workspace
+
+SERVER_NAME = "repoctx"
+SYNC_PREFIX = "mcp-sync-"
+#: Files whose change alters what discovery lists: always worth a build.
+RULE_FILES = frozenset({".gitignore", ".repoctxignore", ".repoctx.toml", "pyproject.toml"})
+#: `.git` entries whose change means the checked-out branch (and so the tree) moved.
+GIT_SIGNALS = ("HEAD", "packed-refs", "info/exclude")
+GIT_SIGNAL_DIRS = ("refs/heads/",)
+
+INSTRUCTIONS = """\
+repoctx indexes this repository (symbol graph with resolved references, lexical and semantic \
+search). Prefer it to grepping: find_symbol for a name you know, search_code for words or \
+behaviour, find_references for the callers and users of a definition, get_context for a \
+budgeted set of the code most relevant to a task, read_span to read exact lines. Paths are \
+relative to the repository root. Every answer ends with the index generation it came from; a \
+file flagged stale changed on disk after it was indexed (read it with read_span to see its \
+current text)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    #: Watch the tree and run an incremental build before answering when something changed.
+    refresh: bool = True
+    #: Seconds a refresh waits for another writer before answering from the current index.
+    lock_wait_s: float = 0.5
+    #: Seconds a call waits for the observer to catch up with the file system.
+    sync_timeout_s: float = 1.0
+    #: Seconds the first call waits for the observer's watches to be in place.
+    startup_timeout_s: float = 15.0
+    #: Without a watcher (inotify unavailable), check the tree at most this often.
+    poll_interval_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshReport:
+    """What the freshness check before a call did."""
+
+    refreshed: bool = False  # an incremental build ran
+    files_parsed: int = 0
+    files_deleted: int = 0
+    seconds: float = 0.0
+    note: str = ""  # why the index may be behind the tree, if it may
+    #: Another process held the write lock: the changes are still to be built.
+    blocked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """One tool call's answer: text for the model, the same facts as JSON, and the error flag."""
+
+    text: str
+    data: dict[str, Any]
+    is_error: bool = False
+
+
+# --------------------------------------------------------------------------- change watching
+
+
+class _Events:
+    """watchdog handler: classifies events in the observer thread and never blocks it."""
+
+    def __init__(self, live: LiveIndex) -> None:
+        self.live = live
+
+    def dispatch(self, event: Any) -> None:
+        live = self.live
+        src = os.fsdecode(event.src_path)
+        marker = live.marker_number(src)
+        if marker is not None:
+            if type(event).__name__ == "FileClosedEvent":
+                live._synced(marker)
+            return
+        paths = [src]
+        if getattr(event, "dest_path", ""):
+            paths.append(os.fsdecode(event.dest_path))
+        if any(live.relevant(p, event.is_directory) for p in paths):
+            live.mark_dirty()
+
+
+def _event_types() -> list[type]:
+    # No opened / closed-without-write events: reads (ours and the build's) must not wake us.
+    from watchdog import events as ev
+
+    return [
+        ev.FileCreatedEvent, ev.FileDeletedEvent, ev.FileModifiedEvent, ev.FileMovedEvent,
+        ev.FileClosedEvent, ev.DirCreatedEvent, ev.DirDeletedEvent, ev.DirMovedEvent,
+    ]
+
+
+class LiveIndex:
+    """Keeps the index at ``config.index_path`` in step with the tree while the server runs.
+
+    Sync markers are files ``mcp-sync-<pid>-<n>`` in the index directory, written and removed
+    by ``_catch_up``; the number in the name says which call an event answers, so a marker
+    event that arrives late or never (queue overflow) cannot be mistaken for another's."""
+
+    def __init__(self, config: Config, options: ServeOptions, session: ToolSession) -> None:
+        self.config = config
+        self.options = options
+        self.session = session
+        self.root = os.path.realpath(config.root)
+        self.index_dir = os.path.realpath(config.index_path)
+        self._marker_prefix = os.path.join(self.index_dir, f"{SYNC_PREFIX}{os.getpid()}-")
+        self._cond = threading.Condition()
+        self._dirty = 1  # changes may have happened while no server was running
+        self._built = 0
+        self._markers = 0  # markers written
+        self._seen = 0  # highest marker the observer reported
+        self._confirmed = False  # the observer reported a marker: its watches are in place
+        self._observer: Any = None
+        self._last_poll = 0.0
+        self.watcher = "off" if not options.refresh else "starting"
+        self.last_refresh: RefreshReport | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.options.refresh:
+            return
+        from watchdog.observers import Observer
+
+        _remove_dead_markers(self.index_dir)
+        observer = Observer()
+        handler = _Events(self)
+        try:
+            observer.schedule(handler, self.root, recursive=True, event_filter=_event_types())
+            if not _within(self.index_dir, self.root):
+                observer.schedule(handler, self.index_dir, event_filter=_event_types())
+            observer.start()
+        except OSError as exc:
+            self._poll_instead(f"unavailable ({exc.strerror or exc})")
+            return
+        self._observer = observer
+        self.watcher = "starting"
+
+    def _poll_instead(self, why: str) -> None:
+        # inotify limits (ENOSPC), no inotify, or watches that never report: stat-only checks.
+        self.watcher = (f"{why}; checking the whole tree at most every "
+                        f"{self.options.poll_interval_s:g}s instead")
+        self._stop_observer()
+
+    def _stop_observer(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
+
+    def close(self) -> None:
+        self._stop_observer()
+        if self.options.refresh:
+            self.watcher = "stopped"
+
+    # -- events -------------------------------------------------------------------------------
+
+    def relevant(self, path: str, is_dir: bool) -> bool:
+        """Whether a change at ``path`` can alter what the index holds."""
+        if not _within(path, self.root) or path == self.root:
+            return False
+        if _within(path, self.index_dir):
+            return False  # the build's own writes
+        rel = os.path.relpath(path, self.root).replace(os.sep, "/")
+        if rel == ".git" or rel.startswith(".git/"):
+            inner = rel[5:]
+            return inner in GIT_SIGNALS or inner.startswith(GIT_SIGNAL_DIRS)
+        if "/.git/" in rel:
+            return False
+        name = rel.rpartition("/")[2]
+        return is_dir or name in RULE_FILES or language_for_path(rel) is not None
+
+    def marker_number(self, path: str) -> int | None:
+        """n for this server's marker ``path``, else None."""
+        if not path.startswith(self._marker_prefix):
+            return None
+        tail = path[len(self._marker_prefix):]
+        return int(tail) if tail.isdigit() else None
+
+    def mark_dirty(self) -> None:
+        with self._cond:
+            self._dirty += 1
+
+    def _synced(self, n: int) -> None:
+        with self._cond:
+            self._seen = max(self._seen, n)
+            self._cond.notify_all()
+
+    def _catch_up(self, timeout: float) -> bool:
+        """Wait until the observer has handled every change made before now (inotify keeps
+        events in order); False if it did not report in time."""
+        with self._cond:
+            self._markers += 1
+            n = self._markers
+        path = f"{self._marker_prefix}{n}"
+        try:
+            with open(path, "w") as fh:
+                fh.write("repoctx MCP server sync marker\n")
+        except OSError:
+            return False
+        try:
+            with self._cond:
+                return self._cond.wait_for(lambda: self._seen >= n, timeout=timeout)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    # -- refresh ------------------------------------------------------------------------------
+
+    def refresh(self) -> RefreshReport:
+        """Run an incremental build if the tree changed since the last one (call serialised)."""
+        if not self.options.refresh:
+            return RefreshReport(note="automatic refresh is off (--no-refresh)")
+        if self._observer is not None:
+            if self._catch_up(self.options.sync_timeout_s if self._confirmed
+                              else self.options.startup_timeout_s):
+                if not self._confirmed:
+                    self._confirmed, self.watcher = True, "running"
+            elif self._confirmed:
+                self.mark_dirty()  # events may have been lost: let the build's stat decide
+            else:
+                self._poll_instead("not reporting changes")
+        if self._observer is None and (
+            time.monotonic() - self._last_poll >= self.options.poll_interval_s
+        ):
+            self._last_poll = time.monotonic()
+            self.mark_dirty()
+        with self._cond:
+            target = self._dirty
+            if target == self._built:
+                return RefreshReport()
+        report = self._build()
+        if not report.blocked:
+            with self._cond:
+                self._built = max(self._built, target)
+        self.last_refresh = report
+        return report
+
+    def _build(self) -> RefreshReport:
+        t0 = time.perf_counter()
+        config = self.config
+        model = self.session.embed_model(config)
+        embedder = self.session.embedder(config) if model else None
+        if model:
+            # Chunks are sized with the tokenizer of the model that embeds them.
+            config = replace(config, embed_model=model)
+        try:
+            stats = build(config, wait_lock=self.options.lock_wait_s, embed=embedder is not None,
+                          embedder=embedder)
+        except IndexLockedError:
+            return RefreshReport(
+                note="another process is writing the index right now, so this answer comes from "
+                     "the index as it was; the next call refreshes it",
+                blocked=True,
+            )
+        except RepoctxError as exc:
+            return RefreshReport(note=f"the index could not be refreshed: {exc}")
+        return RefreshReport(True, stats.files_parsed, stats.files_deleted,
+                             round(time.perf_counter() - t0, 3))
+
+    def state(self) -> dict[str, Any]:
+        with self._cond:
+            dirty = self._dirty != self._built
+        return {
+            "auto_refresh": self.options.refresh,
+            "watcher": self.watcher,
+            "changes_pending": dirty if self.options.refresh else None,
+            "last_refresh": asdict(self.last_refresh) if self.last_refresh else None,
+        }
+
+
+def _remove_dead_markers(index_dir: str) -> None:
+    """Sync markers left behind by servers that were killed mid-call."""
+    try:
+        names = os.listdir(index_dir)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(SYNC_PREFIX):].partition("-")[0]
+        if not name.startswith(SYNC_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its server is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(index_dir, name))
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+# --------------------------------------------------------------------------- extra tools
+
+
+_FOCUS_SPAN = re.compile(r"(.+?):(\d+)(?:-(\d+))?")
+
+
+def _get_context(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    try:
+        from retrieval.context import assemble_context
+    except ImportError:
+        return fail(
+            "get_context is not available in this repoctx build (retrieval.context is "
+            "missing) — use search_code and find_symbol, then read_span."
+        )
+    focus = list(args.get("focus") or ())
+    for entry in focus:
+        m = _FOCUS_SPAN.fullmatch(entry)
+        ctx.workspace.check_readable(m.group(1) if m else entry)  # confinement and secrets
+    pack = assemble_context(
+        ctx.session.conn(ctx.config), ctx.config.root, args["query"], args["budget_tokens"],
+        focus=focus, searcher=ctx.session.searcher(ctx.config, semantic=True),
+    )
+    kept = tuple(i for i in pack.items if not ctx.workspace.is_secret(i.path))
+    if len(kept) != len(pack.items):
+        pack = replace(pack, items=kept)
+    data = pack.to_dict()
+    if not kept:
+        return ok("Nothing relevant found for this task — try search_code with other words.",
+                  **data)
+    why = "\n".join(
+        f"- {i.path}:{i.start_line}-{i.end_line} ({i.kind}, {i.tokens} tokens): "
+        + "; ".join(str(r) for r in i.reasons)
+        for i in kept
+    )
+    warn = "".join(f"\nNote: {w}" for w in pack.warnings)
+    return ok(
+        f"{pack.render()}\n\nWhy these spans ({pack.used_tokens}/{pack.budget} tokens):\n{why}"
+        + warn,
+        **data,
+    )
+
+
+GET_CONTEXT = Tool(
+    "get_context",
+    "Assemble the code most relevant to a task or question within a token budget: definitions, "
+    "their callers and callees, related tests, each span with the reason it was chosen. Use it "
+    "first on a new task, then read_span or find_references to go deeper.",
+    {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "maxLength": 4000,
+                      "description": "The task, bug report or question, in words."},
+            "budget_tokens": {"type": "integer", "minimum": 256, "maximum": 32000,
+                              "default": 4000, "description": "Most tokens the pack may use."},
+            "focus": {
+                "type": "array", "maxItems": 20,
+                "items": {"type": "string", "minLength": 1, "maxLength": 4096},
+                "description": "Files or directories to include first, relative to the "
+                               "repository root; `path:12` or `path:12-40` for lines.",
+            },
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+    "read",
+    _get_context,
+)
+
+
+def _status_tool(live: LiveIndex) -> Tool:
+    def handler(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+        st = index_status(ctx.config)
+        st["server"] = live.state()
+        pend = st["pending"]
+        lines = [
+            f"Index of {st['root']}: generation {st['generation']}, {st['files']} files, "
+            f"{st['symbols']} symbols, {st['references']} references "
+            f"({st['resolved_pct']:.1f}% resolved).",
+            f"On disk but not indexed yet: {pend['changed']} changed, {pend['added']} added, "
+            f"{pend['deleted']} deleted.",
+        ]
+        model = ctx.session.embed_model(ctx.config)
+        if model:
+            done, total = ctx.session.conn(ctx.config).execute(
+                "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
+            ).fetchone()
+            st["vectors"] = {"model": model, "coverage": round(done / total, 4) if total else 1.0}
+            lines.append(f"Vectors: {model}, {done} of {total} chunks embedded.")
+        else:
+            st["vectors"] = None
+            lines.append("Vectors: none (search_code uses lexical and symbol matches).")
+        srv = st["server"]
+        lines.append(
+            "Automatic refresh: " + (f"on, watcher {srv['watcher']}" if srv["auto_refresh"]
+                                     else "off — restart the server without --no-refresh")
+        )
+        return ok("\n".join(lines), **st)
+
+    return Tool(
+        "index_status",
+        "How complete and fresh the index is: generation, counts of files, symbols and "
+        "references, files changed on disk but not indexed yet, vectors, and whether this "
+        "server refreshes the index automatically.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+        "read",
+        handler,
+    )
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class RepoctxMCP:
+    """The tools, the index they read and the freshness keeper; ``call`` is thread-safe."""
+
+    def __init__(self, config: Config, options: ServeOptions | None = None) -> None:
+        if not index_exists(config):
+            raise NoIndexError(
+                f"No index at {config.index_path} — run `repoctx index build {config.root}` "
+                "first, then start the server again."
+            )
+        self.config = config
+        self.options = options or ServeOptions()
+        self.session = ToolSession()
+        self.workspace = Workspace.from_config(config)
+        self.ctx = ToolContext(self.workspace, config, frozenset({"read"}), session=self.session)
+        self.live = LiveIndex(config, self.options, self.session)
+        self.registry = ToolRegistry(
+            (SEARCH_CODE, FIND_SYMBOL, FIND_REFERENCES, GET_CONTEXT, READ_SPAN,
+             _status_tool(self.live))
+        )
+        self._lock = threading.Lock()
+
+    def start(self) -> RepoctxMCP:
+        self.live.start()
+        threading.Thread(target=self._warm, name="repoctx-mcp-warm", daemon=True).start()
+        return self
+
+    def _warm(self) -> None:
+        """Catch up with changes made while no server ran, then import the search stack (the
+        vector store and the tokenizer cost seconds) while the client is still connecting.
+        Only the catch-up holds the call lock: imports and cached loads are thread-safe."""
+        with self._lock:
+            try:
+                self.live.refresh()
+            except (RepoctxError, OSError):
+                return  # the first call meets the same problem and reports it
+        try:
+            import indexer.vectors  # noqa: F401  (lancedb)
+            from retrieval.tokens import get_tokenizer
+
+            get_tokenizer(None)
+        except (RepoctxError, OSError, ImportError):
+            return
+
+    def close(self) -> None:
+        self.live.close()
+        self.session.close()
+
+    def __enter__(self) -> RepoctxMCP:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def tools(self) -> list[types.Tool]:
+        read_only = types.ToolAnnotations(
+            read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+            open_world_hint=False,
+        )
+        out = []
+        for name in self.registry.names():
+            tool = self.registry.get(name)
+            assert tool is not None
+            out.append(types.Tool(name=tool.name, description=tool.description,
+                                  input_schema=tool.parameters, annotations=read_only))
+        return out
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        tool = self.registry.get(name)
+        return None if tool is None else tool.parameters
+
+    def call(self, name: str, arguments: dict[str, Any] | None) -> ToolOutcome:
+        """Refresh if needed, run the tool, stamp the answer with its freshness."""
+        with self._lock:
+            report = self.live.refresh()
+            result = self.registry.call(name, arguments if arguments is not None else {}, self.ctx)
+            fresh = self._freshness(report, result.data)
+        data = {**result.data, "ok": result.ok, "freshness": fresh}
+        if result.error is not None:
+            data["error"] = result.error
+        return ToolOutcome(result.text() + "\n\n" + _stamp(fresh), data, not result.ok)
+
+    def _freshness(self, report: RefreshReport, data: dict[str, Any]) -> dict[str, Any]:
+        conn = self.session.conn(self.config)
+        stale = sorted(stale_paths(conn, _paths(data), str(self.config.root)))
+        return {
+            "generation": generation(conn),
+            "refreshed": report.refreshed,
+            "files_reindexed": report.files_parsed + report.files_deleted,
+            "stale_files": stale,
+            "auto_refresh": self.options.refresh,
+            "note": report.note,
+        }
+
+
+def _paths(data: dict[str, Any]) -> set[str]:
+    """The repository paths an answer names (hits, symbols, references, pack items)."""
+    out: set[str] = set()
+    if isinstance(data.get("path"), str) and "start_line" in data:
+        out.add(data["path"])
+    for key in ("hits", "symbols", "refs", "items"):
+        rows = data.get(key)
+        for row in rows if isinstance(rows, list) else ():
+            if isinstance(row, dict) and isinstance(row.get("path"), str):
+                out.add(row["path"])
+    return out
+
+
+def _stamp(fresh: dict[str, Any]) -> str:
+    parts = [f"[index generation {fresh['generation']}"]
+    n = fresh["files_reindexed"]
+    if n:
+        parts.append(f"refreshed: {n} changed file{'s' if n != 1 else ''} re-indexed before "
+                     "answering")
+    elif fresh["auto_refresh"] and not fresh["note"]:
+        parts.append("up to date with the working tree")
+    if fresh["note"]:
+        parts.append(fresh["note"])
+    if fresh["stale_files"]:
+        shown = ", ".join(fresh["stale_files"][:5])
+        more = f" and {len(fresh['stale_files']) - 5} more" if len(fresh["stale_files"]) > 5 else ""
+        parts.append(f"changed on disk since indexed (line numbers may be off): {shown}{more}")
+    return " · ".join(parts) + "]"
+
+
+# --------------------------------------------------------------------------- MCP plumbing
+
+
+def create_server(service: RepoctxMCP) -> Server:
+    """The MCP server object for ``service`` (not yet bound to a transport)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("repoctx")
+    except PackageNotFoundError:
+        ver = "0"
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=service.tools())
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name not in service.registry:
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"Unknown tool {params.name!r} — this server has: "
+                        + ", ".join(service.registry.names()),
+            )
+        out = await anyio.to_thread.run_sync(service.call, params.name, params.arguments)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=out.text)],
+            structured_content=out.data,
+            is_error=out.is_error,
+        )
+
+    return Server(
+        SERVER_NAME,
+        version=ver,
+        title="repoctx",
+        instructions=INSTRUCTIONS,
+        get_tool_input_schema=service.input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve_stdio(service: RepoctxMCP) -> None:
+    """Serve MCP over stdin/stdout until the client closes the stream."""
+    from mcp.server.stdio import stdio_server
+
+    server = create_server(service)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def bind_loopback(host: str, port: int) -> socket.socket:
+    """A listening socket on a loopback address (port 0 picks a free one). The server has no
+    authentication, so it refuses to listen where other machines could reach it."""
+    if host not in LOOPBACK and not host.startswith("127."):
+        raise RepoctxError(
+            f"Refusing to serve on {host}: the MCP server has no authentication — use "
+            "127.0.0.1 (or an SSH tunnel to reach it from elsewhere)."
+        )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise RepoctxError(f"Cannot listen on {host}:{port}: {exc.strerror} — pick another "
+                           "port (0 picks a free one).") from exc
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve_http(
+    service: RepoctxMCP, sock: socket.socket, *, on_ready: Callable[[str], None] | None = None
+) -> None:
+    """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` on an already bound socket."""
+    import uvicorn
+
+    server = create_server(service)
+    host, port = sock.getsockname()[:2]
+    app = server.streamable_http_app(host="127.0.0.1" if host.startswith("127.") else host)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    web = uvicorn.Server(config)
+    if on_ready is not None:
+        shown = f"[{host}]" if ":" in host else host
+        on_ready(f"http://{shown}:{port}/mcp")
+    await web.serve(sockets=[sock])
+

@@ -1,0 +1,260 @@
+"""`edit` (replace an exact block) and `create_file`."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from typing import Any
+
+from .core import Tool, ToolContext, ToolResult, fail, ok
+from .syntax import Replacement
+from .writing import FileChange, commit, gate, load_for_edit, unified
+
+#: Candidate windows scored when looking for the text nearest to a failed match.
+MAX_WINDOWS = 400
+_WS = re.compile(r"\s+")
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    found, start = [], 0
+    while True:
+        i = text.find(needle, start)
+        if i < 0:
+            return found
+        found.append(i)
+        start = i + len(needle)
+
+
+def _line_at(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def nearest_block(text: str, wanted: str) -> tuple[int, int, float] | None:
+    """(first line, last line, similarity) of the block of ``text`` most like ``wanted``."""
+    lines = text.splitlines()
+    want = wanted.strip("\n").splitlines()
+    if not lines or not want:
+        return None
+    n = len(want)
+    stripped = [ln.strip() for ln in lines]
+    index: dict[str, list[int]] = {}
+    for i, s in enumerate(stripped):
+        if s:
+            index.setdefault(s, []).append(i)
+    starts: dict[int, None] = {}
+    for k, w in enumerate(want):
+        for i in index.get(w.strip(), ()) if w.strip() else ():
+            starts.setdefault(max(0, i - k), None)
+    if not starts:
+        # No line matches exactly: anchor on lines close to any wanted line.
+        for k, w in enumerate(want[:5]):
+            if not w.strip():
+                continue
+            for close in difflib.get_close_matches(w.strip(), list(index), n=3, cutoff=0.6):
+                for i in index[close]:
+                    starts.setdefault(max(0, i - k), None)
+    if not starts:
+        return None
+    target = "\n".join(want)
+    best: tuple[float, int] | None = None
+    for s in list(starts)[:MAX_WINDOWS]:
+        window = "\n".join(lines[s : s + n])
+        matcher = difflib.SequenceMatcher(None, window, target, autojunk=False)
+        if best is not None and matcher.real_quick_ratio() <= best[0]:
+            continue
+        score = matcher.ratio()
+        if best is None or score > best[0]:
+            best = (score, s)
+    if best is None:
+        return None
+    score, s = best
+    return s + 1, min(s + n, len(lines)), score
+
+
+def _no_match(loaded, old: str) -> ToolResult:
+    text = loaded.text
+    hint = ""
+    squash = _WS.sub(" ", old).strip()
+    if squash:
+        first_word = squash.split(" ", 1)[0]
+        all_lines = text.splitlines()
+        height = old.strip("\n").count("\n") + 1
+        for i, line in enumerate(all_lines):
+            if first_word not in line:
+                continue  # cheap screen before joining a window
+            span = "\n".join(all_lines[i : i + height])
+            if _WS.sub(" ", span).strip() == squash:
+                hint = (
+                    f" old_text matches lines {i + 1}-{i + height} if whitespace is ignored: "
+                    "copy the exact indentation from read_span."
+                )
+                break
+    near = nearest_block(text, old)
+    if near is None:
+        return fail(
+            f"old_text was not found in {loaded.path}, and no similar block exists.{hint} "
+            "Read the file with read_span and copy the text exactly.",
+            match_count=0,
+        )
+    first, last, score = near
+    lines = text.splitlines()[first - 1 : last]
+    shown = "\n".join(f"{first + i:>5}| {line}" for i, line in enumerate(lines))
+    diff = "\n".join(
+        list(
+            difflib.unified_diff(
+                old.strip("\n").splitlines(),
+                lines,
+                "old_text",
+                f"{loaded.path}:{first}-{last}",
+                n=1,
+                lineterm="",
+            )
+        )[:40]
+    )
+    return fail(
+        f"old_text was not found in {loaded.path}. The nearest text is lines {first}-{last} "
+        f"({score:.0%} similar).{hint} Copy the exact text (see below) and retry.",
+        f"Nearest text in {loaded.path}:\n{shown}\n\nDifference (old_text -> file):\n{diff}",
+        match_count=0,
+        nearest={"start_line": first, "end_line": last, "similarity": round(score, 3)},
+    )
+
+
+def edit(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    old, new = args["old_text"], args["new_text"]
+    if old == new:
+        return fail("old_text and new_text are the same — nothing to change.")
+    loaded = load_for_edit(ctx, args["path"])
+    text = loaded.text
+    hits = _occurrences(text, old)
+    if not hits and "\r\n" in text and "\n" in old and "\r\n" not in old:
+        # The file has Windows line endings; the model wrote Unix ones.
+        old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+        hits = _occurrences(text, old)
+    if not hits:
+        return _no_match(loaded, args["old_text"])
+    if len(hits) > 1 and not args["replace_all"]:
+        where = "\n".join(
+            f"  line {_line_at(text, h)}: {text[h:].splitlines()[0][:100] if text[h:] else ''}"
+            for h in hits[:10]
+        )
+        return fail(
+            f"old_text occurs {len(hits)} times in {loaded.path} (lines "
+            + ", ".join(str(_line_at(text, h)) for h in hits[:10])
+            + "). Include more surrounding lines so it is unique, or set replace_all: true.",
+            where,
+            match_count=len(hits),
+            lines=[_line_at(text, h) for h in hits],
+        )
+    pieces, replacements, pos = [], [], 0
+    new_len = len(new.encode("utf-8"))
+    for h in hits:
+        pieces += [text[pos:h], new]
+        start = len(text[:h].encode("utf-8"))
+        end = start + len(old.encode("utf-8"))
+        replacements.append(Replacement(start, end, new_len))
+        pos = h + len(old)
+    pieces.append(text[pos:])
+    new_text = "".join(pieces)
+    change = FileChange(loaded.path, loaded.data, new_text.encode("utf-8"), tuple(replacements))
+    rejected = gate([change])
+    if rejected is not None:
+        return rejected
+    outcome = commit(ctx, [change])
+    first_line = _line_at(text, hits[0])
+    last_line = first_line + new.count("\n")
+    diff = unified(loaded.path, text, new_text)
+    return ok(
+        f"Edited {loaded.path}: replaced {len(hits)} occurrence(s) at line(s) "
+        + ", ".join(str(_line_at(text, h)) for h in hits[:10])
+        + f".\n{diff}\n{outcome.note()}",
+        path=loaded.path,
+        replaced=len(hits),
+        start_line=first_line,
+        end_line=last_line,
+        diff=diff,
+        **outcome.data(),
+    )
+
+
+EDIT = Tool(
+    "edit",
+    "Replace an exact block of text in a file. old_text must match the file exactly (including "
+    "indentation) and occur once, unless replace_all is true. Edits that introduce a syntax "
+    "error are rejected and leave the file unchanged.",
+    {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "minLength": 1, "maxLength": 4096},
+            "old_text": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The exact text to replace, copied from the file.",
+            },
+            "new_text": {"type": "string", "description": "The replacement text."},
+            "replace_all": {"type": "boolean", "default": False},
+        },
+        "required": ["path", "old_text", "new_text"],
+        "additionalProperties": False,
+    },
+    "write",
+    edit,
+    lambda a: f"edit {a['path']} ({a['old_text'].count(chr(10)) + 1} line(s) replaced)",
+)
+
+
+def create_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    ws = ctx.workspace
+    real = ws.check_writable(args["path"])
+    ws.check_readable(args["path"])
+    rel = ws.relative(real)
+    content = args["content"].encode("utf-8")
+    if len(content) > ctx.agent.max_edit_bytes:
+        return fail(
+            f"content is {len(content)} bytes, over the {ctx.agent.max_edit_bytes}-byte limit."
+        )
+    old: bytes | None = None
+    if os.path.lexists(real):
+        if not args["overwrite"]:
+            return fail(
+                f"{rel} already exists — use edit to change it, or set overwrite: true to "
+                "replace it whole."
+            )
+        old = load_for_edit(ctx, rel).data
+    change = FileChange(rel, old, content)
+    rejected = gate([change])
+    if rejected is not None:
+        return rejected
+    outcome = commit(ctx, [change])
+    lines = args["content"].count("\n") + (0 if args["content"].endswith("\n") else 1)
+    verb = "Replaced" if old is not None else "Created"
+    return ok(
+        f"{verb} {rel} ({lines} lines, {len(content)} bytes). {outcome.note()}",
+        path=rel,
+        created=old is None,
+        bytes=len(content),
+        **outcome.data(),
+    )
+
+
+CREATE_FILE = Tool(
+    "create_file",
+    "Create a new file with the given content (parent directories are created). Refuses to "
+    "replace an existing file unless overwrite is true.",
+    {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "minLength": 1, "maxLength": 4096},
+            "content": {"type": "string"},
+            "overwrite": {"type": "boolean", "default": False},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    },
+    "write",
+    create_file,
+    lambda a: f"create {a['path']} ({len(a['content'])} characters)",
+)
+
+EDIT_TOOLS = (EDIT, CREATE_FILE)

@@ -1,0 +1,164 @@
+"""`repoctx context` and `repoctx ask`: budgeted context for a task, and answers from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import echo_json
+from .query_cmds import open_graph, read_options
+
+DEFAULT_BUDGET = 8000
+
+
+def _context_options(f):
+    f = click.option("--tokenizer", default=None,
+                     help="Token counter: auto (default), o200k, cl100k, llama3, qwen3, minilm or "
+                          "hf:PATH/tokenizer.json, optionally *SCALE (env REPOCTX_TOKENIZER, "
+                          "config `tokenizer`).")(f)
+    f = click.option("--focus", "-f", multiple=True, metavar="PATH[:LINES]",
+                     help="File or directory to include first (repeatable); PATH:10-40 for "
+                          "a line range.")(f)
+    f = click.option("--budget", "-b", type=click.IntRange(min=1), default=None,
+                     help=f"Token budget of the context (default {DEFAULT_BUDGET}, config "
+                          "`context_budget`).")(f)
+    return f
+
+
+def _searcher(config, conn):
+    from retrieval.search import Searcher
+
+    return Searcher(conn, config.index_path, config.root,
+                    vectors_uri=config.extra.get("vectors_uri"))
+
+
+def _budget(flag: int | None, config) -> int:
+    if flag is not None:
+        return flag
+    try:
+        return int(config.extra.get("context_budget", DEFAULT_BUDGET))
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(f"`context_budget` in the config must be a number: {exc}") from exc
+
+
+@click.command("context")
+@click.argument("task")
+@_context_options
+@click.option("--prompt", "prompt_only", is_flag=True,
+              help="Print only the context text (to pipe into a model).")
+@click.option("--line-numbers", is_flag=True, help="Prefix every code line with its number.")
+@read_options
+def context_cmd(task: str, budget: int | None, focus: tuple[str, ...], tokenizer: str | None,
+                prompt_only: bool, line_numbers: bool, root: Path, index_dir: Path | None,
+                as_json: bool) -> None:
+    """Assemble the code context for TASK within a token budget, with why each part is there."""
+    from dataclasses import replace
+
+    from retrieval.context import PackPolicy, assemble_context
+
+    config, conn = open_graph(root, index_dir)
+    pack = assemble_context(
+        conn, config.root, task, _budget(budget, config), focus=focus,
+        searcher=_searcher(config, conn), tokenizer=tokenizer or config.extra.get("tokenizer"),
+        policy=replace(PackPolicy(), line_numbers=line_numbers),
+    )
+    if as_json:
+        echo_json({**pack.to_dict(), "text": pack.render()})
+        return
+    if prompt_only:
+        click.echo(pack.render(), nl=False)
+        return
+    full = sum(1 for i in pack.items if i.kind == "full")
+    click.echo(click.style(
+        f"Context: {pack.used_tokens:,} of {pack.budget:,} tokens ({pack.tokenizer}), "
+        f"{full} full + {len(pack.items) - full} skeleton items, "
+        f"{pack.timings.get('total', 0):.0f} ms", bold=True))
+    for w in pack.warnings:
+        click.echo(f"warning: {w}", err=True)
+    for n, item in enumerate(pack.items, 1):
+        where = f"{item.path}:{item.start_line}" + (
+            f"-{item.end_line}" if item.kind == "full" else "")
+        why = "; ".join(str(r) for r in item.reasons)
+        click.echo(f"{n:3} {item.kind:8} {where:40} {item.tokens:5} tok  {why}")
+    if not pack.items:
+        click.echo("Nothing found for this task — try other words or --focus a file.")
+        return
+    click.echo(click.style("\n--- context ---", dim=True))
+    click.echo(pack.render(), nl=False)
+
+
+@click.command("ask")
+@click.argument("question")
+@_context_options
+@click.option("--model", "-m", "model_flag", default=None,
+              help="provider:model, e.g. openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, "
+                   "ollama:qwen2.5-coder (env REPOCTX_MODEL, config `model`). Without one: "
+                   "a retrieval-only answer.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Longest answer the model may write.")
+@read_options
+def ask_cmd(question: str, budget: int | None, focus: tuple[str, ...], tokenizer: str | None,
+            model_flag: str | None, max_tokens: int, root: Path, index_dir: Path | None,
+            as_json: bool) -> None:
+    """Answer QUESTION about the code, citing path:line locations that are checked to exist."""
+    from agent.ask import ask, model_spec
+
+    config, conn = open_graph(root, index_dir)
+    spec = model_spec(model_flag, config.extra)
+    model = None
+    if spec:
+        from agent.models import create_model
+
+        model = create_model(spec)
+    answer = ask(
+        conn, config.root, question, model=model, budget_tokens=_budget(budget, config),
+        focus=focus, searcher=_searcher(config, conn),
+        tokenizer=tokenizer or config.extra.get("tokenizer"), max_tokens=max_tokens,
+    )
+    if as_json:
+        echo_json(answer.to_dict())
+        return
+    if model is None:
+        _print_locations(answer)
+        click.echo(answer.hint, err=True)
+        return
+    click.echo(answer.answer.rstrip())
+    if answer.citations:
+        click.echo(click.style("\nCitations:", bold=True))
+        for c in answer.citations:
+            if not c.valid:
+                mark, note = click.style("✗", fg="red"), f"INVALID — {c.problem}"
+            elif not c.in_context:
+                mark, note = click.style("?", fg="yellow"), "exists, but was not in the context"
+            else:
+                mark, note = click.style("✓", fg="green"), "verified"
+            click.echo(f"  {mark} {c.path}:{c.start_line}"
+                       + (f"-{c.end_line}" if c.end_line != c.start_line else "") + f"  {note}")
+    else:
+        click.echo(click.style("\n(no path:line citations in the answer)", fg="yellow"))
+    if answer.invalid_citations:
+        click.echo(f"{len(answer.invalid_citations)} cited location(s) do not exist in the "
+                   "repository — do not trust those parts of the answer.", err=True)
+    u = answer.usage
+    click.echo(click.style(
+        f"\n{answer.model}: {answer.pack.used_tokens:,} context tokens"
+        + (f", {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion" if u else "")
+        + f", {answer.latency_s:.1f}s", dim=True))
+
+
+def _print_locations(answer) -> None:
+    if not answer.locations:
+        click.echo("Nothing found — try other words or --focus a file.")
+        return
+    click.echo(click.style(f"Most relevant locations for: {answer.question}", bold=True))
+    for n, loc in enumerate(answer.locations, 1):
+        where = f"{loc.path}:{loc.start_line}" + (
+            f"-{loc.end_line}" if loc.end_line != loc.start_line else "")
+        click.echo(click.style(f"{n:3}. {where}", bold=True) + f"  {loc.symbol or '<module>'}"
+                   + f"  [{'; '.join(loc.reasons)}]")
+        for line in loc.snippet.splitlines():
+            click.echo("       " + line)
+
+
+COMMANDS = [context_cmd, ask_cmd]

@@ -1,0 +1,354 @@
+"""Chunk vectors in a LanceDB table, reusable by content hash.
+
+SQLite is the source of truth for which chunks exist; this table only holds their vectors
+(``chunk_ids()`` lets the builder reconcile the two). The embedding model and dimension are
+recorded in the table's schema metadata, so an index is never silently searched with vectors
+from another model.
+
+Search is exact (flat) until ``maybe_index()`` builds an IVF_SQ cosine index; rows added after
+that are still searched exactly (LanceDB scans unindexed fragments) until ``optimize()`` folds
+them into the index. IVF_SQ with a refine step was the best measured trade-off (100k x 384
+synthetic vectors: recall@10 1.0 at ~8 ms/query, against ~200 ms flat; IVF_PQ, IVF_RQ and
+IVF_HNSW_SQ reached recall 0.1-0.4 with default settings).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import ModelMismatchError
+
+TABLE = "chunks"
+VECTOR_INDEX = "vector_idx"
+#: Rows before an ANN index is worth building; below it a flat scan is fast and exact.
+INDEX_THRESHOLD = 50_000
+#: Candidates re-scored with full vectors per result when the ANN index is used.
+REFINE_FACTOR = 5
+_META_MODEL = b"repoctx.model"
+_META_DIM = b"repoctx.dim"
+_IN_CHUNK = 500  # values per `IN (...)` filter
+
+
+@dataclass(frozen=True, slots=True)
+class VectorRow:
+    """One chunk's vector and the fields search results and filters need."""
+
+    chunk_id: str
+    content_hash: str
+    path: str
+    language: str
+    start_line: int
+    end_line: int
+    symbol: str
+    model: str
+    vector: np.ndarray = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    chunk_id: str
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str
+    score: float  # cosine similarity, higher is better
+
+
+def _schema(dim: int, model: str) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("chunk_id", pa.string(), nullable=False),
+            pa.field("content_hash", pa.string()),
+            pa.field("path", pa.string()),
+            pa.field("language", pa.string()),
+            pa.field("start_line", pa.int32()),
+            pa.field("end_line", pa.int32()),
+            pa.field("symbol", pa.string()),
+            pa.field("model", pa.string()),
+            pa.field("vector", pa.list_(pa.float32(), dim)),
+        ],
+        metadata={_META_MODEL: model.encode(), _META_DIM: str(dim).encode()},
+    )
+
+
+def sql_str(value: str) -> str:
+    """A SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _like_escape(text: str) -> str:
+    return re.sub(r"([\\%_])", r"\\\1", text)
+
+
+def glob_filter(path_glob: str) -> tuple[str, bool]:
+    """A SQL prefilter for an fnmatch-style glob (``*`` also matches ``/``), and whether rows
+    still need checking with ``fnmatch`` (globs with ``[...]`` classes, which LIKE lacks)."""
+    if "[" not in path_glob:
+        pattern = "".join(
+            "%" if ch == "*" else "_" if ch == "?" else _like_escape(ch) for ch in path_glob
+        )
+        return f"path LIKE {sql_str(pattern)}", False
+    prefix = re.split(r"[*?\[]", path_glob, maxsplit=1)[0]
+    return f"path LIKE {sql_str(_like_escape(prefix) + '%')}", True
+
+
+def _in_list(column: str, values: Sequence[str]) -> str:
+    return f"{column} IN ({', '.join(sql_str(v) for v in values)})"
+
+
+def _chunks(values: Iterable[str], size: int = _IN_CHUNK) -> Iterable[list[str]]:
+    batch: list[str] = []
+    for value in values:
+        batch.append(value)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class VectorStore:
+    """The ``chunks`` vector table of one index. Create with ``open`` or ``reset``."""
+
+    def __init__(self, db: Any, table: Any, uri: str, dim: int, model: str) -> None:
+        self._db = db
+        self._table = table
+        self.uri = uri
+        self.dim = dim
+        self.model = model
+
+    # -- opening -----------------------------------------------------------------------
+
+    @staticmethod
+    def _connect(uri: str, storage_options: dict | None) -> Any:
+        import lancedb  # ~1.5 s: only when vectors are needed
+
+        # Check for new versions on every read: a long-running reader (agent) must see what
+        # a concurrent `index build` wrote, and never read files that optimize() pruned.
+        return lancedb.connect(
+            uri, storage_options=storage_options, read_consistency_interval=timedelta(0)
+        )
+
+    @staticmethod
+    def _has_table(db: Any) -> bool:
+        return TABLE in db.list_tables().tables
+
+    @classmethod
+    def open(
+        cls, uri: str, dim: int, model: str, storage_options: dict | None = None
+    ) -> VectorStore:
+        """Open the table at ``uri`` (a directory or any LanceDB URI such as ``s3://...``),
+        creating it if missing. Raises ``ModelMismatchError`` if it holds another model's
+        vectors."""
+        db = cls._connect(uri, storage_options)
+        if not cls._has_table(db):
+            return cls(db, db.create_table(TABLE, schema=_schema(dim, model)), uri, dim, model)
+        table = db.open_table(TABLE)
+        old_model, old_dim = cls._recorded(table)
+        if (old_model, old_dim) != (model, dim):
+            raise ModelMismatchError(
+                f"The vectors at {uri} were embedded with {old_model} ({old_dim} dims), "
+                f"but this run uses {model} ({dim} dims) — rerun with `--reembed` to rebuild "
+                f"them with {model}."
+            )
+        return cls(db, table, uri, dim, model)
+
+    @classmethod
+    def reset(
+        cls, uri: str, dim: int, model: str, storage_options: dict | None = None
+    ) -> VectorStore:
+        """Drop every vector and start an empty table for ``model`` (``--reembed``)."""
+        db = cls._connect(uri, storage_options)
+        if cls._has_table(db):
+            db.drop_table(TABLE)
+        return cls(db, db.create_table(TABLE, schema=_schema(dim, model)), uri, dim, model)
+
+    @staticmethod
+    def _recorded(table: Any) -> tuple[str, int]:
+        """(model, dim) the table was built with: schema metadata, else its rows."""
+        schema = table.schema
+        dim = schema.field("vector").type.list_size
+        meta = schema.metadata or {}
+        if _META_MODEL in meta:
+            return meta[_META_MODEL].decode(), int(meta.get(_META_DIM, dim))
+        rows = table.search().select(["model"]).limit(1).to_arrow()
+        return (rows["model"][0].as_py() if rows.num_rows else "unknown model"), dim
+
+    # -- writing -----------------------------------------------------------------------
+
+    def upsert(self, rows: Sequence[VectorRow]) -> None:
+        """Insert or replace rows by ``chunk_id`` (the last row wins within one call)."""
+        if not rows:
+            return
+        latest = {r.chunk_id: r for r in rows}
+        rows = list(latest.values())
+        vectors = np.asarray([r.vector for r in rows], dtype=np.float32)
+        if vectors.shape != (len(rows), self.dim):
+            raise ValueError(f"vectors must have shape (n, {self.dim}), got {vectors.shape}")
+        wrong = {r.model for r in rows} - {self.model}
+        if wrong:
+            raise ValueError(f"rows embedded with {sorted(wrong)} in a {self.model} table")
+        schema = self._table.schema
+        data = pa.table(
+            {
+                "chunk_id": [r.chunk_id for r in rows],
+                "content_hash": [r.content_hash for r in rows],
+                "path": [r.path for r in rows],
+                "language": [r.language for r in rows],
+                "start_line": pa.array([r.start_line for r in rows], pa.int32()),
+                "end_line": pa.array([r.end_line for r in rows], pa.int32()),
+                "symbol": [r.symbol for r in rows],
+                "model": [r.model for r in rows],
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), self.dim),
+            },
+            schema=schema,
+        )
+        (
+            self._table.merge_insert("chunk_id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute(data)
+        )
+
+    def delete_paths(self, paths: Iterable[str]) -> None:
+        for batch in _chunks(paths):
+            self._table.delete(_in_list("path", batch))
+
+    def delete_chunk_ids(self, chunk_ids: Iterable[str]) -> None:
+        for batch in _chunks(chunk_ids):
+            self._table.delete(_in_list("chunk_id", batch))
+
+    # -- reading -----------------------------------------------------------------------
+
+    def count(self) -> int:
+        return self._table.count_rows()
+
+    def chunk_ids(self) -> set[str]:
+        ids = self._table.search().select(["chunk_id"]).to_arrow()["chunk_id"]
+        return set(ids.to_pylist())
+
+    def vectors_for_hashes(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors by content hash, so unchanged text is never embedded twice."""
+        out: dict[str, np.ndarray] = {}
+        for batch in _chunks(set(hashes)):
+            rows = (
+                self._table.search()
+                .where(_in_list("content_hash", batch))
+                .select(["content_hash", "vector"])
+                .to_arrow()
+            )
+            if not rows.num_rows:
+                continue
+            vectors = rows["vector"].combine_chunks().flatten().to_numpy()
+            vectors = vectors.reshape(rows.num_rows, self.dim)
+            for i, h in enumerate(rows["content_hash"].to_pylist()):
+                out[h] = vectors[i]
+        return out
+
+    def search(
+        self,
+        vector: Sequence[float] | np.ndarray,
+        k: int = 10,
+        *,
+        language: str | None = None,
+        path_glob: str | None = None,
+    ) -> list[VectorHit]:
+        """The ``k`` chunks most similar to ``vector``. ``path_glob`` is fnmatch-style,
+        matched against the repository-relative path (``*`` also matches ``/``)."""
+        query = np.asarray(vector, dtype=np.float32)
+        if query.shape != (self.dim,):
+            raise ValueError(f"query vector must have shape ({self.dim},), got {query.shape}")
+        if k <= 0:
+            return []
+        filters, check = [], None
+        if language is not None:
+            filters.append(f"language = {sql_str(language)}")
+        if path_glob:
+            sql, needs_check = glob_filter(path_glob)
+            filters.append(sql)
+            if needs_check:
+                check = path_glob
+        where = " AND ".join(filters) or None
+        limit = k if check is None else max(4 * k, 50)
+        while True:
+            hits = self._query(query, limit, where)
+            kept = [h for h in hits if check is None or fnmatch.fnmatchcase(h.path, check)]
+            if len(kept) >= k or len(hits) < limit:
+                return kept[:k]
+            limit *= 4  # the glob's [...] class rejected too many: fetch deeper
+
+    def _query(self, query: np.ndarray, limit: int, where: str | None) -> list[VectorHit]:
+        q = (
+            self._table.search(query)
+            .distance_type("cosine")
+            .select(["chunk_id", "path", "start_line", "end_line", "symbol", "_distance"])
+            .limit(limit)
+            .refine_factor(REFINE_FACTOR)  # re-scores quantised candidates; no-op when flat
+        )
+        if where:
+            q = q.where(where, prefilter=True)
+        t = q.to_arrow()
+        return [
+            VectorHit(c, p, s, e, sym or "", 1.0 - float(d))
+            for c, p, s, e, sym, d in zip(
+                t["chunk_id"].to_pylist(),
+                t["path"].to_pylist(),
+                t["start_line"].to_pylist(),
+                t["end_line"].to_pylist(),
+                t["symbol"].to_pylist(),
+                t["_distance"].to_pylist(),
+                strict=True,
+            )
+        ]
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def has_vector_index(self) -> bool:
+        return any(ix.columns == ["vector"] for ix in self._table.list_indices())
+
+    def index_coverage(self) -> tuple[int, int]:
+        """(rows in the ANN index, rows searched exactly outside it); (0, count) when none."""
+        stats = self._table.index_stats(VECTOR_INDEX) if self.has_vector_index() else None
+        if stats is None:
+            return 0, self.count()
+        return stats.num_indexed_rows, stats.num_unindexed_rows
+
+    def maybe_index(self, threshold: int = INDEX_THRESHOLD) -> bool:
+        """Build the ANN index (and scalar indexes for lookups) once the table has
+        ``threshold`` rows. Returns whether it built one. Seconds at 100k rows: call it at the
+        end of a large build, not after each edit."""
+        from lancedb.index import BTree, IvfSq
+
+        if self.has_vector_index() or self.count() < threshold:
+            return False
+        self._table.create_index(
+            "vector", config=IvfSq(distance_type="cosine"), name=VECTOR_INDEX, replace=True
+        )
+        names = {ix.name for ix in self._table.list_indices()}
+        for column in ("chunk_id", "content_hash"):
+            if f"{column}_idx" not in names:
+                self._table.create_index(column, config=BTree(), name=f"{column}_idx")
+        return True
+
+    def needs_optimize(self, max_small_fragments: int = 32, max_unindexed: int = 10_000) -> bool:
+        """Whether many small writes (one per incremental build) or many rows outside the
+        ANN index have piled up, so ``optimize()`` is worth its cost."""
+        stats = self._table.stats()
+        if stats["fragment_stats"]["num_small_fragments"] >= max_small_fragments:
+            return True
+        indexed, unindexed = self.index_coverage()
+        return indexed > 0 and unindexed > max(max_unindexed, indexed // 10)
+
+    def optimize(self, cleanup_older_than: timedelta | None = None) -> None:
+        """Compact small fragments, add new rows to the indexes, and prune old versions
+        (LanceDB keeps 7 days unless ``cleanup_older_than`` says otherwise). Seconds on a
+        large table: the builder calls it at the end of a large build."""
+        self._table.optimize(cleanup_older_than=cleanup_older_than)

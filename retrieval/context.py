@@ -1,0 +1,946 @@
+"""Budgeted context assembly: the code a model needs for a task, within a token budget.
+
+1. Seeds. Lexical (FTS5/BM25) and, when the index has vectors, semantic chunk hits; a chunk
+   holding several definitions credits each by how many task terms it contains. Identifiers and
+   qualified names written in the task (``Cart.add``, ``shop.tax.compute_tax``, backticked
+   words), file paths (``shop/tax.py``, ``shop/tax.py:12``, traceback lines) and focus files.
+   Sources are fused like reciprocal rank fusion into a personalization vector.
+2. Expansion. Two hops over the reference graph (calls, inheritance, type uses, imports,
+   nesting; ambiguous references through their candidates), ranked by personalized PageRank
+   seeded with step 1 (`retrieval.pagerank`).
+3. Packing. In rank order, definitions go in whole (a method grows to its class when the class
+   is small), overlapping spans merge, a definition too large for one item is cut to the chunk
+   that was hit; once full items have used ``full_share`` of the budget the rest are
+   signature-only skeletons (signature and first doc line). The budget is filled until no
+   further skeleton fits, counted with a real tokenizer, and the final text is counted again.
+4. Provenance. Every item says why it is there: the hit (source and rank) or the edge
+   (relation, neighbour, seed it came from), with its token cost and score.
+
+Tokens are counted with `retrieval.tokens` (o200k BPE from quicktok-v1 when installed, else
+the MiniLM WordPiece); see that module for how its counts compare with other LLM tokenizers.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from indexer.errors import RepoctxError
+from indexer.languages import language_for_path
+from indexer.lexical import query_terms, split_identifier
+from indexer.models import CLASS_KINDS
+
+from .pagerank import collect_subgraph, personalized_pagerank
+from .search import lexical
+from .tokens import TokenCounter, get_tokenizer
+
+HIT_SOURCES = ("focus", "symbol", "path", "lexical", "semantic")
+FULL, SKELETON = "full", "skeleton"
+PREAMBLE = (
+    "Repository context selected for the task. Each block starts with `path:start-end` and "
+    "holds those lines verbatim; the last section lists related definitions by signature only."
+)
+SKELETON_HEADER = "Related definitions (signatures only):"
+_SEP_FULL, _SEP_SKEL = "\n\n", "\n"
+#: No tokenizer here packs code into more bytes per token than this (o200k: at most 6.9 on
+#: stdlib definitions; WordPiece skips whitespace): larger definitions are not even read.
+MAX_BYTES_PER_TOKEN = 16
+
+
+class ContextError(RepoctxError):
+    """The context cannot be assembled — check the focus paths and the budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why an item is in the pack: a hit (``source`` in HIT_SOURCES, with its rank) or an
+    edge of the reference graph (``source`` is the relation, read "<item> <relation> <via>",
+    reached from ``seed``)."""
+
+    source: str
+    rank: int = 0
+    via: str = ""
+    seed: str = ""
+    confidence: float = 0.0
+
+    def __str__(self) -> str:
+        if self.source in HIT_SOURCES:
+            return f"{self.source} hit #{self.rank}" if self.rank else f"{self.source} hit"
+        text = f"{self.source} {self.via}"
+        if self.seed and self.seed != self.via:
+            text += f" (from seed {self.seed})"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class ContextItem:
+    """One block of the pack: ``kind`` full (the lines, verbatim) or skeleton (signature)."""
+
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str  # module-qualified definition, '' for module-level lines
+    kind: str
+    text: str
+    tokens: int
+    score: float
+    reasons: tuple[Reason, ...]
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return (self.start_line, self.end_line)
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """A starting point: a search hit, a name or path in the task, or a focus file."""
+
+    source: str
+    rank: int
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str
+    score: float
+
+
+@dataclass(frozen=True)
+class ContextPack:
+    task: str
+    budget: int
+    used_tokens: int  # of render(), counted by ``tokenizer``
+    items: tuple[ContextItem, ...]
+    seeds: tuple[Seed, ...]
+    timings: dict[str, float]  # milliseconds per phase
+    tokenizer: str = ""
+    warnings: tuple[str, ...] = ()
+    line_numbers: bool = False
+
+    def render(self) -> str:
+        """The pack as prompt text: full blocks in rank order, then the skeleton list."""
+        return _render([i.text for i in self.items if i.kind == FULL],
+                       [i.text for i in self.items if i.kind == SKELETON])
+
+    def covers(self, path: str, start_line: int, end_line: int) -> bool:
+        """Whether a full item holds all of ``path:start_line-end_line``."""
+        return any(i.kind == FULL and i.path == path and i.start_line <= start_line
+                   and end_line <= i.end_line for i in self.items)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for item, src in zip(d["items"], self.items, strict=True):
+            item["reasons"] = [{**asdict(r), "text": str(r)} for r in src.reasons]
+        return d
+
+
+@dataclass(frozen=True)
+class PackPolicy:
+    """Knobs of assembly; the defaults were set on benchmarks/localization.py."""
+
+    #: Rank constant of the seed fusion (smaller: top hits dominate more).
+    seed_k: int = 10
+    source_weights: dict[str, float] = field(default_factory=lambda: {
+        "focus": 3.0, "symbol": 2.0, "path": 1.0, "lexical": 1.0, "semantic": 1.0,
+    })
+    lexical_k: int = 30
+    semantic_k: int = 30
+    #: Identifiers matching more definitions than this are too ambiguous to seed.
+    max_ambiguous: int = 8
+    use_graph: bool = True  # False: seeds in fused order only (the baseline)
+    alpha: float = 0.3  # PageRank restart probability
+    hops: int = 2
+    fanout: int = 30
+    expand: int = 120
+    full_share: float = 0.8  # of the budget for full items; the rest for skeletons
+    item_share: float = 0.35  # largest single full item
+    expand_share: float = 0.15  # a member grows to its top-level class up to this size
+    focus_share: float = 0.5  # whole focus files up to this size
+    max_candidates: int = 1500
+    #: Test code rarely is what a task is about: seeds and scores in test files count this much
+    #: (focus files excepted).
+    test_weight: float = 0.3
+    full_candidates: int = 200  # only this many of the best are tried in full at first
+    line_numbers: bool = False  # prefix every code line with its number
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def assemble_context(
+    conn: sqlite3.Connection,
+    root: str | Path,
+    task: str,
+    budget_tokens: int,
+    *,
+    focus: Sequence[str] = (),
+    searcher=None,
+    tokenizer: TokenCounter | str | None = None,
+    index_dir: str | Path | None = None,
+    policy: PackPolicy | None = None,
+) -> ContextPack:
+    """Assemble the context for ``task`` within ``budget_tokens`` tokens of ``tokenizer``.
+
+    ``searcher`` (a `retrieval.search.Searcher`) supplies semantic hits when the index has
+    vectors; without one, ``index_dir`` makes one, and with neither the seeds are lexical and
+    exact only. ``focus`` entries are paths relative to ``root`` (files or directories, with an
+    optional ``:line`` or ``:start-end``)."""
+    t0 = time.perf_counter()
+    policy = policy or PackPolicy()
+    counter = tokenizer if isinstance(tokenizer, TokenCounter) else get_tokenizer(tokenizer)
+    root = Path(root)
+    if searcher is None and index_dir is not None:
+        from .search import Searcher
+
+        searcher = Searcher(conn, Path(index_dir), root)
+    repo = _Repo(conn, root)
+    timings: dict[str, float] = {}
+    warnings: list[str] = []
+    seeds = _Seeds(repo, policy)
+    seeds.add_focus(focus, counter, budget_tokens)
+    seeds.add_task(task, searcher, warnings)
+    timings["seeds"] = _ms(t0)
+
+    t1 = time.perf_counter()
+    scores, edge_reasons = _rank(repo, seeds, policy)
+    timings["rank"] = _ms(t1)
+
+    t2 = time.perf_counter()
+    packer = _Packer(repo, counter, budget_tokens, policy)
+    items = packer.pack(seeds, scores, edge_reasons)
+    text = _render([i.text for i in items if i.kind == FULL],
+                   [i.text for i in items if i.kind == SKELETON])
+    used = counter.count(text)
+    while used > budget_tokens and items:  # token merges across block boundaries
+        drop = max(range(len(items)), key=lambda k: (items[k].kind == SKELETON, k))
+        items.pop(drop)
+        text = _render([i.text for i in items if i.kind == FULL],
+                       [i.text for i in items if i.kind == SKELETON])
+        used = counter.count(text) if items else 0
+    timings["pack"] = _ms(t2)
+    timings["total"] = _ms(t0)
+    return ContextPack(
+        task=task, budget=budget_tokens, used_tokens=used, items=tuple(items),
+        seeds=tuple(seeds.records), timings=timings, tokenizer=counter.name,
+        warnings=tuple(warnings), line_numbers=policy.line_numbers,
+    )
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 2)
+
+
+def _render(fulls: Sequence[str], skeletons: Sequence[str]) -> str:
+    if not fulls and not skeletons:
+        return ""
+    out = [PREAMBLE, _SEP_FULL]
+    for text in fulls:
+        out += [text, _SEP_FULL]
+    if skeletons:
+        out += [SKELETON_HEADER, _SEP_SKEL]
+        for text in skeletons:
+            out += [text, _SEP_SKEL]
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- index access
+
+
+@dataclass(slots=True)
+class _Sym:
+    id: int
+    path: str
+    name: str
+    qualname: str
+    kind: str
+    start: int
+    end: int
+    signature: str
+    doc: str
+    parent: int | None
+    language: str
+    module: str
+    nbytes: int
+
+    @property
+    def local(self) -> str:
+        """The qualified name inside its file (``Cart.add``)."""
+        if self.module and self.qualname.startswith(self.module + "."):
+            return self.qualname[len(self.module) + 1 :]
+        return self.qualname
+
+
+_SYM_SQL = (
+    "SELECT s.id, f.path, s.name, s.qualname, s.kind, s.start_line, s.end_line, s.signature, "
+    "s.doc, s.parent_id, coalesce(f.language, ''), coalesce(f.module, ''), "
+    "s.end_byte - s.start_byte "
+    "FROM symbols s JOIN files f ON f.id = s.file_id "
+)
+
+
+class _Repo:
+    """Cached reads of the index and of the files on disk."""
+
+    def __init__(self, conn: sqlite3.Connection, root: Path) -> None:
+        self.conn = conn
+        self.root = root
+        self.syms: dict[int, _Sym] = {}
+        self._file_syms: dict[str, list[_Sym]] = {}
+        self._lines: dict[str, list[str] | None] = {}
+        self._paths: set[str] | None = None
+
+    def load(self, ids: Iterable[int]) -> None:
+        """Load symbols and their ancestors."""
+        want = [i for i in set(ids) if i not in self.syms]
+        while want:
+            for k in range(0, len(want), 900):
+                part = want[k : k + 900]
+                rows = self.conn.execute(
+                    _SYM_SQL + f"WHERE s.id IN ({','.join('?' * len(part))})", part).fetchall()
+                for row in rows:
+                    self.syms[row[0]] = _Sym(*row)
+            want = list({s.parent for s in self.syms.values()
+                         if s.parent is not None and s.parent not in self.syms})
+
+    def file_symbols(self, path: str) -> list[_Sym]:
+        if path not in self._file_syms:
+            rows = self.conn.execute(
+                _SYM_SQL + "WHERE f.path = ? ORDER BY s.start_line, s.end_line DESC", [path])
+            syms = [_Sym(*row) for row in rows]
+            for s in syms:
+                self.syms.setdefault(s.id, s)
+            self._file_syms[path] = syms
+        return self._file_syms[path]
+
+    def top(self, sym: _Sym) -> _Sym:
+        """The outermost definition around ``sym`` (itself when top-level)."""
+        seen = 0
+        while sym.parent is not None and sym.parent in self.syms and seen < 32:
+            sym = self.syms[sym.parent]
+            seen += 1
+        return sym
+
+    def lines(self, path: str) -> list[str] | None:
+        if path not in self._lines:
+            try:
+                text = (self.root / path).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                self._lines[path] = None
+            else:
+                self._lines[path] = text.splitlines()
+        return self._lines[path]
+
+    def paths(self) -> set[str]:
+        if self._paths is None:
+            self._paths = {r[0] for r in self.conn.execute("SELECT path FROM files")}
+        return self._paths
+
+    def match_path(self, text: str) -> list[str]:
+        """Indexed files that ``text`` names: exactly, or by its longest matching tail
+        (an absolute path from a traceback names a file of the repository)."""
+        text = text.strip().strip("'\"`").replace("\\", "/").removeprefix("./")
+        if not text:
+            return []
+        paths = self.paths()
+        if text in paths:
+            return [text]
+        parts = [p for p in text.split("/") if p]
+        for k in range(len(parts)):
+            tail = "/".join(parts[k:])
+            hits = [p for p in paths if p == tail or p.endswith("/" + tail)]
+            if hits:
+                # a bare common file name (``__init__.py``) names nothing in particular
+                return hits if len(hits) <= 3 or k < len(parts) - 1 else []
+        return []
+
+
+# --------------------------------------------------------------------------- seeds
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)+")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_BACKTICK = re.compile(r"`([^`\n]{1,200})`")
+_PATHLIKE = re.compile(r"(?:[\w.\-]+/)*[\w\-]+\.[A-Za-z0-9+]{1,5}(?::\d+(?:-\d+)?)?|(?:[\w.\-]+/)+[\w.\-]+")
+_TRACEBACK = re.compile(r"File \"([^\"]+)\", line (\d+)")
+_CAMEL = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]")
+Key = int | tuple  # a symbol id, or ("span", path, start, end) for lines outside definitions
+
+
+def _norm(term: str) -> str:
+    term = term.lower()
+    return term[:-1] if len(term) > 3 and term.endswith("s") and not term.endswith("ss") else term
+
+
+def _terms(text: str) -> set[str]:
+    return {_norm(p) for ident in _WORD.findall(text) for p in split_identifier(ident)}
+
+
+class _Seeds:
+    """Seed scores (the personalization vector), hit reasons and seed records."""
+
+    def __init__(self, repo: _Repo, policy: PackPolicy) -> None:
+        self.repo = repo
+        self.policy = policy
+        self.weight: dict[Key, float] = defaultdict(float)
+        self.reasons: dict[Key, list[Reason]] = defaultdict(list)
+        self.hit_spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        self.pinned: dict[Key, int] = {}  # focus units -> order
+        self.records: list[Seed] = []
+        self.spans: dict[tuple, tuple[str, int, int]] = {}
+
+    def _credit(self, key: Key, source: str, rank: int, share: float = 1.0) -> None:
+        w = self.policy.source_weights.get(source, 1.0) / (self.policy.seed_k + rank) * share
+        self.weight[key] += w
+        if not any(r.source == source for r in self.reasons[key]):
+            self.reasons[key].append(Reason(source, rank))
+
+    def _span_key(self, path: str, start: int, end: int) -> tuple:
+        key = ("span", path, start, end)
+        self.spans[key] = (path, start, end)
+        return key
+
+    # -- focus ----------------------------------------------------------------------------
+
+    def add_focus(self, focus: Sequence[str], counter: TokenCounter, budget: int) -> None:
+        order = 0
+        for entry in focus:
+            for path, span in self._focus_paths(entry):
+                lines = self.repo.lines(path)
+                if lines is None:
+                    raise ContextError(f"Cannot read focus file {path} — check the path.")
+                n = max(len(lines), 1)
+                syms = [s for s in self.repo.file_symbols(path) if s.kind != "module"]
+                if span is not None:
+                    start, end = max(1, span[0]), min(n, span[1])
+                    if start > end:
+                        raise ContextError(
+                            f"Focus {entry} is outside {path} ({n} lines) — fix the line range.")
+                    units: list[Key] = [self._span_key(path, start, end)]
+                else:
+                    cost = counter.count("\n".join(lines))
+                    if cost <= self.policy.focus_share * budget or not syms:
+                        units = [self._span_key(path, 1, n)]
+                    else:
+                        units = [s.id for s in syms if s.parent is None]
+                for key in units:
+                    order += 1
+                    self.pinned[key] = order
+                    self._credit(key, "focus", order)
+                self.records.append(Seed("focus", order, path, span[0] if span else 1,
+                                         span[1] if span else n, "", 1.0))
+
+    def _focus_paths(self, entry: str) -> list[tuple[str, tuple[int, int] | None]]:
+        m = re.fullmatch(r"(.+?):(\d+)(?:-(\d+))?", entry)
+        raw, span = (m.group(1), (int(m.group(2)), int(m.group(3) or m.group(2)))) if m else (entry, None)
+        p = Path(raw)
+        full = p if p.is_absolute() else self.repo.root / p
+        try:
+            rel = full.resolve().relative_to(self.repo.root.resolve()).as_posix()
+        except ValueError as exc:
+            raise ContextError(f"Focus path {raw} is outside the repository {self.repo.root} "
+                               "— pass a path inside it.") from exc
+        if full.is_dir():
+            prefix = "" if rel == "." else rel.rstrip("/") + "/"
+            files = sorted(q for q in self.repo.paths() if q.startswith(prefix))
+            if not files:
+                raise ContextError(f"No indexed files under focus directory {raw} — "
+                                   "check the path or run `repoctx index build`.")
+            return [(q, None) for q in files]
+        if not full.is_file():
+            raise ContextError(f"Focus path {raw} does not exist — check the path.")
+        return [(rel, span)]
+
+    # -- the task -------------------------------------------------------------------------
+
+    def add_task(self, task: str, searcher, warnings: list[str]) -> None:
+        self._add_paths(task)
+        self._add_identifiers(task)
+        terms = {_norm(t) for t in query_terms(task)}
+        ranked: dict[str, list[int]] = {
+            "lexical": [c.chunk_id for c in lexical(self.repo.conn, task, k=self.policy.lexical_k)]
+        }
+        if searcher is not None and searcher.semantic_coverage() > 0:
+            try:
+                ranked["semantic"] = [
+                    c.chunk_id for c in searcher.semantic(task, k=self.policy.semantic_k)]
+            except RepoctxError as exc:
+                warnings.append(f"semantic search unavailable: {exc}")
+        ids = sorted({cid for cids in ranked.values() for cid in cids})
+        if not ids:
+            return
+        chunks = {
+            row[0]: row[1:]
+            for row in self.repo.conn.execute(
+                "SELECT c.id, f.path, c.start_line, c.end_line, c.symbol FROM chunks c "
+                f"JOIN files f ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})", ids)
+        }
+        for source, cids in ranked.items():
+            for rank, cid in enumerate(cids, 1):
+                if cid not in chunks:
+                    continue
+                path, start, end, symbol = chunks[cid]
+                w = self.policy.source_weights.get(source, 1.0) / (self.policy.seed_k + rank)
+                self.records.append(Seed(source, rank, path, start, end, symbol, round(w, 6)))
+                for key, share in self._chunk_units(path, start, end, terms):
+                    self._credit(key, source, rank, share)
+                    if isinstance(key, int):
+                        self.hit_spans[key].append((start, end))
+
+    def _chunk_units(self, path: str, start: int, end: int, terms: set[str]) -> list[tuple[Key, float]]:
+        """The definitions a chunk holds, each with its share of the hit: by how many task
+        terms its own lines contain (a class's own lines exclude its methods)."""
+        syms = [s for s in self.repo.file_symbols(path) if s.kind != "module"]
+        inside = [s for s in syms if start <= s.start <= end]
+        if not inside:  # a part of a long definition: the innermost one around it
+            around = [s for s in syms if s.start < start <= s.end]
+            if not around:
+                return [(self._span_key(path, start, end), 1.0)]
+            return [(min(around, key=lambda s: s.end - s.start).id, 1.0)]
+        lines = self.repo.lines(path) or []
+        owned: dict[int, set[int]] = {}
+        for s in inside:
+            own = set(range(max(s.start, start), min(s.end, end) + 1))
+            for c in inside:
+                if c.parent == s.id:
+                    own -= set(range(c.start, c.end + 1))
+            owned[s.id] = own
+        units: list[tuple[Key, set[int]]] = [(s.id, owned[s.id]) for s in inside]
+        covered = {ln for s in inside for ln in range(s.start, s.end + 1)}
+        covered |= {ln for s in syms if s.parent is None for ln in range(s.start, s.end + 1)}
+        rest = [ln for ln in range(start, end + 1) if ln not in covered]
+        for run in _runs(rest):
+            units.append((self._span_key(path, run[0], run[-1]), set(run)))
+        scored = []
+        for key, own in units:
+            text = "\n".join(lines[i - 1] for i in sorted(own) if 0 < i <= len(lines))
+            matched = len(terms & _terms(text)) if terms else 0
+            if isinstance(key, tuple) and matched == 0:
+                continue  # module-level lines that say nothing about the task
+            scored.append((key, (matched + 0.1) ** 2))
+        total = sum(w for _, w in scored) or 1.0
+        return [(key, w / total) for key, w in scored]
+
+    def _add_paths(self, task: str) -> None:
+        found: list[tuple[str, tuple[int, int] | None]] = []
+        for m in _TRACEBACK.finditer(task):
+            found.append((m.group(1), (int(m.group(2)), int(m.group(2)))))
+        for m in _PATHLIKE.finditer(task):
+            text = m.group(0)
+            raw, _, lines = text.partition(":")
+            if "/" not in raw and language_for_path(raw) is None:
+                continue
+            span = None
+            if lines:
+                a, _, b = lines.partition("-")
+                span = (int(a), int(b or a))
+            found.append((raw, span))
+        rank = 0
+        seen: set[tuple] = set()
+        for raw, span in found:
+            for path in self.repo.match_path(raw):
+                if (path, span) in seen:
+                    continue
+                seen.add((path, span))
+                rank += 1
+                syms = [s for s in self.repo.file_symbols(path) if s.kind != "module"]
+                if span is not None:
+                    holders = [s for s in syms if s.start <= span[0] <= s.end]
+                    keys: list[Key] = ([min(holders, key=lambda s: s.end - s.start).id] if holders
+                                       else [self._span_key(path, span[0], span[1])])
+                else:
+                    keys = [s.id for s in syms if s.parent is None] or [
+                        s.id for s in self.repo.file_symbols(path)]
+                for key in keys:
+                    self._credit(key, "path", rank, 1.0 / len(keys))
+                n = len(self.repo.lines(path) or [])
+                self.records.append(Seed("path", rank, path, span[0] if span else 1,
+                                         span[1] if span else n, "", 1.0))
+
+    def _add_identifiers(self, task: str) -> None:
+        idents: list[str] = []
+        coded = {w for m in _BACKTICK.finditer(task) for w in _DOTTED.findall(m.group(1))
+                 + _WORD.findall(m.group(1))}
+        for m in _DOTTED.finditer(task):
+            text = m.group(0).replace("::", ".")
+            parts = text.split(".")
+            if language_for_path(text) is None and all(len(p) > 1 for p in parts):
+                idents.append(text)
+        for m in _WORD.finditer(task):
+            w = m.group(0)
+            after = task[m.end() : m.end() + 1]
+            if len(w) < 3:
+                continue
+            if w in coded or after == "(" or "_" in w.strip("_") or _CAMEL.search(w) or w[0].isupper():
+                idents.append(w)
+        for w in coded:
+            if w not in idents and len(w) > 2:
+                idents.append(w)
+        rank = 0
+        seen: set[str] = set()
+        credited: set[int] = set()
+        for ident in idents:
+            if ident in seen:
+                continue
+            seen.add(ident)
+            hits = self._resolve_identifier(ident)
+            if not hits or len(hits) > self.policy.max_ambiguous:
+                continue
+            hits = [s for s in hits if s.id not in credited]
+            if not hits:  # `JSONDecoder.raw_decode` and then `raw_decode`
+                continue
+            credited.update(s.id for s in hits)
+            rank += 1
+            for s in hits:
+                self._credit(s.id, "symbol", rank, 1.0 / len(hits))
+                self.records.append(Seed("symbol", rank, s.path, s.start, s.end, s.qualname,
+                                         round(1.0 / len(hits), 4)))
+
+    def _resolve_identifier(self, ident: str) -> list[_Sym]:
+        last = ident.rsplit(".", 1)[-1]
+        rows = self.repo.conn.execute(_SYM_SQL + "WHERE s.name = ? LIMIT 200", [last]).fetchall()
+        syms = [_Sym(*r) for r in rows]
+        for s in syms:
+            self.repo.syms.setdefault(s.id, s)
+        if "." not in ident:
+            return [s for s in syms if s.kind != "module"]
+        exact = [s for s in syms if s.qualname == ident]
+        return exact or [s for s in syms if s.qualname.endswith("." + ident)]
+
+
+_TEST_DIRS = frozenset({"test", "tests", "testing", "__tests__", "spec"})
+
+
+def is_test_path(path: str) -> bool:
+    """Test code by the usual conventions of the languages repoctx parses."""
+    parts = path.split("/")
+    name = parts[-1]
+    if any(p in _TEST_DIRS for p in parts[:-1]):
+        return True
+    stem = name.rsplit(".", 1)[0]
+    return (name.startswith("test_") or stem.endswith("_test") or name == "conftest.py"
+            or stem.endswith((".test", ".spec")) or stem.endswith("Test") and name.endswith(".java"))
+
+
+def _runs(lines: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for ln in lines:
+        if out and out[-1][-1] == ln - 1:
+            out[-1].append(ln)
+        else:
+            out.append([ln])
+    return out
+
+
+# --------------------------------------------------------------------------- ranking
+
+
+def _key_path(repo: _Repo, seeds: _Seeds, key: Key) -> str:
+    if isinstance(key, tuple):
+        return key[1]
+    sym = repo.syms.get(key)
+    return sym.path if sym is not None else ""
+
+
+def _rank(repo: _Repo, seeds: _Seeds, policy: PackPolicy) -> tuple[dict[Key, float], dict]:
+    """Scores of every candidate and edge reasons of those reached through the graph."""
+    tw = policy.test_weight
+
+    def damp(key: Key, w: float) -> float:
+        if tw == 1.0 or key in seeds.pinned or not is_test_path(_key_path(repo, seeds, key)):
+            return w
+        return w * tw
+
+    weights = {k: damp(k, w) for k, w in seeds.weight.items()}
+    total = sum(weights.values()) or 1.0
+    p = {k: w / total for k, w in weights.items()}
+    sym_seeds = {k: w for k, w in p.items() if isinstance(k, int)}
+    scores: dict[Key, float] = {}
+    edge_reasons: dict[int, list[Reason]] = {}
+    if policy.use_graph and sym_seeds:
+        graph = collect_subgraph(repo.conn, sym_seeds, hops=policy.hops, fanout=policy.fanout,
+                                 expand=policy.expand)
+        ranking = personalized_pagerank(graph, sym_seeds, alpha=policy.alpha)
+        scores.update(ranking.scores)
+        # span seeds are outside the graph: give them what a seed keeps after the walk
+        for k, w in p.items():
+            if not isinstance(k, int):
+                scores[k] = policy.alpha * w
+        top = sorted((k for k in ranking.scores if k not in sym_seeds),
+                     key=lambda k: -ranking.scores[k])[: policy.max_candidates]
+        repo.load([*sym_seeds, *top, *(e.src for k in top for e in ranking.via.get(k, ()))])
+
+        def origin(node: int, depth: int = 0) -> int:
+            if node in sym_seeds or depth > 4 or not ranking.via.get(node):
+                return node
+            return origin(ranking.via[node][0].src, depth + 1)
+
+        for node in top:
+            out = []
+            for e in ranking.via.get(node, ()):
+                via, seed = repo.syms.get(e.src), repo.syms.get(origin(e.src))
+                if via is not None:
+                    out.append(Reason(e.relation, via=via.qualname,
+                                      seed=seed.qualname if seed else "",
+                                      confidence=round(e.confidence, 3)))
+            edge_reasons[node] = out
+        keep = set(top) | set(p)
+        scores = {k: damp(k, v) if k not in p else v for k, v in scores.items() if k in keep}
+    else:
+        scores = dict(p)
+        repo.load(sym_seeds)
+    return scores, edge_reasons
+
+
+# --------------------------------------------------------------------------- packing
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    path: str
+    start: int
+    end: int
+    symbol: str  # module-qualified
+    local: str  # as written in its file
+    lang: str
+
+
+@dataclass(slots=True, eq=False)  # identity: two drafts may hold equal values
+class _Draft:
+    unit: _Unit
+    kind: str
+    text: str
+    tokens: int
+    score: float
+    order: int
+    reasons: list[Reason]
+    key: Key | None = None
+
+
+class _Packer:
+    """Greedy packing in rank order with exact token accounting."""
+
+    def __init__(self, repo: _Repo, counter: TokenCounter, budget: int, policy: PackPolicy) -> None:
+        self.repo = repo
+        self.counter = counter
+        self.budget = budget
+        self.policy = policy
+        self.full: list[_Draft] = []
+        self.skel: list[_Draft] = []
+        self.full_tokens = 0
+        self.skel_tokens = 0
+        self.preamble = counter.count(PREAMBLE + _SEP_FULL)
+        self.skel_header = counter.count(SKELETON_HEADER + _SEP_SKEL)
+        self._texts: dict[tuple[str, int, int], tuple[str, int] | None] = {}
+
+    @property
+    def used(self) -> int:
+        header = self.skel_header if self.skel else 0
+        return self.preamble + self.full_tokens + self.skel_tokens + header
+
+    def _add(self, d: _Draft) -> None:
+        if d.kind == FULL:
+            self.full.append(d)
+            self.full_tokens += d.tokens
+        else:
+            self.skel.append(d)
+            self.skel_tokens += d.tokens
+
+    def _remove(self, d: _Draft) -> None:
+        if d.kind == FULL:
+            self.full.remove(d)
+            self.full_tokens -= d.tokens
+        else:
+            self.skel.remove(d)
+            self.skel_tokens -= d.tokens
+
+    def pack(self, seeds: _Seeds, scores: dict[Key, float],
+             edge_reasons: dict[int, list[Reason]]) -> list[ContextItem]:
+        if self.budget <= self.preamble + self.skel_header:
+            return []
+        order = sorted(scores, key=lambda k: (k not in seeds.pinned, seeds.pinned.get(k, 0),
+                                              -scores[k], str(k)))
+
+        def reasons(key: Key) -> list[Reason]:
+            return [*seeds.reasons.get(key, ()), *edge_reasons.get(key, ())][:4]
+
+        later: list[tuple[int, Key]] = []
+        full_cap = self.policy.full_share * self.budget
+        pinned_cap = max(full_cap, self.policy.focus_share * self.budget)
+        for rank, key in enumerate(order):
+            unit = self._unit(key, seeds)
+            if unit is None:
+                continue
+            cap = pinned_cap if key in seeds.pinned else full_cap
+            is_module = isinstance(key, int) and self.repo.syms[key].kind == "module"
+            if (is_module or rank >= self.policy.full_candidates or cap - self.full_tokens < 16
+                    or not self._try_full(key, unit, seeds, scores[key], rank, reasons(key), cap)):
+                later.append((rank, key))
+        for rank, key in later:
+            if self.budget - self.used < 4:
+                break
+            self._try_skeleton(key, self._unit(key, seeds), seeds, scores[key], rank, reasons(key))
+        # Room left once every candidate has a place: show skeletons in full, best first.
+        for d in sorted(self.skel, key=lambda d: d.order):
+            if self.budget - self.used < 16:
+                break
+            if not any(d is x for x in self.skel):  # absorbed by an earlier upgrade
+                continue
+            self._remove(d)
+            unit = self._unit(d.key, seeds)
+            if not self._try_full(d.key, unit, seeds, d.score, d.order, d.reasons, self.budget):
+                self._add(d)
+        drafts = sorted(self.full, key=lambda d: d.order) + sorted(self.skel, key=lambda d: d.order)
+        # A skeleton holds the first line of its definition (the signature), not the body.
+        return [ContextItem(d.unit.path, d.unit.start, d.unit.end if d.kind == FULL else d.unit.start,
+                            d.unit.symbol, d.kind, d.text, d.tokens, round(d.score, 8),
+                            tuple(d.reasons)) for d in drafts]
+
+    def _unit(self, key: Key, seeds: _Seeds) -> _Unit | None:
+        """A candidate's own definition (or span of module-level lines)."""
+        if isinstance(key, tuple):
+            path, start, end = seeds.spans[key]
+            return _Unit(path, start, end, "", "", language_for_path(path) or "")
+        sym = self.repo.syms.get(key)
+        if sym is None:
+            return None
+        return _sym_unit(sym)
+
+    def _choose(self, key: Key, unit: _Unit, seeds: _Seeds, room: float
+                ) -> tuple[_Unit, str, int] | None:
+        """The span shown in full: the enclosing class when small, else the definition, else
+        the chunk that was hit when the definition is too large for one item."""
+        item_cap = min(self.policy.item_share * self.budget, room)
+        sym = self.repo.syms.get(key) if isinstance(key, int) else None
+        if sym is not None:
+            top = self.repo.top(sym)
+            limit = min(self.policy.expand_share * self.budget, room)
+            if top.id != sym.id and top.kind in CLASS_KINDS and top.nbytes <= limit * MAX_BYTES_PER_TOKEN:
+                grown = _sym_unit(top)
+                got = self._text(grown)
+                if got is not None and got[1] <= limit:
+                    return grown, *got
+            if sym.kind in CLASS_KINDS:  # a large class competes through its members
+                item_cap = min(item_cap, self.policy.expand_share * self.budget)
+        if sym is None or sym.nbytes <= item_cap * MAX_BYTES_PER_TOKEN:
+            got = self._text(unit)
+            if got is not None and got[1] <= item_cap:
+                return unit, *got
+        if sym is not None and sym.kind in CLASS_KINDS:
+            return None
+        for a, b in seeds.hit_spans.get(key, ()) if isinstance(key, int) else ():
+            part = _Unit(unit.path, max(a, unit.start), min(b, unit.end), unit.symbol, unit.local,
+                         unit.lang)
+            got = self._text(part)
+            if got is not None and got[1] <= item_cap:
+                return part, *got
+        return None
+
+    def _try_full(self, key: Key, unit: _Unit, seeds: _Seeds, score: float, rank: int,
+                  reasons: list[Reason], cap: float) -> bool:
+        room = min(cap - self.full_tokens, self.budget - self.used)
+        for d in self.full:  # room freed by what the new item would absorb is not counted
+            if d.unit.path == unit.path and not (d.unit.end < unit.start or unit.end < d.unit.start):
+                room += d.tokens
+        chosen = self._choose(key, unit, seeds, room + self.skel_tokens)
+        if chosen is None:
+            return False
+        unit, text, tokens = chosen
+        same = [d for d in self.full if d.unit.path == unit.path]
+        for d in same:
+            if d.unit.start <= unit.start and unit.end <= d.unit.end:
+                _merge_reasons(d.reasons, reasons)
+                return True
+        overlap = [d for d in same if not (d.unit.end < unit.start or unit.end < d.unit.start)]
+        if overlap:
+            outer = max([unit, *(d.unit for d in overlap)], key=lambda u: u.end - u.start)
+            unit = _Unit(unit.path, min([unit.start, *(d.unit.start for d in overlap)]),
+                         max([unit.end, *(d.unit.end for d in overlap)]), outer.symbol,
+                         outer.local, unit.lang)
+            got = self._text(unit)
+            if got is None:
+                return False
+            text, tokens = got
+        covered = [d for d in self.skel
+                   if d.unit.path == unit.path and unit.start <= d.unit.start and d.unit.end <= unit.end]
+        freed_full = sum(d.tokens for d in overlap)
+        freed = freed_full + sum(d.tokens for d in covered)
+        if covered and len(covered) == len(self.skel):
+            freed += self.skel_header
+        if self.full_tokens - freed_full + tokens > cap or self.used - freed + tokens > self.budget:
+            return False
+        merged = list(reasons)
+        for d in [*overlap, *covered]:
+            self._remove(d)
+            rank = min(rank, d.order) if d.kind == FULL else rank
+            score = max(score, d.score)
+            _merge_reasons(merged, [r for r in d.reasons if r.via != unit.symbol])
+        self._add(_Draft(unit, FULL, text, tokens, score, rank, merged, key))
+        return True
+
+    def _try_skeleton(self, key: Key, unit: _Unit | None, seeds: _Seeds, score: float, rank: int,
+                      reasons: list[Reason]) -> bool:
+        if unit is None:
+            return False
+        for d in self.full:
+            if d.unit.path == unit.path and d.unit.start <= unit.start and unit.end <= d.unit.end:
+                _merge_reasons(d.reasons, reasons)
+                return True
+        text = self._skeleton_text(key, unit)
+        tokens = self.counter.count(text + _SEP_SKEL)
+        header = 0 if self.skel else self.skel_header
+        if self.used + header + tokens > self.budget:
+            return False
+        self._add(_Draft(unit, SKELETON, text, tokens, score, rank, list(reasons), key))
+        return True
+
+    # -- text -----------------------------------------------------------------------------
+
+    def _text(self, unit: _Unit) -> tuple[str, int] | None:
+        """The full block of a unit and its token cost (separator included), cached."""
+        cache_key = (unit.path, unit.start, unit.end)
+        if cache_key not in self._texts:
+            lines = self.repo.lines(unit.path)
+            if lines is None or unit.start > len(lines):
+                self._texts[cache_key] = None
+            else:
+                end = min(unit.end, len(lines))
+                body = lines[unit.start - 1 : end]
+                if self.policy.line_numbers:
+                    width = len(str(end))
+                    body = [f"{unit.start + i:>{width}}| {ln}" for i, ln in enumerate(body)]
+                header = f"{unit.path}:{unit.start}-{end}" + (f" ({unit.local})" if unit.local else "")
+                text = f"{header}\n```{unit.lang}\n" + "\n".join(body) + "\n```"
+                self._texts[cache_key] = (text, self.counter.count(text + _SEP_FULL))
+        return self._texts[cache_key]
+
+    def _skeleton_text(self, key: Key, unit: _Unit) -> str:
+        if isinstance(key, tuple):
+            lines = self.repo.lines(unit.path) or []
+            first = next((ln.strip() for ln in lines[unit.start - 1 : unit.end] if ln.strip()), "")
+            return f"{unit.path}:{unit.start}-{unit.end}  {_clip(first)}"
+        sym = self.repo.syms[key]
+        doc = sym.doc.strip().splitlines()[0].strip() if sym.doc.strip() else ""
+        if sym.kind == "module":
+            text = f"{sym.path}  module {sym.qualname}"
+        else:
+            sig = _clip(" ".join(sym.signature.split())) or f"{sym.kind} {sym.name}"
+            nested = sym.local if "." in sym.local else ""
+            text = f"{sym.path}:{sym.start}-{sym.end}  " + (f"{nested}: " if nested else "") + sig
+        return text + (f"  — {_clip(doc, 120)}" if doc else "")
+
+
+def _sym_unit(sym: _Sym) -> _Unit:
+    return _Unit(sym.path, sym.start, sym.end, sym.qualname, sym.local, sym.language)
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _merge_reasons(into: list[Reason], more: Sequence[Reason]) -> None:
+    for r in more:
+        if r not in into and len(into) < 6:
+            into.append(r)

@@ -1,0 +1,154 @@
+"""The semantic index end to end: chunks, vectors in LanceDB, reuse by content hash, model
+mismatch, resumable embedding, and search in every mode on a planted answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from indexer import store
+from indexer.build import build
+from indexer.config import load_config
+from indexer.embed import HashingEmbedder
+from indexer.errors import ModelMismatchError
+from indexer.semantic import embed_pending
+from retrieval.search import Searcher
+from tests.conftest import make_repo, write_files
+
+FILES = {
+    "net/upload.py": '''
+        """Moving files to the storage service."""
+        import time
+
+
+        def push_blob_with_backoff(client, blob, attempts=5):
+            """Send a blob again after transient connection errors, waiting longer each time."""
+            delay = 0.5
+            for _ in range(attempts):
+                try:
+                    return client.put(blob)
+                except ConnectionError:
+                    time.sleep(delay)
+                    delay *= 2
+            raise ConnectionError("gave up")
+        ''',
+    "text/render.py": '''
+        def render_markdown_table(rows):
+            """Format rows as a markdown table."""
+            header = "| " + " | ".join(rows[0]) + " |"
+            return header
+
+
+        class HTMLEscaper:
+            def escape_entities(self, text):
+                return text.replace("&", "&amp;")
+        ''',
+    "web/parseHTTP.js": """
+        // Parse the status line of an HTTP response.
+        function parseHTTPResponse(raw) {
+          const [line] = raw.split("\\r\\n");
+          return line.split(" ")[1];
+        }
+        """,
+}
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "r", FILES)
+
+
+def embedded_build(root, embedder, **kw):
+    cfg = load_config(root, env={}, jobs=1, embed_model="hashing")
+    return cfg, build(cfg, embed=True, embedder=embedder, **kw)
+
+
+def searcher(cfg, embedder):
+    conn = store.open_for_read(cfg.index_path).conn
+    return Searcher(conn, cfg.index_path, cfg.root, embedder=embedder)
+
+
+def test_every_chunk_gets_one_vector_and_search_modes_find_planted_answers(repo):
+    emb = HashingEmbedder()
+    cfg, stats = embedded_build(repo, emb)
+    assert stats.embedding["coverage"] == 1.0 and stats.embedding["embedded"] > 0
+    s = searcher(cfg, emb)
+    lex = s.search("parse http response status", mode="lexical", k=3)
+    assert lex.hits[0].path == "web/parseHTTP.js"  # camelCase split into words
+    sem = s.search("escape entities html", mode="semantic", k=3)
+    assert sem.hits[0].path == "text/render.py" and "semantic" in sem.hits[0].scores
+    hyb = s.search("HTMLEscaper.escape_entities", mode="hybrid", k=3)
+    assert hyb.hits[0].path == "text/render.py" and hyb.hits[0].ranks.get("symbol") == 1
+    assert s.search("markdown", mode="lexical", lang="python", path_glob="web/*").hits == ()
+
+
+def test_moving_a_function_reembeds_nothing(repo):
+    emb = HashingEmbedder()
+    cfg, _ = embedded_build(repo, emb)
+    before = emb.texts_embedded
+    src = (repo / "net/upload.py").read_text()
+    (repo / "net/upload.py").unlink()
+    (repo / "net/moved").mkdir()
+    (repo / "net/moved/upload2.py").write_text(src)
+    _, stats = embedded_build(repo, emb)
+    assert emb.texts_embedded == before  # same content hash: vector reused
+    assert stats.embedding["reused"] > 0 and stats.embedding["removed"] > 0
+    s = searcher(cfg, emb)
+    assert {h.path for h in s.search("blob backoff", mode="semantic").hits} >= {"net/moved/upload2.py"}
+    assert "net/upload.py" not in {h.path for h in s.search("blob backoff", mode="semantic").hits}
+
+
+def test_one_function_edit_embeds_only_the_changed_chunk(repo):
+    emb = HashingEmbedder()
+    embedded_build(repo, emb)
+    before = emb.texts_embedded
+    write_files(repo, {"text/render.py": FILES["text/render.py"].replace("&amp;", "&amp;amp;")})
+    embedded_build(repo, emb)
+    assert emb.texts_embedded - before == 1
+
+
+def test_model_mismatch_is_refused_then_reembed(repo):
+    cfg, _ = embedded_build(repo, HashingEmbedder(64))
+    with pytest.raises(ModelMismatchError, match="--reembed"):
+        build(cfg, embed=True, embedder=HashingEmbedder(32))
+    _, stats = embedded_build(repo, HashingEmbedder(32), reembed=True)
+    assert stats.embedding["model"] == "hashing:32" and stats.embedding["coverage"] == 1.0
+
+
+def test_embedding_resumes_without_redoing_batches(repo):
+    cfg = load_config(repo, env={}, jobs=1)
+    build(cfg)  # graph and lexical only
+    emb = HashingEmbedder()
+    db = store.open_for_write(cfg.index_path)
+    first = embed_pending(cfg, db, embedder=emb, limit=2)  # as if killed after 2 chunks
+    assert 0 < first.coverage < 1
+    second = embed_pending(cfg, db, embedder=emb)
+    assert second.coverage == 1.0
+    total = db.execute("SELECT count(DISTINCT content_hash) FROM chunks").fetchone()[0]
+    assert emb.texts_embedded == total  # nothing embedded twice
+
+
+def test_search_cli_json_reports_scores_per_source(repo):
+    r = CliRunner().invoke(cli, ["index", "build", str(repo), "-q", "--embed-model", "hashing"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["search", "render markdown table", "-C", str(repo), "--json", "-k", "2"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    top = out["hits"][0]
+    assert top["path"] == "text/render.py" and set(top["scores"]) >= {"lexical", "semantic"}
+    assert out["semantic_coverage"] == 1.0
+    r = CliRunner().invoke(cli, ["search", "render", "-C", str(repo), "--mode", "lexical"])
+    assert "text/render.py:1-" in r.stdout
+
+
+def test_real_default_model_end_to_end(repo):
+    """The embedded default (all-MiniLM-L6-v2 from the installed package), offline."""
+    cfg = load_config(repo, env={}, jobs=1)
+    stats = build(cfg, embed=True)
+    assert stats.embedding["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    s = searcher(cfg, None)
+    hits = s.search("where do we retry failed uploads?", mode="semantic", k=3).hits
+    assert hits[0].path == "net/upload.py"

@@ -1,0 +1,232 @@
+"""VectorStore on real LanceDB tables in tmp_path, with HashingEmbedder vectors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from indexer.embed import HashingEmbedder
+from indexer.errors import ModelMismatchError
+from indexer.vectors import VectorRow, VectorStore, glob_filter
+
+EMB = HashingEmbedder(64)
+
+SNIPPETS = {
+    "src/jsonio.py": "def parse_json_document(text):\n    return json.loads(text)",
+    "src/net/http.py": "def fetch_url(url):\n    return urllib.request.urlopen(url).read()",
+    "src/net/socket_server.py": "class SocketServer:\n    def serve_forever(self): ...",
+    "web/app.ts": "function renderWidget(props) { return html`<div>${props.title}</div>` }",
+    "lib/math_util.go": "func AddNumbers(a int, b int) int { return a + b }",
+    "docs/it's here.md": "Quoted paths with 'quotes' and 100% literal_underscores",
+}
+LANG = {"py": "python", "ts": "typescript", "go": "go", "md": "markdown"}
+
+
+def rows_for(files: dict[str, str], model: str = EMB.name) -> list[VectorRow]:
+    texts = list(files.values())
+    vectors = EMB.embed(texts)
+    out = []
+    for i, (path, text) in enumerate(files.items()):
+        lang = LANG[path.rsplit(".", 1)[1]]
+        out.append(
+            VectorRow(f"{path}#1", f"h:{text}", path, lang, 1, 2, f"sym{i}", model, vectors[i])
+        )
+    return out
+
+
+@pytest.fixture
+def store(tmp_path) -> VectorStore:
+    vs = VectorStore.open(str(tmp_path / "vectors.lance"), EMB.dim, EMB.name)
+    vs.upsert(rows_for(SNIPPETS))
+    return vs
+
+
+def query(text: str) -> np.ndarray:
+    return EMB.embed([text])[0]
+
+
+def test_upsert_search_round_trip(store):
+    assert store.count() == len(SNIPPETS)
+    hits = store.search(query("parse json document"), k=3)
+    assert hits[0].path == "src/jsonio.py"
+    assert hits[0].chunk_id == "src/jsonio.py#1"
+    assert (hits[0].start_line, hits[0].end_line, hits[0].symbol) == (1, 2, "sym0")
+    assert hits[0].score == pytest.approx(
+        float(query("parse json document") @ EMB.embed([SNIPPETS["src/jsonio.py"]])[0]), abs=1e-5
+    )
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_upsert_replaces_by_chunk_id(store):
+    row = rows_for({"src/jsonio.py": "def render_widget_title(): pass"})[0]
+    store.upsert([row])
+    assert store.count() == len(SNIPPETS)
+    assert store.search(query("render widget title"), k=1)[0].path == "src/jsonio.py"
+    assert store.vectors_for_hashes([f"h:{SNIPPETS['src/jsonio.py']}"]) == {}
+
+
+def test_reopen_keeps_rows(store, tmp_path):
+    again = VectorStore.open(str(tmp_path / "vectors.lance"), EMB.dim, EMB.name)
+    assert again.count() == len(SNIPPETS)
+    assert again.chunk_ids() == store.chunk_ids()
+
+
+def test_vectors_for_hashes_reuses_by_content(store):
+    text = SNIPPETS["src/net/http.py"]
+    got = store.vectors_for_hashes([f"h:{text}", "h:missing"])
+    assert set(got) == {f"h:{text}"}
+    np.testing.assert_allclose(got[f"h:{text}"], EMB.embed([text])[0], rtol=1e-6)
+
+
+def test_vectors_for_many_hashes(tmp_path):
+    vs = VectorStore.open(str(tmp_path / "v.lance"), 8, "m")
+    n = 1200  # more than one IN (...) batch
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(n, 8)).astype(np.float32)
+    vs.upsert(
+        [
+            VectorRow(f"c{i}", f"h{i}", f"f{i}.py", "python", 1, 1, "", "m", vectors[i])
+            for i in range(n)
+        ]
+    )
+    got = vs.vectors_for_hashes([f"h{i}" for i in range(0, n, 2)] + ["nope"])
+    assert len(got) == n // 2
+    np.testing.assert_array_equal(got["h1100"], vectors[1100])
+
+
+def test_delete_paths(store):
+    store.delete_paths(["src/jsonio.py", "docs/it's here.md", "not/there.py"])
+    assert store.count() == len(SNIPPETS) - 2
+    assert all(h.path != "src/jsonio.py" for h in store.search(query("parse json"), k=10))
+
+
+def test_chunk_id_reconciliation(store):
+    ids = store.chunk_ids()
+    assert ids == {f"{p}#1" for p in SNIPPETS}
+    stale = {"src/net/http.py#1", "web/app.ts#1"}
+    store.delete_chunk_ids(sorted(stale))
+    assert store.chunk_ids() == ids - stale
+    store.delete_chunk_ids([])
+    assert store.count() == len(SNIPPETS) - 2
+
+
+def test_model_mismatch(store, tmp_path):
+    uri = str(tmp_path / "vectors.lance")
+    with pytest.raises(ModelMismatchError) as err:
+        VectorStore.open(uri, EMB.dim, "sentence-transformers/all-MiniLM-L6-v2")
+    msg = str(err.value)
+    assert "hashing:64" in msg and "all-MiniLM-L6-v2" in msg and "--reembed" in msg
+    with pytest.raises(ModelMismatchError):
+        VectorStore.open(uri, 32, EMB.name)
+    fresh = VectorStore.reset(uri, 384, "other")
+    assert fresh.count() == 0
+    assert VectorStore.open(uri, 384, "other").count() == 0
+
+
+def test_upsert_rejects_wrong_dim_or_model(store):
+    good = rows_for({"a.py": "x"})[0]
+    with pytest.raises(ValueError):
+        store.upsert([VectorRow("a", "h", "a.py", "python", 1, 1, "", EMB.name, np.ones(3))])
+    with pytest.raises(ValueError):
+        store.upsert([VectorRow("a", "h", "a.py", "python", 1, 1, "", "other", good.vector)])
+
+
+def test_language_filter(store):
+    hits = store.search(query("parse json document"), k=10, language="go")
+    assert [h.path for h in hits] == ["lib/math_util.go"]
+
+
+@pytest.mark.parametrize(
+    ("glob", "expected"),
+    [
+        ("src/*", {"src/jsonio.py", "src/net/http.py", "src/net/socket_server.py"}),
+        ("src/net/*.py", {"src/net/http.py", "src/net/socket_server.py"}),
+        ("*.go", {"lib/math_util.go"}),
+        ("src/net/[hx]*.py", {"src/net/http.py"}),
+        ("docs/it's here.md", {"docs/it's here.md"}),
+        ("src/?sonio.py", {"src/jsonio.py"}),
+        ("src_*", set()),  # `_` is literal, not LIKE's any-character
+    ],
+)
+def test_path_glob_filter(store, glob, expected):
+    hits = store.search(query("parse json document"), k=10, path_glob=glob)
+    assert {h.path for h in hits} == expected
+
+
+def test_glob_filter_translation():
+    assert glob_filter("a_b/*.py") == (r"path LIKE 'a\_b/%.py'", False)
+    assert glob_filter("it's/100%") == (r"path LIKE 'it''s/100\%'", False)
+    assert glob_filter("src/[ab]*.py") == ("path LIKE 'src/%'", True)
+
+
+def test_path_glob_over_fetches(tmp_path):
+    """A [...] glob is post-filtered: the store must fetch past non-matching neighbours."""
+    vs = VectorStore.open(str(tmp_path / "v.lance"), 8, "m")
+    base = np.ones(8, dtype=np.float32)
+    rows = [
+        VectorRow(f"a{i}", f"ha{i}", f"src/a{i}.py", "python", 1, 1, "", "m", base)
+        for i in range(120)
+    ]
+    far = base.copy()
+    far[0] = -3
+    rows.append(VectorRow("b", "hb", "src/b.py", "python", 1, 1, "", "m", far))
+    vs.upsert(rows)
+    hits = vs.search(base, k=1, path_glob="src/[b]*.py")
+    assert [h.chunk_id for h in hits] == ["b"]
+
+
+def test_ann_index_keeps_nearest_neighbour_after_more_upserts(tmp_path):
+    dim = 32
+    vs = VectorStore.open(str(tmp_path / "v.lance"), dim, "m")
+    rng = np.random.default_rng(7)
+
+    def batch(start: int, n: int) -> tuple[list[VectorRow], np.ndarray]:
+        v = rng.normal(size=(n, dim)).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        return [
+            VectorRow(
+                f"c{start + i}",
+                f"h{start + i}",
+                f"f{(start + i) % 7}.py",
+                "python",
+                1,
+                1,
+                "",
+                "m",
+                v[i],
+            )
+            for i in range(n)
+        ], v
+
+    first, v1 = batch(0, 600)
+    vs.upsert(first)
+    assert not vs.maybe_index(threshold=10_000)
+    assert vs.maybe_index(threshold=500)
+    assert vs.has_vector_index()
+    assert not vs.maybe_index(threshold=500)  # once
+    assert vs.search(v1[123], k=1)[0].chunk_id == "c123"
+
+    second, v2 = batch(600, 50)  # not in the index until optimize()
+    vs.upsert(second)
+    assert vs.index_coverage() == (600, 50)
+    assert vs.search(v2[17], k=1)[0].chunk_id == "c617"
+    assert vs.search(v2[17], k=1)[0].score == pytest.approx(1.0, abs=1e-4)
+    assert vs.search(v1[5], k=1)[0].chunk_id == "c5"
+    vs.delete_chunk_ids(["c5"])
+    assert vs.search(v1[5], k=1)[0].chunk_id != "c5"
+
+    vs.optimize()
+    assert vs.index_coverage() == (649, 0)
+    assert vs.search(v2[17], k=1)[0].chunk_id == "c617"
+    assert vs.search(v1[300], k=1, path_glob=f"f{300 % 7}.py")[0].chunk_id == "c300"
+
+
+def test_needs_optimize_after_many_small_writes(tmp_path):
+    vs = VectorStore.open(str(tmp_path / "v.lance"), 4, "m")
+    assert not vs.needs_optimize(max_small_fragments=5)
+    for i in range(5):
+        vs.upsert([VectorRow(f"c{i}", f"h{i}", "a.py", "python", 1, 1, "", "m", np.ones(4))])
+    assert vs.needs_optimize(max_small_fragments=5)
+    vs.optimize()
+    assert not vs.needs_optimize(max_small_fragments=5)
+    assert vs.count() == 5
