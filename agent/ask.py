@@ -31,12 +31,12 @@ MODEL_HINT = (
     "No model configured: this is a retrieval-only answer. For a written answer pass "
     "--model openai:gpt-4o-mini (with OPENAI_API_KEY), --model anthropic:claude-sonnet-4-5 "
     "(with ANTHROPIC_API_KEY) or a local --model ollama:qwen2.5-coder, or set REPOCTX_MODEL "
-    "or `model = \"…\"` in .repoctx.toml."
+    'or `model = "…"` in .repoctx.toml.'
 )
 
 # path:12, path:12-30, path:L12-L30, path#L12-L30, path:12–30; paths need a dot or a slash.
 _CITATION = re.compile(
-    r"(?<![\w/.-])(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z0-9_+]+)"
+    r"(?<![\w/.-])(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9_+]*)"
     r"(?:#L|:L?)(?P<start>\d+)(?:\s*[-–]\s*L?(?P<end>\d+))?"
 )
 SNIPPET_LINES = 6
@@ -107,8 +107,9 @@ class Answer:
         }
 
 
-def model_spec(flag: str | None, config_extra: Mapping[str, object],
-               env: Mapping[str, str] | None = None) -> str | None:
+def model_spec(
+    flag: str | None, config_extra: Mapping[str, object], env: Mapping[str, str] | None = None
+) -> str | None:
     """The model to use: the flag, then `model` in the project config, then REPOCTX_MODEL."""
     env = os.environ if env is None else env
     for value in (flag, config_extra.get("model"), env.get("REPOCTX_MODEL")):
@@ -134,8 +135,17 @@ def ask(
     citations; without, the ranked locations of that context and a hint to configure one."""
     root = Path(root)
     policy = replace(PackPolicy(), line_numbers=model is not None)
-    pack = assemble_context(conn, root, question, budget_tokens, focus=focus, searcher=searcher,
-                            tokenizer=tokenizer, index_dir=index_dir, policy=policy)
+    pack = assemble_context(
+        conn,
+        root,
+        question,
+        budget_tokens,
+        focus=focus,
+        searcher=searcher,
+        tokenizer=tokenizer,
+        index_dir=index_dir,
+        policy=policy,
+    )
     locations = tuple(_location(item) for item in pack.items)
     if model is None:
         return Answer(question, "", "", (), locations, pack, hint=MODEL_HINT)
@@ -146,11 +156,21 @@ def ask(
     completion = model.complete(messages, max_tokens=max_tokens, temperature=0.0)
     text = completion.message.content
     citations = verify_citations(text, root, pack)
-    return Answer(question, text, model.name, citations, locations, pack,
-                  usage=completion.usage, latency_s=completion.latency_s)
+    return Answer(
+        question,
+        text,
+        model.name,
+        citations,
+        locations,
+        pack,
+        usage=completion.usage,
+        latency_s=completion.latency_s,
+    )
 
 
-def verify_citations(text: str, root: Path, pack: ContextPack | None = None) -> tuple[Citation, ...]:
+def verify_citations(
+    text: str, root: Path, pack: ContextPack | None = None
+) -> tuple[Citation, ...]:
     """Every ``path:line`` in ``text``, checked against the repository (and the pack)."""
     out: list[Citation] = []
     seen: set[tuple[str, int, int]] = set()
@@ -200,8 +220,7 @@ def _line_count(root: Path, path: str) -> int | None:
 
 
 def _shown(pack: ContextPack, path: str, start: int, end: int) -> bool:
-    return any(i.path == path and i.start_line <= start and end <= i.end_line
-               for i in pack.items)
+    return any(i.path == path and i.start_line <= start and end <= i.end_line for i in pack.items)
 
 
 def _location(item) -> Location:
@@ -209,5 +228,13 @@ def _location(item) -> Location:
     if item.kind == FULL:
         body = item.text.split("\n")[2:-1]  # between the header and its code fence
         snippet = "\n".join(body[:SNIPPET_LINES])
-    return Location(item.path, item.start_line, item.end_line, item.symbol, item.kind,
-                    item.score, tuple(str(r) for r in item.reasons), snippet)
+    return Location(
+        item.path,
+        item.start_line,
+        item.end_line,
+        item.symbol,
+        item.kind,
+        item.score,
+        tuple(str(r) for r in item.reasons),
+        snippet,
+    )

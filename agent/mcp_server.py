@@ -55,6 +55,8 @@ RULE_FILES = frozenset({".gitignore", ".repoctxignore", ".repoctx.toml", "pyproj
 #: `.git` entries whose change means the checked-out branch (and so the tree) moved.
 GIT_SIGNALS = ("HEAD", "packed-refs", "info/exclude")
 GIT_SIGNAL_DIRS = ("refs/heads/",)
+#: Directories that only ever hold files without a grammar (their files are dropped anyway).
+NEVER_INDEXED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 
 INSTRUCTIONS = """\
 repoctx indexes this repository (symbol graph with resolved references, lexical and semantic \
@@ -131,8 +133,14 @@ def _event_types() -> list[type]:
     from watchdog import events as ev
 
     return [
-        ev.FileCreatedEvent, ev.FileDeletedEvent, ev.FileModifiedEvent, ev.FileMovedEvent,
-        ev.FileClosedEvent, ev.DirCreatedEvent, ev.DirDeletedEvent, ev.DirMovedEvent,
+        ev.FileCreatedEvent,
+        ev.FileDeletedEvent,
+        ev.FileModifiedEvent,
+        ev.FileMovedEvent,
+        ev.FileClosedEvent,
+        ev.DirCreatedEvent,
+        ev.DirDeletedEvent,
+        ev.DirMovedEvent,
     ]
 
 
@@ -184,8 +192,10 @@ class LiveIndex:
 
     def _poll_instead(self, why: str) -> None:
         # inotify limits (ENOSPC), no inotify, or watches that never report: stat-only checks.
-        self.watcher = (f"{why}; checking the whole tree at most every "
-                        f"{self.options.poll_interval_s:g}s instead")
+        self.watcher = (
+            f"{why}; checking the whole tree at most every "
+            f"{self.options.poll_interval_s:g}s instead"
+        )
         self._stop_observer()
 
     def _stop_observer(self) -> None:
@@ -214,13 +224,15 @@ class LiveIndex:
         if "/.git/" in rel:
             return False
         name = rel.rpartition("/")[2]
-        return is_dir or name in RULE_FILES or language_for_path(rel) is not None
+        if is_dir:
+            return name not in NEVER_INDEXED_DIRS
+        return name in RULE_FILES or language_for_path(rel) is not None
 
     def marker_number(self, path: str) -> int | None:
         """n for this server's marker ``path``, else None."""
         if not path.startswith(self._marker_prefix):
             return None
-        tail = path[len(self._marker_prefix):]
+        tail = path[len(self._marker_prefix) :]
         return int(tail) if tail.isdigit() else None
 
     def mark_dirty(self) -> None:
@@ -258,8 +270,9 @@ class LiveIndex:
         if not self.options.refresh:
             return RefreshReport(note="automatic refresh is off (--no-refresh)")
         if self._observer is not None:
-            if self._catch_up(self.options.sync_timeout_s if self._confirmed
-                              else self.options.startup_timeout_s):
+            if self._catch_up(
+                self.options.sync_timeout_s if self._confirmed else self.options.startup_timeout_s
+            ):
                 if not self._confirmed:
                     self._confirmed, self.watcher = True, "running"
             elif self._confirmed:
@@ -291,18 +304,23 @@ class LiveIndex:
             # Chunks are sized with the tokenizer of the model that embeds them.
             config = replace(config, embed_model=model)
         try:
-            stats = build(config, wait_lock=self.options.lock_wait_s, embed=embedder is not None,
-                          embedder=embedder)
+            stats = build(
+                config,
+                wait_lock=self.options.lock_wait_s,
+                embed=embedder is not None,
+                embedder=embedder,
+            )
         except IndexLockedError:
             return RefreshReport(
                 note="another process is writing the index right now, so this answer comes from "
-                     "the index as it was; the next call refreshes it",
+                "the index as it was; the next call refreshes it",
                 blocked=True,
             )
         except RepoctxError as exc:
             return RefreshReport(note=f"the index could not be refreshed: {exc}")
-        return RefreshReport(True, stats.files_parsed, stats.files_deleted,
-                             round(time.perf_counter() - t0, 3))
+        return RefreshReport(
+            True, stats.files_parsed, stats.files_deleted, round(time.perf_counter() - t0, 3)
+        )
 
     def state(self) -> dict[str, Any]:
         with self._cond:
@@ -322,7 +340,7 @@ def _remove_dead_markers(index_dir: str) -> None:
     except OSError:
         return
     for name in names:
-        pid = name[len(SYNC_PREFIX):].partition("-")[0]
+        pid = name[len(SYNC_PREFIX) :].partition("-")[0]
         if not name.startswith(SYNC_PREFIX) or not pid.isdigit():
             continue
         try:
@@ -359,16 +377,21 @@ def _get_context(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         m = _FOCUS_SPAN.fullmatch(entry)
         ctx.workspace.check_readable(m.group(1) if m else entry)  # confinement and secrets
     pack = assemble_context(
-        ctx.session.conn(ctx.config), ctx.config.root, args["query"], args["budget_tokens"],
-        focus=focus, searcher=ctx.session.searcher(ctx.config, semantic=True),
+        ctx.session.conn(ctx.config),
+        ctx.config.root,
+        args["query"],
+        args["budget_tokens"],
+        focus=focus,
+        searcher=ctx.session.searcher(ctx.config, semantic=True),
     )
     kept = tuple(i for i in pack.items if not ctx.workspace.is_secret(i.path))
     if len(kept) != len(pack.items):
         pack = replace(pack, items=kept)
     data = pack.to_dict()
     if not kept:
-        return ok("Nothing relevant found for this task — try search_code with other words.",
-                  **data)
+        return ok(
+            "Nothing relevant found for this task — try search_code with other words.", **data
+        )
     why = "\n".join(
         f"- {i.path}:{i.start_line}-{i.end_line} ({i.kind}, {i.tokens} tokens): "
         + "; ".join(str(r) for r in i.reasons)
@@ -390,15 +413,25 @@ GET_CONTEXT = Tool(
     {
         "type": "object",
         "properties": {
-            "query": {"type": "string", "minLength": 1, "maxLength": 4000,
-                      "description": "The task, bug report or question, in words."},
-            "budget_tokens": {"type": "integer", "minimum": 256, "maximum": 32000,
-                              "default": 4000, "description": "Most tokens the pack may use."},
+            "query": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 4000,
+                "description": "The task, bug report or question, in words.",
+            },
+            "budget_tokens": {
+                "type": "integer",
+                "minimum": 256,
+                "maximum": 32000,
+                "default": 4000,
+                "description": "Most tokens the pack may use.",
+            },
             "focus": {
-                "type": "array", "maxItems": 20,
+                "type": "array",
+                "maxItems": 20,
                 "items": {"type": "string", "minLength": 1, "maxLength": 4096},
                 "description": "Files or directories to include first, relative to the "
-                               "repository root; `path:12` or `path:12-40` for lines.",
+                "repository root; `path:12` or `path:12-40` for lines.",
             },
         },
         "required": ["query"],
@@ -423,9 +456,11 @@ def _status_tool(live: LiveIndex) -> Tool:
         ]
         model = ctx.session.embed_model(ctx.config)
         if model:
-            done, total = ctx.session.conn(ctx.config).execute(
-                "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
-            ).fetchone()
+            done, total = (
+                ctx.session.conn(ctx.config)
+                .execute("SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks")
+                .fetchone()
+            )
             st["vectors"] = {"model": model, "coverage": round(done / total, 4) if total else 1.0}
             lines.append(f"Vectors: {model}, {done} of {total} chunks embedded.")
         else:
@@ -433,8 +468,12 @@ def _status_tool(live: LiveIndex) -> Tool:
             lines.append("Vectors: none (search_code uses lexical and symbol matches).")
         srv = st["server"]
         lines.append(
-            "Automatic refresh: " + (f"on, watcher {srv['watcher']}" if srv["auto_refresh"]
-                                     else "off — restart the server without --no-refresh")
+            "Automatic refresh: "
+            + (
+                f"on, watcher {srv['watcher']}"
+                if srv["auto_refresh"]
+                else "off — restart the server without --no-refresh"
+            )
         )
         return ok("\n".join(lines), **st)
 
@@ -468,8 +507,14 @@ class RepoctxMCP:
         self.ctx = ToolContext(self.workspace, config, frozenset({"read"}), session=self.session)
         self.live = LiveIndex(config, self.options, self.session)
         self.registry = ToolRegistry(
-            (SEARCH_CODE, FIND_SYMBOL, FIND_REFERENCES, GET_CONTEXT, READ_SPAN,
-             _status_tool(self.live))
+            (
+                SEARCH_CODE,
+                FIND_SYMBOL,
+                FIND_REFERENCES,
+                GET_CONTEXT,
+                READ_SPAN,
+                _status_tool(self.live),
+            )
         )
         self._lock = threading.Lock()
 
@@ -507,15 +552,23 @@ class RepoctxMCP:
 
     def tools(self) -> list[types.Tool]:
         read_only = types.ToolAnnotations(
-            read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+            read_only_hint=True,
+            destructive_hint=False,
+            idempotent_hint=True,
             open_world_hint=False,
         )
         out = []
         for name in self.registry.names():
             tool = self.registry.get(name)
             assert tool is not None
-            out.append(types.Tool(name=tool.name, description=tool.description,
-                                  input_schema=tool.parameters, annotations=read_only))
+            out.append(
+                types.Tool(
+                    name=tool.name,
+                    description=tool.description,
+                    input_schema=tool.parameters,
+                    annotations=read_only,
+                )
+            )
         return out
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
@@ -563,8 +616,9 @@ def _stamp(fresh: dict[str, Any]) -> str:
     parts = [f"[index generation {fresh['generation']}"]
     n = fresh["files_reindexed"]
     if n:
-        parts.append(f"refreshed: {n} changed file{'s' if n != 1 else ''} re-indexed before "
-                     "answering")
+        parts.append(
+            f"refreshed: {n} changed file{'s' if n != 1 else ''} re-indexed before answering"
+        )
     elif fresh["auto_refresh"] and not fresh["note"]:
         parts.append("up to date with the working tree")
     if fresh["note"]:
@@ -596,7 +650,7 @@ def create_server(service: RepoctxMCP) -> Server:
             raise MCPError(
                 code=types.INVALID_PARAMS,
                 message=f"Unknown tool {params.name!r} — this server has: "
-                        + ", ".join(service.registry.names()),
+                + ", ".join(service.registry.names()),
             )
         out = await anyio.to_thread.run_sync(service.call, params.name, params.arguments)
         return types.CallToolResult(
@@ -643,8 +697,10 @@ def bind_loopback(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise RepoctxError(f"Cannot listen on {host}:{port}: {exc.strerror} — pick another "
-                           "port (0 picks a free one).") from exc
+        raise RepoctxError(
+            f"Cannot listen on {host}:{port}: {exc.strerror} — pick another "
+            "port (0 picks a free one)."
+        ) from exc
     sock.listen(128)
     sock.setblocking(False)
     return sock
@@ -665,4 +721,3 @@ async def serve_http(
         shown = f"[{host}]" if ":" in host else host
         on_ready(f"http://{shown}:{port}/mcp")
     await web.serve(sockets=[sock])
-

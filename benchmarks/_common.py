@@ -212,7 +212,8 @@ class _TreeWatch:
             rss, hwm = st
             total += rss
             self.hwm_kb[pid] = max(self.hwm_kb.get(pid, 0), hwm)
-            if pid not in self.roles:
+            if self.roles.get(pid, "other") == "other":
+                # Re-read until known: between fork and exec a child shows its parent's cmdline.
                 self.roles[pid] = "main" if pid == self.root_pid else _role(_cmdline(pid))
         self.tree_peak_kb = max(self.tree_peak_kb, total)
         self.samples += 1

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import inspect
 import json
 import sys
 import time
@@ -94,68 +93,24 @@ def _context_module():
     return getattr(ctx, "assemble_context", None)
 
 
-def _spans(result) -> list[tuple[str, int, int]] | None:
-    """(path, start, end) of what an assembled context holds, from whichever sequence of
-    span-like records it exposes."""
-    for attr in ("spans", "items", "blocks", "parts", "snippets", "pieces", "sections"):
-        seq = getattr(result, attr, None)
-        if seq is None or isinstance(seq, str):
-            continue
-        out = []
-        for it in seq:
-            path = getattr(it, "path", None)
-            s = getattr(it, "start_line", getattr(it, "start", None))
-            e = getattr(it, "end_line", getattr(it, "end", None))
-            if path is None or s is None or e is None:
-                return None
-            out.append((path, int(s), int(e)))
-        return out
-    return None
-
-
-def context_recall(assemble, conn, searcher, task: dict, mode: str, root: Path, index_dir: Path):
-    """Share of gold units whose whole definition lies inside the assembled context, per
-    budget; None when `retrieval.context` is missing or its shape is not understood."""
+def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: Path):
+    """Share of gold units whose whole definition lies inside one full block of the context
+    assembled for the task, per budget; None without gold units or `retrieval.context`."""
     if assemble is None or not task["gold_functions"]:
         return None
-    gold_spans = {}
+    gold = []
     for g in task["gold_functions"]:
-        path, qual = g.split("::", 1)
-        for u in file_units(conn, path):
-            if u.name == g:
-                gold_spans[g] = (path, u.start, u.end)
-                break
-    params = inspect.signature(assemble).parameters
+        path = g.split("::", 1)[0]
+        span = next(((u.start, u.end) for u in file_units(conn, path) if u.name == g), None)
+        gold.append((path, span))
     out = {}
     for budget in CONTEXT_BUDGETS:
-        avail = {
-            "conn": conn,
-            "searcher": searcher,
-            "query": task["problem_statement"],
-            "budget": budget,
-            "token_budget": budget,
-            "max_tokens": budget,
-            "tokens": budget,
-            "mode": mode,
-            "root": root,
-            "index_dir": index_dir,
-        }
-        kwargs = {k: v for k, v in avail.items() if k in params}
-        result = assemble(**kwargs)
-        spans = _spans(result)
-        if spans is None:
-            return None
-        covered = 0
-        for g in task["gold_functions"]:
-            if g not in gold_spans:
-                continue
-            path, s, e = gold_spans[g]
-            lines = set()
-            for p, a, b in spans:
-                if p == path:
-                    lines.update(range(a, b + 1))
-            covered += all(ln in lines for ln in range(s, e + 1))
-        out[f"ctx@{budget // 1000}k"] = covered / len(task["gold_functions"])
+        pack = assemble(
+            conn, root, task["problem_statement"], budget, searcher=searcher, index_dir=index_dir
+        )
+        hit = sum(span is not None and pack.covers(path, *span) for path, span in gold)
+        out[f"ctx@{budget // 1000}k"] = hit / len(gold)
+        out[f"ctx@{budget // 1000}k_ms"] = pack.timings.get("total")
     return out
 
 
@@ -188,7 +143,7 @@ def run(args) -> dict:
     by_repo: dict[str, list[dict]] = defaultdict(list)
     for t in tasks:
         by_repo[t["repo"]].append(t)
-    assemble = _context_module()
+    assemble = _context_module() if args.context else None
     bm25 = FileBM25()
     rows: list[dict] = []
     builds: dict[str, dict] = {}
@@ -239,11 +194,11 @@ def run(args) -> dict:
                 scores["test_hits_dropped"] = dropped
                 scores["top_files"] = files[:5]
                 scores["top_units"] = units[:5]
-                if mode == modes[-1] or mode == "hybrid":
-                    ctx = context_recall(assemble, conn, searcher, task, mode, tree.tree, index_dir)
-                    if ctx is not None:
-                        scores.update(ctx)
                 row[mode] = scores
+            if assemble is not None:
+                row["context"] = context_recall(
+                    assemble, conn, searcher, task, tree.tree, index_dir
+                )
             conn.close()
             b0 = time.perf_counter()
             bfiles = bm25.rank(tree, task["problem_statement"], k=10)
@@ -272,11 +227,13 @@ def run(args) -> dict:
     metrics = {}
     for mode in modes:
         mrows = [{"source": r["source"], **r[mode]} for r in rows]
-        has_ctx = any(k in r for r in mrows for k in ctx_keys)
-        metrics[mode] = by_source(mrows, file_keys + func_keys + (ctx_keys if has_ctx else []))
-        if not has_ctx:
-            for v in metrics[mode].values():
-                v.update({k: None for k in ctx_keys})
+        metrics[mode] = by_source(mrows, file_keys + func_keys)
+    # Context recall is per task, not per mode: the assembler seeds itself (lexical, exact
+    # names, and vectors when the index has them); units are weighted 1/len(gold) per task.
+    crows = [{"source": r["source"], **r["context"]} for r in rows if r.get("context")]
+    metrics["context"] = by_source(crows, ctx_keys) if crows else None
+    for key in ctx_keys:
+        latencies[key] = [r[f"{key}_ms"] / 1000 for r in crows if r.get(f"{key}_ms") is not None]
     metrics["bm25_files"] = by_source(
         [{"source": r["source"], **r["bm25_files"]} for r in rows], file_keys
     )
@@ -324,6 +281,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=1, help="parser processes")
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help="work trees and indexes")
     p.add_argument("--mirrors", default=str(DEFAULT_MIRRORS), help="fetched bare mirrors")
+    p.add_argument(
+        "--no-context",
+        dest="context",
+        action="store_false",
+        help="skip context recall (retrieval.context.assemble_context at 4k/8k/16k tokens)",
+    )
     p.add_argument("--out", default=None, help="also write the full result (with per-task rows)")
     args = p.parse_args(argv)
     result = run(args)

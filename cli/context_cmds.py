@@ -13,24 +13,36 @@ DEFAULT_BUDGET = 8000
 
 
 def _context_options(f):
-    f = click.option("--tokenizer", default=None,
-                     help="Token counter: auto (default), o200k, cl100k, llama3, qwen3, minilm or "
-                          "hf:PATH/tokenizer.json, optionally *SCALE (env REPOCTX_TOKENIZER, "
-                          "config `tokenizer`).")(f)
-    f = click.option("--focus", "-f", multiple=True, metavar="PATH[:LINES]",
-                     help="File or directory to include first (repeatable); PATH:10-40 for "
-                          "a line range.")(f)
-    f = click.option("--budget", "-b", type=click.IntRange(min=1), default=None,
-                     help=f"Token budget of the context (default {DEFAULT_BUDGET}, config "
-                          "`context_budget`).")(f)
+    f = click.option(
+        "--tokenizer",
+        default=None,
+        help="Token counter: auto (default), o200k, cl100k, llama3, qwen3, minilm or "
+        "hf:PATH/tokenizer.json, optionally *SCALE (env REPOCTX_TOKENIZER, "
+        "config `tokenizer`).",
+    )(f)
+    f = click.option(
+        "--focus",
+        "-f",
+        multiple=True,
+        metavar="PATH[:LINES]",
+        help="File or directory to include first (repeatable); PATH:10-40 for a line range.",
+    )(f)
+    f = click.option(
+        "--budget",
+        "-b",
+        type=click.IntRange(min=1),
+        default=None,
+        help=f"Token budget of the context (default {DEFAULT_BUDGET}, config `context_budget`).",
+    )(f)
     return f
 
 
 def _searcher(config, conn):
     from retrieval.search import Searcher
 
-    return Searcher(conn, config.index_path, config.root,
-                    vectors_uri=config.extra.get("vectors_uri"))
+    return Searcher(
+        conn, config.index_path, config.root, vectors_uri=config.extra.get("vectors_uri")
+    )
 
 
 def _budget(flag: int | None, config) -> int:
@@ -45,13 +57,25 @@ def _budget(flag: int | None, config) -> int:
 @click.command("context")
 @click.argument("task")
 @_context_options
-@click.option("--prompt", "prompt_only", is_flag=True,
-              help="Print only the context text (to pipe into a model).")
+@click.option(
+    "--prompt",
+    "prompt_only",
+    is_flag=True,
+    help="Print only the context text (to pipe into a model).",
+)
 @click.option("--line-numbers", is_flag=True, help="Prefix every code line with its number.")
 @read_options
-def context_cmd(task: str, budget: int | None, focus: tuple[str, ...], tokenizer: str | None,
-                prompt_only: bool, line_numbers: bool, root: Path, index_dir: Path | None,
-                as_json: bool) -> None:
+def context_cmd(
+    task: str,
+    budget: int | None,
+    focus: tuple[str, ...],
+    tokenizer: str | None,
+    prompt_only: bool,
+    line_numbers: bool,
+    root: Path,
+    index_dir: Path | None,
+    as_json: bool,
+) -> None:
     """Assemble the code context for TASK within a token budget, with why each part is there."""
     from dataclasses import replace
 
@@ -59,8 +83,13 @@ def context_cmd(task: str, budget: int | None, focus: tuple[str, ...], tokenizer
 
     config, conn = open_graph(root, index_dir)
     pack = assemble_context(
-        conn, config.root, task, _budget(budget, config), focus=focus,
-        searcher=_searcher(config, conn), tokenizer=tokenizer or config.extra.get("tokenizer"),
+        conn,
+        config.root,
+        task,
+        _budget(budget, config),
+        focus=focus,
+        searcher=_searcher(config, conn),
+        tokenizer=tokenizer or config.extra.get("tokenizer"),
         policy=replace(PackPolicy(), line_numbers=line_numbers),
     )
     if as_json:
@@ -70,15 +99,20 @@ def context_cmd(task: str, budget: int | None, focus: tuple[str, ...], tokenizer
         click.echo(pack.render(), nl=False)
         return
     full = sum(1 for i in pack.items if i.kind == "full")
-    click.echo(click.style(
-        f"Context: {pack.used_tokens:,} of {pack.budget:,} tokens ({pack.tokenizer}), "
-        f"{full} full + {len(pack.items) - full} skeleton items, "
-        f"{pack.timings.get('total', 0):.0f} ms", bold=True))
+    click.echo(
+        click.style(
+            f"Context: {pack.used_tokens:,} of {pack.budget:,} tokens ({pack.tokenizer}), "
+            f"{full} full + {len(pack.items) - full} skeleton items, "
+            f"{pack.timings.get('total', 0):.0f} ms",
+            bold=True,
+        )
+    )
     for w in pack.warnings:
         click.echo(f"warning: {w}", err=True)
     for n, item in enumerate(pack.items, 1):
         where = f"{item.path}:{item.start_line}" + (
-            f"-{item.end_line}" if item.kind == "full" else "")
+            f"-{item.end_line}" if item.kind == "full" else ""
+        )
         why = "; ".join(str(r) for r in item.reasons)
         click.echo(f"{n:3} {item.kind:8} {where:40} {item.tokens:5} tok  {why}")
     if not pack.items:
@@ -91,16 +125,34 @@ def context_cmd(task: str, budget: int | None, focus: tuple[str, ...], tokenizer
 @click.command("ask")
 @click.argument("question")
 @_context_options
-@click.option("--model", "-m", "model_flag", default=None,
-              help="provider:model, e.g. openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, "
-                   "ollama:qwen2.5-coder (env REPOCTX_MODEL, config `model`). Without one: "
-                   "a retrieval-only answer.")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Longest answer the model may write.")
+@click.option(
+    "--model",
+    "-m",
+    "model_flag",
+    default=None,
+    help="provider:model, e.g. openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, "
+    "ollama:qwen2.5-coder (env REPOCTX_MODEL, config `model`). Without one: "
+    "a retrieval-only answer.",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="Longest answer the model may write.",
+)
 @read_options
-def ask_cmd(question: str, budget: int | None, focus: tuple[str, ...], tokenizer: str | None,
-            model_flag: str | None, max_tokens: int, root: Path, index_dir: Path | None,
-            as_json: bool) -> None:
+def ask_cmd(
+    question: str,
+    budget: int | None,
+    focus: tuple[str, ...],
+    tokenizer: str | None,
+    model_flag: str | None,
+    max_tokens: int,
+    root: Path,
+    index_dir: Path | None,
+    as_json: bool,
+) -> None:
     """Answer QUESTION about the code, citing path:line locations that are checked to exist."""
     from agent.ask import ask, model_spec
 
@@ -112,9 +164,15 @@ def ask_cmd(question: str, budget: int | None, focus: tuple[str, ...], tokenizer
 
         model = create_model(spec)
     answer = ask(
-        conn, config.root, question, model=model, budget_tokens=_budget(budget, config),
-        focus=focus, searcher=_searcher(config, conn),
-        tokenizer=tokenizer or config.extra.get("tokenizer"), max_tokens=max_tokens,
+        conn,
+        config.root,
+        question,
+        model=model,
+        budget_tokens=_budget(budget, config),
+        focus=focus,
+        searcher=_searcher(config, conn),
+        tokenizer=tokenizer or config.extra.get("tokenizer"),
+        max_tokens=max_tokens,
     )
     if as_json:
         echo_json(answer.to_dict())
@@ -133,18 +191,28 @@ def ask_cmd(question: str, budget: int | None, focus: tuple[str, ...], tokenizer
                 mark, note = click.style("?", fg="yellow"), "exists, but was not in the context"
             else:
                 mark, note = click.style("✓", fg="green"), "verified"
-            click.echo(f"  {mark} {c.path}:{c.start_line}"
-                       + (f"-{c.end_line}" if c.end_line != c.start_line else "") + f"  {note}")
+            click.echo(
+                f"  {mark} {c.path}:{c.start_line}"
+                + (f"-{c.end_line}" if c.end_line != c.start_line else "")
+                + f"  {note}"
+            )
     else:
         click.echo(click.style("\n(no path:line citations in the answer)", fg="yellow"))
     if answer.invalid_citations:
-        click.echo(f"{len(answer.invalid_citations)} cited location(s) do not exist in the "
-                   "repository — do not trust those parts of the answer.", err=True)
+        click.echo(
+            f"{len(answer.invalid_citations)} cited location(s) do not exist in the "
+            "repository — do not trust those parts of the answer.",
+            err=True,
+        )
     u = answer.usage
-    click.echo(click.style(
-        f"\n{answer.model}: {answer.pack.used_tokens:,} context tokens"
-        + (f", {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion" if u else "")
-        + f", {answer.latency_s:.1f}s", dim=True))
+    click.echo(
+        click.style(
+            f"\n{answer.model}: {answer.pack.used_tokens:,} context tokens"
+            + (f", {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion" if u else "")
+            + f", {answer.latency_s:.1f}s",
+            dim=True,
+        )
+    )
 
 
 def _print_locations(answer) -> None:
@@ -154,9 +222,13 @@ def _print_locations(answer) -> None:
     click.echo(click.style(f"Most relevant locations for: {answer.question}", bold=True))
     for n, loc in enumerate(answer.locations, 1):
         where = f"{loc.path}:{loc.start_line}" + (
-            f"-{loc.end_line}" if loc.end_line != loc.start_line else "")
-        click.echo(click.style(f"{n:3}. {where}", bold=True) + f"  {loc.symbol or '<module>'}"
-                   + f"  [{'; '.join(loc.reasons)}]")
+            f"-{loc.end_line}" if loc.end_line != loc.start_line else ""
+        )
+        click.echo(
+            click.style(f"{n:3}. {where}", bold=True)
+            + f"  {loc.symbol or '<module>'}"
+            + f"  [{'; '.join(loc.reasons)}]"
+        )
         for line in loc.snippet.splitlines():
             click.echo("       " + line)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from . import context_cmds, index_cmds, query_cmds, serve_cmds
+from . import agent_cmds, context_cmds, index_cmds, query_cmds, serve_cmds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,6 +20,8 @@ for command in query_cmds.COMMANDS:
 for c in serve_cmds.COMMANDS:
     cli.add_command(c)
 for c in context_cmds.COMMANDS:
+    cli.add_command(c)
+for c in agent_cmds.COMMANDS:
     cli.add_command(c)
 
 

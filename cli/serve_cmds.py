@@ -17,26 +17,51 @@ def parse_http(value: str) -> tuple[str, int]:
         host, port = "127.0.0.1", value
     host = host.strip("[]") or "127.0.0.1"
     if not port.isdigit() or int(port) > 65535:
-        raise click.BadParameter(f"{value!r} is not HOST:PORT — e.g. 127.0.0.1:8765 (port 0 "
-                                 "picks a free one).", param_hint="--http")
+        raise click.BadParameter(
+            f"{value!r} is not HOST:PORT — e.g. 127.0.0.1:8765 (port 0 picks a free one).",
+            param_hint="--http",
+        )
     return host, int(port)
 
 
 @click.command("serve")
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path), default=".")
-@click.option("--mcp", "mcp", is_flag=True,
-              help="Speak the Model Context Protocol (the only protocol for now; required).")
-@click.option("--http", "http", default=None, metavar="HOST:PORT",
-              help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
-                   "(loopback only; port 0 picks a free one).")
-@click.option("--no-refresh", is_flag=True,
-              help="Answer from the index as built; do not watch the tree or re-index changes.")
-@click.option("--lock-wait", type=float, default=0.5, show_default=True,
-              help="Seconds a refresh waits for another writer before answering from the index as is.")
+@click.option(
+    "--mcp",
+    "mcp",
+    is_flag=True,
+    help="Speak the Model Context Protocol (the only protocol for now; required).",
+)
+@click.option(
+    "--http",
+    "http",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio "
+    "(loopback only; port 0 picks a free one).",
+)
+@click.option(
+    "--no-refresh",
+    is_flag=True,
+    help="Answer from the index as built; do not watch the tree or re-index changes.",
+)
+@click.option(
+    "--lock-wait",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Seconds a refresh waits for another writer before answering from the index as is.",
+)
 @index_dir_option
 @handle_errors
-def serve_cmd(path: Path, mcp: bool, http: str | None, no_refresh: bool, lock_wait: float,
-              index_dir: Path | None) -> None:
+def serve_cmd(
+    path: Path,
+    mcp: bool,
+    http: str | None,
+    no_refresh: bool,
+    lock_wait: float,
+    index_dir: Path | None,
+) -> None:
     """Serve the index of PATH to MCP clients (Claude Code, Cursor, …): search_code,
     find_symbol, find_references, get_context, read_span and index_status. Read-only; the index
     is refreshed incrementally when files change. Logs go to stderr (stdout is the protocol)."""

@@ -282,10 +282,13 @@ def _resolve_pending(db: sqlite_utils.Database, full: bool, progress: ProgressFn
     """Resolve new references and those whose target names changed, inherit edges first
     (member lookups through base classes need them)."""
     conn = db.conn
-    total = conn.execute("SELECT count(*) FROM refs").fetchone()[0]
+    total = store.counts(db).get("refs") or conn.execute("SELECT count(*) FROM refs").fetchone()[0]
+    cols = "SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs"
+    # Two indexed lookups (new references; references to changed names), not one scan.
     select = (
-        "SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs WHERE "
-        + ("1" if full else "resolution = 'pending' OR name IN (SELECT name FROM pending_names)")
+        f"SELECT * FROM ({cols})" if full else
+        f"SELECT * FROM ({cols} WHERE resolution = 'pending' UNION "
+        f"{cols} WHERE name IN (SELECT name FROM pending_names))"
     )
     count = total if full else conn.execute(f"SELECT count(*) FROM ({select})").fetchone()[0]
     table = SymbolTable(conn)
@@ -294,8 +297,7 @@ def _resolve_pending(db: sqlite_utils.Database, full: bool, progress: ProgressFn
     done = 0
     with conn:
         for inherit in (True, False):
-            cond = " AND kind = 'inherit'" if inherit else " AND kind != 'inherit'"
-            sql = select.replace(" WHERE ", " WHERE (", 1) + ")" + cond
+            sql = select + (" WHERE kind = 'inherit'" if inherit else " WHERE kind != 'inherit'")
             rows = conn.execute(sql).fetchall()
             _apply(conn, resolve_refs(conn, table, rows))
             done += len(rows)
@@ -367,6 +369,7 @@ def _build_locked(
     gen = int(store.get_meta(db, "generation", "0")) + 1
     if full:
         with conn:
+            store.drop_counters(db)  # recounted at the end, not decremented row by row
             conn.execute("INSERT OR IGNORE INTO vector_tombstones SELECT id FROM chunks")
             for table in ("ref_candidates", "refs", "symbols", "imports", "files", "pending_names",
                           "chunks", "chunks_fts"):
@@ -405,6 +408,7 @@ def _build_locked(
     if bulk:
         with conn:
             store.drop_ref_indexes(db)
+            store.drop_counters(db)
     parsed = touched = 0
     failed: dict[str, str] = {}
     for results in _parse_all(config, work, progress, config.embed_model if chunks else None):
@@ -422,9 +426,10 @@ def _build_locked(
     ).fetchone()[0]
     if pending or full:
         _resolve_pending(db, full or bulk, progress)
-    if bulk:
+    if bulk or full:
         with conn:
             store.ensure_ref_indexes(db)
+            store.ensure_counters(db)
     changed = bool(work or deleted or pending)
     last = store.get_meta(db, "last_build")
     if not changed and last and not full:
@@ -463,14 +468,13 @@ def collect_stats(db, **kw) -> BuildStats:
     for status, n in conn.execute("SELECT status, count(*) FROM files WHERE status LIKE 'skipped:%' "
                                   "OR status = 'failed' GROUP BY status"):
         skipped[status.removeprefix("skipped:")] += n
-    refs, resolved, ambiguous = conn.execute(
-        "SELECT count(*), count(target_id), sum(resolution = 'ambiguous') FROM refs"
-    ).fetchone()
+    totals = store.counts(db)
+    refs, resolved, ambiguous = totals["refs"], totals["resolved"], totals["ambiguous"]
     return BuildStats(
         files_total=sum(by_lang.values()),
         files_with_errors=conn.execute("SELECT count(*) FROM files WHERE status = 'syntax_error'").fetchone()[0],
         lines=conn.execute("SELECT coalesce(sum(lines), 0) FROM files").fetchone()[0],
-        symbols=conn.execute("SELECT count(*) FROM symbols WHERE kind != 'module'").fetchone()[0],
+        symbols=totals["symbols"],
         references=refs,
         resolved=resolved,
         ambiguous=ambiguous or 0,

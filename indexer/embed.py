@@ -14,6 +14,7 @@ sentence-transformers. Without ``openvino`` (or when the check fails) torch fp32
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -30,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,7 +44,7 @@ BACKENDS = ("auto", "torch", "torch-bf16", "openvino")
 MIN_COSINE = 0.99
 _HUB_ORG = "sentence-transformers"
 _UNSET = object()
-_EXPORT_FORMAT = "1"  # bump when the exported graph or info.json layout changes
+_EXPORT_FORMAT = "2"  # bump when the exported graph or info.json layout changes
 
 
 class EmbeddingModelError(RepoctxError):
@@ -51,7 +52,6 @@ class EmbeddingModelError(RepoctxError):
     name or a local model directory) and that the model is downloaded."""
 
 
-@runtime_checkable
 class TokenCounter(Protocol):
     """Counts tokens the way the embedding model sees them (what the chunker needs)."""
 
@@ -60,8 +60,10 @@ class TokenCounter(Protocol):
     def count(self, texts: Sequence[str]) -> list[int]: ...
 
 
-@runtime_checkable
 class Embedder(Protocol):
+    """What the index needs from a model. (Not runtime-checkable: isinstance would read
+    ``dim``, which may load the model.)"""
+
     name: str  # model id recorded in the index
     dim: int
     max_tokens: int
@@ -798,6 +800,12 @@ class SentenceTransformerEmbedder:
                 os.replace(tmp, key_dir)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+            # Older exports of this model (other files or library versions) are dead weight.
+            slug = key_dir.name.rsplit("-", 1)[0]
+            for old_dir in key_dir.parent.glob(f"{glob.escape(slug)}-*"):
+                same_model = old_dir.name.rsplit("-", 1)[0] == slug
+                if same_model and old_dir != key_dir and old_dir.is_dir():
+                    shutil.rmtree(old_dir, ignore_errors=True)
         except OSError:
             return
 

@@ -26,6 +26,10 @@ from .models import Progress
 
 #: Chunks fetched, reused or embedded, and committed together.
 BATCH = 256
+_TEST_PATH_SQL = (
+    "(f.path GLOB 'test*/*' OR f.path GLOB '*/test*/*' OR f.path GLOB '*/test_*.py' "
+    "OR f.path GLOB 'test_*.py' OR f.path GLOB '*_test.*' OR f.path GLOB '*/tests/*')"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +106,9 @@ def embed_pending(
     while done < total:
         rows = conn.execute(
             "SELECT c.id, c.content_hash, f.path, f.language, c.start_line, c.end_line, c.symbol, c.header "
-            "FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.embedded = 0 ORDER BY c.id LIMIT ?",
+            "FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.embedded = 0 "
+            # product code before tests: coverage that matters most fills in first
+            f"ORDER BY {_TEST_PATH_SQL}, c.id LIMIT ?",
             [min(BATCH, total - done)],
         ).fetchall()
         if not rows:

@@ -15,7 +15,7 @@ import sqlite_utils
 
 from .errors import NoIndexError, SchemaError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _m001_initial(db: sqlite_utils.Database) -> None:
@@ -141,10 +141,75 @@ def _m002_chunks(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m003_counts(db: sqlite_utils.Database) -> None:
+    db.executescript(
+        """
+        -- running totals kept by triggers (see ensure_counters): a build's summary must not
+        -- scan millions of references
+        CREATE TABLE counts (key TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
+        """
+    )
+
+
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (1, _m001_initial),
     (2, _m002_chunks),
+    (3, _m003_counts),
 ]
+
+_COUNTER_TRIGGERS = {
+    "refs_count_ins": """AFTER INSERT ON refs BEGIN
+        UPDATE counts SET n = n + 1 WHERE key = 'refs';
+        UPDATE counts SET n = n + 1 WHERE key = 'resolved' AND NEW.target_id IS NOT NULL;
+        UPDATE counts SET n = n + 1 WHERE key = 'ambiguous' AND NEW.resolution = 'ambiguous';
+    END""",
+    "refs_count_del": """AFTER DELETE ON refs BEGIN
+        UPDATE counts SET n = n - 1 WHERE key = 'refs';
+        UPDATE counts SET n = n - 1 WHERE key = 'resolved' AND OLD.target_id IS NOT NULL;
+        UPDATE counts SET n = n - 1 WHERE key = 'ambiguous' AND OLD.resolution = 'ambiguous';
+    END""",
+    "refs_count_upd": """AFTER UPDATE OF target_id, resolution ON refs BEGIN
+        UPDATE counts SET n = n + (NEW.target_id IS NOT NULL) - (OLD.target_id IS NOT NULL)
+            WHERE key = 'resolved';
+        UPDATE counts SET n = n + (NEW.resolution = 'ambiguous') - (OLD.resolution = 'ambiguous')
+            WHERE key = 'ambiguous';
+    END""",
+    "symbols_count_ins": """AFTER INSERT ON symbols WHEN NEW.kind != 'module' BEGIN
+        UPDATE counts SET n = n + 1 WHERE key = 'symbols';
+    END""",
+    "symbols_count_del": """AFTER DELETE ON symbols WHEN OLD.kind != 'module' BEGIN
+        UPDATE counts SET n = n - 1 WHERE key = 'symbols';
+    END""",
+}
+
+
+def drop_counters(db: sqlite_utils.Database) -> None:
+    """Bulk loads go without the per-row triggers; `ensure_counters` recounts afterwards."""
+    for name in _COUNTER_TRIGGERS:
+        db.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+def ensure_counters(db: sqlite_utils.Database) -> None:
+    """Create the counting triggers; when any was missing (after a bulk load or a crash during
+    one), recount from the tables first so the totals are exact."""
+    present = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    if present >= _COUNTER_TRIGGERS.keys():
+        return
+    drop_counters(db)
+    refs, resolved, ambiguous = db.execute(
+        "SELECT count(*), count(target_id), coalesce(sum(resolution = 'ambiguous'), 0) FROM refs"
+    ).fetchone()
+    symbols = db.execute("SELECT count(*) FROM symbols WHERE kind != 'module'").fetchone()[0]
+    db.conn.executemany(
+        "INSERT OR REPLACE INTO counts(key, n) VALUES (?, ?)",
+        [("refs", refs), ("resolved", resolved), ("ambiguous", ambiguous), ("symbols", symbols)],
+    )
+    for name, body in _COUNTER_TRIGGERS.items():
+        db.execute(f"CREATE TRIGGER {name} {body}")
+
+
+def counts(db: sqlite_utils.Database) -> dict[str, int]:
+    return dict(db.execute("SELECT key, n FROM counts").fetchall())
 
 
 def stable_id(*parts: str) -> int:
@@ -198,6 +263,7 @@ def open_for_write(index_dir: Path) -> sqlite_utils.Database:
                 )
     with db.conn:
         ensure_ref_indexes(db)
+        ensure_counters(db)
     return db
 
 

@@ -35,6 +35,7 @@ REFINE_FACTOR = 5
 _META_MODEL = b"repoctx.model"
 _META_DIM = b"repoctx.dim"
 _IN_CHUNK = 500  # values per `IN (...)` filter
+_MIN_INDEX_ROWS = 256  # fewer rows cannot train IVF partitions; flat search is instant anyway
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +328,7 @@ class VectorStore:
         end of a large build, not after each edit."""
         from lancedb.index import BTree, IvfSq
 
-        if self.has_vector_index() or self.count() < threshold:
+        if self.has_vector_index() or self.count() < max(threshold, _MIN_INDEX_ROWS):
             return False
         self._table.create_index(
             "vector", config=IvfSq(distance_type="cosine"), name=VECTOR_INDEX, replace=True

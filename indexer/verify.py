@@ -310,12 +310,13 @@ def repair(
     progress: Callable | None = None,
 ) -> RepairReport:
     """Fix what `verify` finds through the incremental path, then verify again."""
-    before, found = _audit(config)
     actions: list[str] = []
-    if before.ok and not found.notes:
-        return RepairReport(before, before, ())
-    db = None
+    store.open_for_read(config.index_path).conn.close()  # no index: say so before locking
+    # Audit under the write lock, so no build changes the index between finding and fixing.
     with WriteLock(config.index_path).acquire(wait_lock):
+        before, found = _audit(config)
+        if before.ok and not found.notes:
+            return RepairReport(before, before, ())
         db = store.open_for_write(config.index_path)
         try:
             with db.conn:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import importlib
 import json
 import os
 import signal
@@ -341,6 +342,7 @@ class Watcher:
                 raise WatcherError(f"Cannot watch {self.config.root}: {exc}") from exc
             # Catch up with changes made while nobody watched (or a build that was killed).
             self._build_batch(events=0, settle=False)
+            self._warm_up()
             self._loop(observer)
         finally:
             observer.stop()
@@ -483,6 +485,15 @@ class Watcher:
                 self.config.embed_model, batch_size=self.config.embed_batch_size
             )
         return self._embedder
+
+    def _warm_up(self) -> None:
+        """Pay the one-time costs of the embedding phase now (model load, the runtime's first
+        inference, importing LanceDB: seconds), not inside the first edit's build."""
+        embedder = self._get_embedder()
+        if embedder is None:
+            return
+        embedder.embed(["def warm_up():\n    return None"])
+        importlib.import_module("lancedb")
 
     def _report(self, ev: BuildEvent) -> None:
         if self.on_event is not None:

@@ -123,13 +123,20 @@ class ContextPack:
 
     def render(self) -> str:
         """The pack as prompt text: full blocks in rank order, then the skeleton list."""
-        return _render([i.text for i in self.items if i.kind == FULL],
-                       [i.text for i in self.items if i.kind == SKELETON])
+        return _render(
+            [i.text for i in self.items if i.kind == FULL],
+            [i.text for i in self.items if i.kind == SKELETON],
+        )
 
     def covers(self, path: str, start_line: int, end_line: int) -> bool:
         """Whether a full item holds all of ``path:start_line-end_line``."""
-        return any(i.kind == FULL and i.path == path and i.start_line <= start_line
-                   and end_line <= i.end_line for i in self.items)
+        return any(
+            i.kind == FULL
+            and i.path == path
+            and i.start_line <= start_line
+            and end_line <= i.end_line
+            for i in self.items
+        )
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -144,9 +151,15 @@ class PackPolicy:
 
     #: Rank constant of the seed fusion (smaller: top hits dominate more).
     seed_k: int = 10
-    source_weights: dict[str, float] = field(default_factory=lambda: {
-        "focus": 3.0, "symbol": 2.0, "path": 1.0, "lexical": 1.0, "semantic": 1.0,
-    })
+    source_weights: dict[str, float] = field(
+        default_factory=lambda: {
+            "focus": 3.0,
+            "symbol": 2.0,
+            "path": 1.0,
+            "lexical": 1.0,
+            "semantic": 1.0,
+        }
+    )
     lexical_k: int = 30
     semantic_k: int = 30
     #: Identifiers matching more definitions than this are too ambiguous to seed.
@@ -160,6 +173,7 @@ class PackPolicy:
     item_share: float = 0.35  # largest single full item
     expand_share: float = 0.15  # a member grows to its top-level class up to this size
     focus_share: float = 0.5  # whole focus files up to this size
+    upgrade: bool = True  # room left at the end shows skeletons in full (False: an outline)
     max_candidates: int = 1500
     #: Test code rarely is what a task is about: seeds and scores in test files count this much
     #: (focus files excepted).
@@ -212,21 +226,29 @@ def assemble_context(
     t2 = time.perf_counter()
     packer = _Packer(repo, counter, budget_tokens, policy)
     items = packer.pack(seeds, scores, edge_reasons)
-    text = _render([i.text for i in items if i.kind == FULL],
-                   [i.text for i in items if i.kind == SKELETON])
+    text = _render(
+        [i.text for i in items if i.kind == FULL], [i.text for i in items if i.kind == SKELETON]
+    )
     used = counter.count(text)
     while used > budget_tokens and items:  # token merges across block boundaries
         drop = max(range(len(items)), key=lambda k: (items[k].kind == SKELETON, k))
         items.pop(drop)
-        text = _render([i.text for i in items if i.kind == FULL],
-                       [i.text for i in items if i.kind == SKELETON])
+        text = _render(
+            [i.text for i in items if i.kind == FULL], [i.text for i in items if i.kind == SKELETON]
+        )
         used = counter.count(text) if items else 0
     timings["pack"] = _ms(t2)
     timings["total"] = _ms(t0)
     return ContextPack(
-        task=task, budget=budget_tokens, used_tokens=used, items=tuple(items),
-        seeds=tuple(seeds.records), timings=timings, tokenizer=counter.name,
-        warnings=tuple(warnings), line_numbers=policy.line_numbers,
+        task=task,
+        budget=budget_tokens,
+        used_tokens=used,
+        items=tuple(items),
+        seeds=tuple(seeds.records),
+        timings=timings,
+        tokenizer=counter.name,
+        warnings=tuple(warnings),
+        line_numbers=policy.line_numbers,
     )
 
 
@@ -300,16 +322,23 @@ class _Repo:
             for k in range(0, len(want), 900):
                 part = want[k : k + 900]
                 rows = self.conn.execute(
-                    _SYM_SQL + f"WHERE s.id IN ({','.join('?' * len(part))})", part).fetchall()
+                    _SYM_SQL + f"WHERE s.id IN ({','.join('?' * len(part))})", part
+                ).fetchall()
                 for row in rows:
                     self.syms[row[0]] = _Sym(*row)
-            want = list({s.parent for s in self.syms.values()
-                         if s.parent is not None and s.parent not in self.syms})
+            want = list(
+                {
+                    s.parent
+                    for s in self.syms.values()
+                    if s.parent is not None and s.parent not in self.syms
+                }
+            )
 
     def file_symbols(self, path: str) -> list[_Sym]:
         if path not in self._file_syms:
             rows = self.conn.execute(
-                _SYM_SQL + "WHERE f.path = ? ORDER BY s.start_line, s.end_line DESC", [path])
+                _SYM_SQL + "WHERE f.path = ? ORDER BY s.start_line, s.end_line DESC", [path]
+            )
             syms = [_Sym(*row) for row in rows]
             for s in syms:
                 self.syms.setdefault(s.id, s)
@@ -363,7 +392,9 @@ class _Repo:
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)+")
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _BACKTICK = re.compile(r"`([^`\n]{1,200})`")
-_PATHLIKE = re.compile(r"(?:[\w.\-]+/)*[\w\-]+\.[A-Za-z0-9+]{1,5}(?::\d+(?:-\d+)?)?|(?:[\w.\-]+/)+[\w.\-]+")
+_PATHLIKE = re.compile(
+    r"(?:[\w.\-]+/)*[\w\-]+\.[A-Za-z0-9+]{1,5}(?::\d+(?:-\d+)?)?|(?:[\w.\-]+/)+[\w.\-]+"
+)
 _TRACEBACK = re.compile(r"File \"([^\"]+)\", line (\d+)")
 _CAMEL = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]")
 Key = int | tuple  # a symbol id, or ("span", path, start, end) for lines outside definitions
@@ -417,7 +448,8 @@ class _Seeds:
                     start, end = max(1, span[0]), min(n, span[1])
                     if start > end:
                         raise ContextError(
-                            f"Focus {entry} is outside {path} ({n} lines) — fix the line range.")
+                            f"Focus {entry} is outside {path} ({n} lines) — fix the line range."
+                        )
                     units: list[Key] = [self._span_key(path, start, end)]
                 else:
                     cost = counter.count("\n".join(lines))
@@ -429,25 +461,40 @@ class _Seeds:
                     order += 1
                     self.pinned[key] = order
                     self._credit(key, "focus", order)
-                self.records.append(Seed("focus", order, path, span[0] if span else 1,
-                                         span[1] if span else n, "", 1.0))
+                self.records.append(
+                    Seed(
+                        "focus",
+                        order,
+                        path,
+                        span[0] if span else 1,
+                        span[1] if span else n,
+                        "",
+                        1.0,
+                    )
+                )
 
     def _focus_paths(self, entry: str) -> list[tuple[str, tuple[int, int] | None]]:
         m = re.fullmatch(r"(.+?):(\d+)(?:-(\d+))?", entry)
-        raw, span = (m.group(1), (int(m.group(2)), int(m.group(3) or m.group(2)))) if m else (entry, None)
+        raw, span = (
+            (m.group(1), (int(m.group(2)), int(m.group(3) or m.group(2)))) if m else (entry, None)
+        )
         p = Path(raw)
         full = p if p.is_absolute() else self.repo.root / p
         try:
             rel = full.resolve().relative_to(self.repo.root.resolve()).as_posix()
         except ValueError as exc:
-            raise ContextError(f"Focus path {raw} is outside the repository {self.repo.root} "
-                               "— pass a path inside it.") from exc
+            raise ContextError(
+                f"Focus path {raw} is outside the repository {self.repo.root} "
+                "— pass a path inside it."
+            ) from exc
         if full.is_dir():
             prefix = "" if rel == "." else rel.rstrip("/") + "/"
             files = sorted(q for q in self.repo.paths() if q.startswith(prefix))
             if not files:
-                raise ContextError(f"No indexed files under focus directory {raw} — "
-                                   "check the path or run `repoctx index build`.")
+                raise ContextError(
+                    f"No indexed files under focus directory {raw} — "
+                    "check the path or run `repoctx index build`."
+                )
             return [(q, None) for q in files]
         if not full.is_file():
             raise ContextError(f"Focus path {raw} does not exist — check the path.")
@@ -465,7 +512,8 @@ class _Seeds:
         if searcher is not None and searcher.semantic_coverage() > 0:
             try:
                 ranked["semantic"] = [
-                    c.chunk_id for c in searcher.semantic(task, k=self.policy.semantic_k)]
+                    c.chunk_id for c in searcher.semantic(task, k=self.policy.semantic_k)
+                ]
             except RepoctxError as exc:
                 warnings.append(f"semantic search unavailable: {exc}")
         ids = sorted({cid for cids in ranked.values() for cid in cids})
@@ -475,7 +523,9 @@ class _Seeds:
             row[0]: row[1:]
             for row in self.repo.conn.execute(
                 "SELECT c.id, f.path, c.start_line, c.end_line, c.symbol FROM chunks c "
-                f"JOIN files f ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})", ids)
+                f"JOIN files f ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})",
+                ids,
+            )
         }
         for source, cids in ranked.items():
             for rank, cid in enumerate(cids, 1):
@@ -489,7 +539,9 @@ class _Seeds:
                     if isinstance(key, int):
                         self.hit_spans[key].append((start, end))
 
-    def _chunk_units(self, path: str, start: int, end: int, terms: set[str]) -> list[tuple[Key, float]]:
+    def _chunk_units(
+        self, path: str, start: int, end: int, terms: set[str]
+    ) -> list[tuple[Key, float]]:
         """The definitions a chunk holds, each with its share of the hit: by how many task
         terms its own lines contain (a class's own lines exclude its methods)."""
         syms = [s for s in self.repo.file_symbols(path) if s.kind != "module"]
@@ -517,8 +569,10 @@ class _Seeds:
         for key, own in units:
             text = "\n".join(lines[i - 1] for i in sorted(own) if 0 < i <= len(lines))
             matched = len(terms & _terms(text)) if terms else 0
-            if isinstance(key, tuple) and matched == 0:
-                continue  # module-level lines that say nothing about the task
+            if isinstance(key, tuple):
+                if matched == 0:
+                    continue  # module-level lines that say nothing about the task
+                matched /= 2  # mostly imports and constants: rarely the point
             scored.append((key, (matched + 0.1) ** 2))
         total = sum(w for _, w in scored) or 1.0
         return [(key, w / total) for key, w in scored]
@@ -548,32 +602,52 @@ class _Seeds:
                 syms = [s for s in self.repo.file_symbols(path) if s.kind != "module"]
                 if span is not None:
                     holders = [s for s in syms if s.start <= span[0] <= s.end]
-                    keys: list[Key] = ([min(holders, key=lambda s: s.end - s.start).id] if holders
-                                       else [self._span_key(path, span[0], span[1])])
+                    keys: list[Key] = (
+                        [min(holders, key=lambda s: s.end - s.start).id]
+                        if holders
+                        else [self._span_key(path, span[0], span[1])]
+                    )
                 else:
                     keys = [s.id for s in syms if s.parent is None] or [
-                        s.id for s in self.repo.file_symbols(path)]
+                        s.id for s in self.repo.file_symbols(path)
+                    ]
                 for key in keys:
                     self._credit(key, "path", rank, 1.0 / len(keys))
                 n = len(self.repo.lines(path) or [])
-                self.records.append(Seed("path", rank, path, span[0] if span else 1,
-                                         span[1] if span else n, "", 1.0))
+                self.records.append(
+                    Seed(
+                        "path", rank, path, span[0] if span else 1, span[1] if span else n, "", 1.0
+                    )
+                )
 
     def _add_identifiers(self, task: str) -> None:
         idents: list[str] = []
-        coded = {w for m in _BACKTICK.finditer(task) for w in _DOTTED.findall(m.group(1))
-                 + _WORD.findall(m.group(1))}
+        coded: set[str] = set()  # backticked: code by the writer's own say
+        for m in _BACKTICK.finditer(task):
+            inner = m.group(1)
+            coded.update(d.replace("::", ".") for d in _DOTTED.findall(inner))
+            coded.update(_WORD.findall(_DOTTED.sub(" ", inner)))
+        in_dotted: set[int] = set()  # `Cart` of `Cart.remove` is no name of its own
         for m in _DOTTED.finditer(task):
             text = m.group(0).replace("::", ".")
             parts = text.split(".")
             if language_for_path(text) is None and all(len(p) > 1 for p in parts):
                 idents.append(text)
+                in_dotted.update(range(m.start(), m.end()))
         for m in _WORD.finditer(task):
             w = m.group(0)
+            if m.start() in in_dotted:
+                continue
             after = task[m.end() : m.end() + 1]
             if len(w) < 3:
                 continue
-            if w in coded or after == "(" or "_" in w.strip("_") or _CAMEL.search(w) or w[0].isupper():
+            if (
+                w in coded
+                or after == "("
+                or "_" in w.strip("_")
+                or _CAMEL.search(w)
+                or w[0].isupper()
+            ):
                 idents.append(w)
         for w in coded:
             if w not in idents and len(w) > 2:
@@ -595,8 +669,17 @@ class _Seeds:
             rank += 1
             for s in hits:
                 self._credit(s.id, "symbol", rank, 1.0 / len(hits))
-                self.records.append(Seed("symbol", rank, s.path, s.start, s.end, s.qualname,
-                                         round(1.0 / len(hits), 4)))
+                self.records.append(
+                    Seed(
+                        "symbol",
+                        rank,
+                        s.path,
+                        s.start,
+                        s.end,
+                        s.qualname,
+                        round(1.0 / len(hits), 4),
+                    )
+                )
 
     def _resolve_identifier(self, ident: str) -> list[_Sym]:
         last = ident.rsplit(".", 1)[-1]
@@ -620,8 +703,14 @@ def is_test_path(path: str) -> bool:
     if any(p in _TEST_DIRS for p in parts[:-1]):
         return True
     stem = name.rsplit(".", 1)[0]
-    return (name.startswith("test_") or stem.endswith("_test") or name == "conftest.py"
-            or stem.endswith((".test", ".spec")) or stem.endswith("Test") and name.endswith(".java"))
+    return (
+        name.startswith("test_")
+        or stem.endswith("_test")
+        or name == "conftest.py"
+        or stem.endswith((".test", ".spec"))
+        or stem.endswith("Test")
+        and name.endswith(".java")
+    )
 
 
 def _runs(lines: list[int]) -> list[list[int]]:
@@ -660,31 +749,38 @@ def _rank(repo: _Repo, seeds: _Seeds, policy: PackPolicy) -> tuple[dict[Key, flo
     scores: dict[Key, float] = {}
     edge_reasons: dict[int, list[Reason]] = {}
     if policy.use_graph and sym_seeds:
-        graph = collect_subgraph(repo.conn, sym_seeds, hops=policy.hops, fanout=policy.fanout,
-                                 expand=policy.expand)
+        graph = collect_subgraph(
+            repo.conn, sym_seeds, hops=policy.hops, fanout=policy.fanout, expand=policy.expand
+        )
         ranking = personalized_pagerank(graph, sym_seeds, alpha=policy.alpha)
         scores.update(ranking.scores)
         # span seeds are outside the graph: give them what a seed keeps after the walk
         for k, w in p.items():
             if not isinstance(k, int):
                 scores[k] = policy.alpha * w
-        top = sorted((k for k in ranking.scores if k not in sym_seeds),
-                     key=lambda k: -ranking.scores[k])[: policy.max_candidates]
+        top = sorted(
+            (k for k in ranking.scores if k not in sym_seeds), key=lambda k: -ranking.scores[k]
+        )[: policy.max_candidates]
         repo.load([*sym_seeds, *top, *(e.src for k in top for e in ranking.via.get(k, ()))])
 
         def origin(node: int, depth: int = 0) -> int:
-            if node in sym_seeds or depth > 4 or not ranking.via.get(node):
+            if node in sym_seeds or depth > 3 or not ranking.via.get(node):
                 return node
             return origin(ranking.via[node][0].src, depth + 1)
 
-        for node in top:
+        for node in [*sym_seeds, *top]:
             out = []
             for e in ranking.via.get(node, ()):
                 via, seed = repo.syms.get(e.src), repo.syms.get(origin(e.src))
                 if via is not None:
-                    out.append(Reason(e.relation, via=via.qualname,
-                                      seed=seed.qualname if seed else "",
-                                      confidence=round(e.confidence, 3)))
+                    out.append(
+                        Reason(
+                            e.relation,
+                            via=via.qualname,
+                            seed=seed.qualname if seed else "",
+                            confidence=round(e.confidence, 3),
+                        )
+                    )
             edge_reasons[node] = out
         keep = set(top) | set(p)
         scores = {k: damp(k, v) if k not in p else v for k, v in scores.items() if k in keep}
@@ -756,12 +852,15 @@ class _Packer:
             self.skel.remove(d)
             self.skel_tokens -= d.tokens
 
-    def pack(self, seeds: _Seeds, scores: dict[Key, float],
-             edge_reasons: dict[int, list[Reason]]) -> list[ContextItem]:
+    def pack(
+        self, seeds: _Seeds, scores: dict[Key, float], edge_reasons: dict[int, list[Reason]]
+    ) -> list[ContextItem]:
         if self.budget <= self.preamble + self.skel_header:
             return []
-        order = sorted(scores, key=lambda k: (k not in seeds.pinned, seeds.pinned.get(k, 0),
-                                              -scores[k], str(k)))
+        order = sorted(
+            scores,
+            key=lambda k: (k not in seeds.pinned, seeds.pinned.get(k, 0), -scores[k], str(k)),
+        )
 
         def reasons(key: Key) -> list[Reason]:
             return [*seeds.reasons.get(key, ()), *edge_reasons.get(key, ())][:4]
@@ -775,15 +874,22 @@ class _Packer:
                 continue
             cap = pinned_cap if key in seeds.pinned else full_cap
             is_module = isinstance(key, int) and self.repo.syms[key].kind == "module"
-            if (is_module or rank >= self.policy.full_candidates or cap - self.full_tokens < 16
-                    or not self._try_full(key, unit, seeds, scores[key], rank, reasons(key), cap)):
-                later.append((rank, key))
+            if (
+                is_module
+                or rank >= self.policy.full_candidates
+                or cap - self.full_tokens < 16
+                or not self._try_full(key, unit, seeds, scores[key], rank, reasons(key), cap)
+            ):
+                if key in seeds.pinned:  # focus goes in before anything else, if only as outline
+                    self._try_skeleton(key, unit, seeds, scores[key], rank, reasons(key))
+                else:
+                    later.append((rank, key))
         for rank, key in later:
             if self.budget - self.used < 4:
                 break
             self._try_skeleton(key, self._unit(key, seeds), seeds, scores[key], rank, reasons(key))
         # Room left once every candidate has a place: show skeletons in full, best first.
-        for d in sorted(self.skel, key=lambda d: d.order):
+        for d in sorted(self.skel, key=lambda d: d.order) if self.policy.upgrade else ():
             if self.budget - self.used < 16:
                 break
             if not any(d is x for x in self.skel):  # absorbed by an earlier upgrade
@@ -794,9 +900,20 @@ class _Packer:
                 self._add(d)
         drafts = sorted(self.full, key=lambda d: d.order) + sorted(self.skel, key=lambda d: d.order)
         # A skeleton holds the first line of its definition (the signature), not the body.
-        return [ContextItem(d.unit.path, d.unit.start, d.unit.end if d.kind == FULL else d.unit.start,
-                            d.unit.symbol, d.kind, d.text, d.tokens, round(d.score, 8),
-                            tuple(d.reasons)) for d in drafts]
+        return [
+            ContextItem(
+                d.unit.path,
+                d.unit.start,
+                d.unit.end if d.kind == FULL else d.unit.start,
+                d.unit.symbol,
+                d.kind,
+                d.text,
+                d.tokens,
+                round(d.score, 8),
+                tuple(d.reasons),
+            )
+            for d in drafts
+        ]
 
     def _unit(self, key: Key, seeds: _Seeds) -> _Unit | None:
         """A candidate's own definition (or span of module-level lines)."""
@@ -808,16 +925,22 @@ class _Packer:
             return None
         return _sym_unit(sym)
 
-    def _choose(self, key: Key, unit: _Unit, seeds: _Seeds, room: float
-                ) -> tuple[_Unit, str, int] | None:
+    def _choose(
+        self, key: Key, unit: _Unit, seeds: _Seeds, room: float
+    ) -> tuple[_Unit, str, int] | None:
         """The span shown in full: the enclosing class when small, else the definition, else
         the chunk that was hit when the definition is too large for one item."""
-        item_cap = min(self.policy.item_share * self.budget, room)
+        share = self.policy.focus_share if key in seeds.pinned else self.policy.item_share
+        item_cap = min(share * self.budget, room)
         sym = self.repo.syms.get(key) if isinstance(key, int) else None
         if sym is not None:
             top = self.repo.top(sym)
             limit = min(self.policy.expand_share * self.budget, room)
-            if top.id != sym.id and top.kind in CLASS_KINDS and top.nbytes <= limit * MAX_BYTES_PER_TOKEN:
+            if (
+                top.id != sym.id
+                and top.kind in CLASS_KINDS
+                and top.nbytes <= limit * MAX_BYTES_PER_TOKEN
+            ):
                 grown = _sym_unit(top)
                 got = self._text(grown)
                 if got is not None and got[1] <= limit:
@@ -831,18 +954,29 @@ class _Packer:
         if sym is not None and sym.kind in CLASS_KINDS:
             return None
         for a, b in seeds.hit_spans.get(key, ()) if isinstance(key, int) else ():
-            part = _Unit(unit.path, max(a, unit.start), min(b, unit.end), unit.symbol, unit.local,
-                         unit.lang)
+            part = _Unit(
+                unit.path, max(a, unit.start), min(b, unit.end), unit.symbol, unit.local, unit.lang
+            )
             got = self._text(part)
             if got is not None and got[1] <= item_cap:
                 return part, *got
         return None
 
-    def _try_full(self, key: Key, unit: _Unit, seeds: _Seeds, score: float, rank: int,
-                  reasons: list[Reason], cap: float) -> bool:
+    def _try_full(
+        self,
+        key: Key,
+        unit: _Unit,
+        seeds: _Seeds,
+        score: float,
+        rank: int,
+        reasons: list[Reason],
+        cap: float,
+    ) -> bool:
         room = min(cap - self.full_tokens, self.budget - self.used)
         for d in self.full:  # room freed by what the new item would absorb is not counted
-            if d.unit.path == unit.path and not (d.unit.end < unit.start or unit.end < d.unit.start):
+            if d.unit.path == unit.path and not (
+                d.unit.end < unit.start or unit.end < d.unit.start
+            ):
                 room += d.tokens
         chosen = self._choose(key, unit, seeds, room + self.skel_tokens)
         if chosen is None:
@@ -851,20 +985,28 @@ class _Packer:
         same = [d for d in self.full if d.unit.path == unit.path]
         for d in same:
             if d.unit.start <= unit.start and unit.end <= d.unit.end:
-                _merge_reasons(d.reasons, reasons)
+                _merge_reasons(d.reasons, reasons, d.unit.symbol)
                 return True
         overlap = [d for d in same if not (d.unit.end < unit.start or unit.end < d.unit.start)]
         if overlap:
             outer = max([unit, *(d.unit for d in overlap)], key=lambda u: u.end - u.start)
-            unit = _Unit(unit.path, min([unit.start, *(d.unit.start for d in overlap)]),
-                         max([unit.end, *(d.unit.end for d in overlap)]), outer.symbol,
-                         outer.local, unit.lang)
+            unit = _Unit(
+                unit.path,
+                min([unit.start, *(d.unit.start for d in overlap)]),
+                max([unit.end, *(d.unit.end for d in overlap)]),
+                outer.symbol,
+                outer.local,
+                unit.lang,
+            )
             got = self._text(unit)
             if got is None:
                 return False
             text, tokens = got
-        covered = [d for d in self.skel
-                   if d.unit.path == unit.path and unit.start <= d.unit.start and d.unit.end <= unit.end]
+        covered = [
+            d
+            for d in self.skel
+            if d.unit.path == unit.path and unit.start <= d.unit.start and d.unit.end <= unit.end
+        ]
         freed_full = sum(d.tokens for d in overlap)
         freed = freed_full + sum(d.tokens for d in covered)
         if covered and len(covered) == len(self.skel):
@@ -876,17 +1018,24 @@ class _Packer:
             self._remove(d)
             rank = min(rank, d.order) if d.kind == FULL else rank
             score = max(score, d.score)
-            _merge_reasons(merged, [r for r in d.reasons if r.via != unit.symbol])
+            _merge_reasons(merged, d.reasons, unit.symbol)
         self._add(_Draft(unit, FULL, text, tokens, score, rank, merged, key))
         return True
 
-    def _try_skeleton(self, key: Key, unit: _Unit | None, seeds: _Seeds, score: float, rank: int,
-                      reasons: list[Reason]) -> bool:
+    def _try_skeleton(
+        self,
+        key: Key,
+        unit: _Unit | None,
+        seeds: _Seeds,
+        score: float,
+        rank: int,
+        reasons: list[Reason],
+    ) -> bool:
         if unit is None:
             return False
         for d in self.full:
             if d.unit.path == unit.path and d.unit.start <= unit.start and unit.end <= d.unit.end:
-                _merge_reasons(d.reasons, reasons)
+                _merge_reasons(d.reasons, reasons, d.unit.symbol)
                 return True
         text = self._skeleton_text(key, unit)
         tokens = self.counter.count(text + _SEP_SKEL)
@@ -911,7 +1060,9 @@ class _Packer:
                 if self.policy.line_numbers:
                     width = len(str(end))
                     body = [f"{unit.start + i:>{width}}| {ln}" for i, ln in enumerate(body)]
-                header = f"{unit.path}:{unit.start}-{end}" + (f" ({unit.local})" if unit.local else "")
+                header = f"{unit.path}:{unit.start}-{end}" + (
+                    f" ({unit.local})" if unit.local else ""
+                )
                 text = f"{header}\n```{unit.lang}\n" + "\n".join(body) + "\n```"
                 self._texts[cache_key] = (text, self.counter.count(text + _SEP_FULL))
         return self._texts[cache_key]
@@ -940,7 +1091,9 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _merge_reasons(into: list[Reason], more: Sequence[Reason]) -> None:
+def _merge_reasons(into: list[Reason], more: Sequence[Reason], symbol: str = "") -> None:
+    """Add reasons of an absorbed candidate, except edges to the item itself (a member's
+    "enclosed-by" its class says nothing once the class is the item)."""
     for r in more:
-        if r not in into and len(into) < 6:
+        if r not in into and len(into) < 6 and not (symbol and r.via == symbol):
             into.append(r)

@@ -81,10 +81,11 @@ def _degrees(conn: sqlite3.Connection, nodes: list[int]) -> dict[int, int]:
     for k in range(0, len(nodes), 900):
         part = nodes[k : k + 900]
         marks = _marks(len(part))
-        for sql in (f"SELECT target_id, count(*) FROM refs WHERE target_id IN ({marks}) "
-                    "GROUP BY target_id",
-                    f"SELECT symbol_id, count(*) FROM ref_candidates WHERE symbol_id IN ({marks}) "
-                    "GROUP BY symbol_id"):
+        for sql in (
+            f"SELECT target_id, count(*) FROM refs WHERE target_id IN ({marks}) GROUP BY target_id",
+            f"SELECT symbol_id, count(*) FROM ref_candidates WHERE symbol_id IN ({marks}) "
+            "GROUP BY symbol_id",
+        ):
             for node, n in conn.execute(sql, part):
                 deg[node] += n
     return deg
@@ -128,21 +129,27 @@ def _neighbours(
 
     out_sql = ranked(
         "SELECT enclosing_id AS enc, target_id AS tgt, kind, confidence AS conf FROM refs "
-        f"WHERE enclosing_id IN ({marks}) AND target_id IS NOT NULL", "enc")
+        f"WHERE enclosing_id IN ({marks}) AND target_id IS NOT NULL",
+        "enc",
+    )
     refs(out_sql, True)
     in_sql = ranked(
         "SELECT enclosing_id AS enc, target_id AS tgt, kind, confidence AS conf FROM refs "
-        f"WHERE target_id IN ({qmarks})", "tgt")
+        f"WHERE target_id IN ({qmarks})",
+        "tgt",
+    )
     refs(in_sql, False)
     cand_out = ranked(
         "SELECT r.enclosing_id AS enc, c.symbol_id AS tgt, r.kind AS kind, c.confidence AS conf "
         f"FROM refs r JOIN ref_candidates c ON c.ref_id = r.id WHERE r.enclosing_id IN ({marks})",
-        "enc")
+        "enc",
+    )
     refs(cand_out, True)
     cand_in = ranked(
         "SELECT r.enclosing_id AS enc, c.symbol_id AS tgt, r.kind AS kind, c.confidence AS conf "
         f"FROM ref_candidates c JOIN refs r ON r.id = c.ref_id WHERE c.symbol_id IN ({qmarks})",
-        "tgt")
+        "tgt",
+    )
     refs(cand_in, False)
     # Nesting: members and their classes; top-level definitions and their module.
     rows = conn.execute(
@@ -204,23 +211,33 @@ def collect_subgraph(
     edges = []
     for (src, dst, rel), conf in raw.items():
         if src in dist and dst in dist:
-            w = RELATION_WEIGHTS[rel] * conf * (_damp(degree.get(dst, 0)) if rel in FORWARD else 1.0)
+            w = (
+                RELATION_WEIGHTS[rel]
+                * conf
+                * (_damp(degree.get(dst, 0)) if rel in FORWARD else 1.0)
+            )
             edges.append(Edge(src, dst, rel, conf, w))
     return Subgraph(dist, tuple(edges))
 
 
 _INVERSE = {
-    "called-by": "calls", "calls": "called-by", "inherited-by": "inherits",
-    "inherits": "inherited-by", "used-by": "uses", "uses": "used-by",
-    "imported-by": "imports", "imports": "imported-by", "encloses": "enclosed-by",
+    "called-by": "calls",
+    "calls": "called-by",
+    "inherited-by": "inherits",
+    "inherits": "inherited-by",
+    "used-by": "uses",
+    "uses": "used-by",
+    "imported-by": "imports",
+    "imports": "imported-by",
+    "encloses": "enclosed-by",
     "enclosed-by": "encloses",
 }
 
 
 @dataclass(frozen=True)
 class Ranking:
-    """PageRank scores per node and, for nodes that are not seeds, the strongest incoming
-    edges from nodes nearer the seeds (for provenance)."""
+    """PageRank scores per node and its strongest incoming edges from nodes nearer the seeds
+    (for seeds: from other seeds), for provenance."""
 
     scores: Mapping[int, float]
     via: Mapping[int, tuple[Edge, ...]]
@@ -269,7 +286,8 @@ def personalized_pagerank(
     incoming: dict[int, list[tuple[float, Edge]]] = defaultdict(list)
     hops = graph.hops
     for k, e in enumerate(edges):
-        if hops[e.src] < hops[e.dst]:
+        # from nearer the seeds, or between seeds (a seed can also be a callee of another)
+        if hops[e.src] < hops[e.dst] or hops[e.src] == hops[e.dst] == 0:
             incoming[e.dst].append((float(flow[k]), e))
     via = {
         node: tuple(e for _, e in sorted(cands, key=lambda t: -t[0])[:reasons])

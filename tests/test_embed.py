@@ -26,6 +26,7 @@ from indexer.embed import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+STALE = ("sentence-transformers_all-MiniLM-L6-v2-0123456789abcdef", "other-model-0123456789abcdef")
 
 TEXTS = [
     "def parse_json(text: str) -> dict:\n    return json.loads(text)",
@@ -138,12 +139,15 @@ def test_load_tokenizer_from_local_dir_and_missing_dir(tmp_path):
 @pytest.fixture(scope="module")
 def default_embedder(tmp_path_factory) -> SentenceTransformerEmbedder:
     cache = tmp_path_factory.mktemp("embed-cache")
+    for stale in STALE:  # left by an older repoctx / library version, and another model
+        (cache / "models" / stale).mkdir(parents=True)
     return SentenceTransformerEmbedder(cache_dir=cache).load()
 
 
 @pytest.fixture(scope="module")
-def torch_embedder() -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(backend="torch").load()
+def torch_embedder(tmp_path_factory) -> SentenceTransformerEmbedder:
+    cache = tmp_path_factory.mktemp("torch-cache")
+    return SentenceTransformerEmbedder(backend="torch", cache_dir=cache).load()
 
 
 def test_model_tokenizer_matches_sentence_transformers(torch_embedder):
@@ -183,6 +187,8 @@ def test_default_model_ranks_json_parsing_first(default_embedder, torch_embedder
 def test_converted_model_is_cached_and_loads_without_torch(default_embedder):
     key_dir = default_embedder._key_dir()
     info = json.loads((key_dir / "info.json").read_text())
+    remaining = {p.name for p in key_dir.parent.iterdir()}
+    assert remaining == {key_dir.name, STALE[1]}  # the stale export of this model is pruned
     assert info["openvino"]["ok"] and info["dim"] == 384
     assert info["openvino"]["min_cosine_vs_torch"] >= embed.MIN_COSINE
     code = (

@@ -23,11 +23,15 @@ BASE = {
 }
 
 
-def clean_dump(root, tmp_path):
+def clean_dump(root, tmp_path, with_stats=False):
     """A full build of the same tree into a separate index."""
     cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / f"clean-{time.monotonic_ns()}")
-    build(cfg, full=True)
-    return dump_graph(cfg)
+    stats = build(cfg, full=True)
+    return (dump_graph(cfg), stats) if with_stats else dump_graph(cfg)
+
+
+def totals(stats):
+    return (stats.symbols, stats.references, stats.resolved, stats.ambiguous, stats.files_total)
 
 
 def test_noop_build_parses_nothing(repo_factory):
@@ -62,7 +66,9 @@ def test_edit_add_delete_rename_match_clean_build(repo_factory, tmp_path):
         step()
         stats = build(cfg)
         assert stats.files_parsed <= 2  # only what changed
-        assert dump_graph(cfg) == clean_dump(root, tmp_path)
+        clean, clean_stats = clean_dump(root, tmp_path, with_stats=True)
+        assert dump_graph(cfg) == clean
+        assert totals(stats) == totals(clean_stats)  # running totals stay exact
     rows = dump_graph(cfg)["refs"]
     go = [r for r in rows if r[0] == "pkg/c.py" and r[3] == "go"][0]
     assert go[7] == "pkg.b.B.go" and go[8] == "self"

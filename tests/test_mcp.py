@@ -54,8 +54,14 @@ FILES = {
     ".env": "PASSWORD=hunter2\n",
 }
 
-TOOLS = {"search_code", "find_symbol", "find_references", "get_context", "read_span",
-         "index_status"}
+TOOLS = {
+    "search_code",
+    "find_symbol",
+    "find_references",
+    "get_context",
+    "read_span",
+    "index_status",
+}
 
 
 @pytest.fixture
@@ -75,8 +81,9 @@ def serve_argv(*args: str) -> list[str]:
 def stdio(root: Path, *extra: str) -> Client:
     argv = serve_argv(str(root), *extra)
     env = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_")}
-    return Client(StdioServerParameters(command=argv[0], args=argv[1:], env=env),
-                  read_timeout_seconds=60)
+    return Client(
+        StdioServerParameters(command=argv[0], args=argv[1:], env=env), read_timeout_seconds=60
+    )
 
 
 def text(result) -> str:
@@ -124,8 +131,9 @@ async def check_tools(client: Client) -> None:
     assert "4| class Cart:" in text(span) and "5|" in text(span) and "6|" not in text(span)
     assert span.structured_content["total_lines"] == 14
 
-    pack = await call(client, "get_context", query="How is the cart total computed?",
-                      budget_tokens=1000)
+    pack = await call(
+        client, "get_context", query="How is the cart total computed?", budget_tokens=1000
+    )
     assert not pack.is_error, text(pack)
     items = pack.structured_content["items"]
     assert any(i["path"] == "shop/cart.py" and i["reasons"] for i in items)
@@ -173,39 +181,40 @@ async def check_edit_visible(client: Client, root: Path) -> None:
 # --------------------------------------------------------------------------- stdio
 
 
-def test_stdio_lists_and_calls_every_tool(repo):
-    async def main():
-        async with stdio(repo) as client:
-            await check_tools(client)
-            await check_errors(client)
-
-    anyio.run(main)
-    assert not (repo / "shop" / "extra.py").exists()
-    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True,
-                          text=True, check=True).stdout == ""
+def git_status(root: Path) -> str:
+    return subprocess.run(
+        ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
 
 
-def test_stdio_edit_is_visible_and_a_busy_writer_is_reported(repo):
+async def check_busy_writer(client: Client, root: Path) -> None:
+    """While another process holds the write lock, answers come from the index as it is, say
+    so and flag the changed file; once the lock is free the next call catches up."""
+    cart = root / "shop" / "cart.py"
+    with WriteLock(root / ".repoctx").acquire():
+        cart.write_text(cart.read_text() + "\n\ndef discount(x):\n    return x\n")
+        busy = await call(client, "find_symbol", name="Cart")
+        fresh = busy.structured_content["freshness"]
+        assert not fresh["refreshed"] and "another process" in fresh["note"]
+        assert fresh["stale_files"] == ["shop/cart.py"]
+        assert "another process is writing the index" in text(busy)
+        assert "changed on disk since indexed" in text(busy)
+        gone = await call(client, "find_symbol", name="discount")
+        assert gone.structured_content["symbols"] == []
+    back = await call(client, "find_symbol", name="discount")
+    assert [s["qualname"] for s in back.structured_content["symbols"]] == ["shop.cart.discount"]
+    assert back.structured_content["freshness"]["stale_files"] == []
+
+
+# One server process per test keeps the file fast: each spawn costs seconds of imports.
+def test_stdio_tools_errors_edits_and_a_busy_writer(repo):
     async def main():
         async with stdio(repo, "--lock-wait", "0.1") as client:
+            await check_tools(client)
+            await check_errors(client)
+            assert git_status(repo) == ""  # nothing the tools did wrote to the repository
             await check_edit_visible(client, repo)
-            with WriteLock(repo / ".repoctx").acquire():
-                (repo / "shop" / "cart.py").write_text(
-                    (repo / "shop" / "cart.py").read_text() + "\n\ndef discount(x):\n    return x\n"
-                )
-                busy = await call(client, "find_symbol", name="Cart")
-                fresh = busy.structured_content["freshness"]
-                assert not fresh["refreshed"] and "another process" in fresh["note"]
-                assert fresh["stale_files"] == ["shop/cart.py"]
-                assert "another process is writing the index" in text(busy)
-                assert "changed on disk since indexed" in text(busy)
-                gone = await call(client, "find_symbol", name="discount")
-                assert gone.structured_content["symbols"] == []
-            back = await call(client, "find_symbol", name="discount")
-            assert [s["qualname"] for s in back.structured_content["symbols"]] == [
-                "shop.cart.discount"
-            ]
-            assert back.structured_content["freshness"]["stale_files"] == []
+            await check_busy_writer(client, repo)
 
     anyio.run(main)
 
@@ -214,7 +223,9 @@ def test_stdio_without_refresh_flags_stale_files(repo):
     async def main():
         async with stdio(repo, "--no-refresh") as client:
             add_function(repo, "not_indexed_yet")
-            (repo / "shop" / "cart.py").write_text("# moved\n" + (repo / "shop/cart.py").read_text())
+            (repo / "shop" / "cart.py").write_text(
+                "# moved\n" + (repo / "shop/cart.py").read_text()
+            )
             miss = await call(client, "find_symbol", name="not_indexed_yet")
             assert miss.structured_content["symbols"] == []
             assert "refresh is off" in miss.structured_content["freshness"]["note"]
@@ -233,7 +244,10 @@ class HttpServer:
     def __init__(self, root: Path) -> None:
         self.proc = subprocess.Popen(
             serve_argv(str(root), "--http", "127.0.0.1:0"),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.url: str | None = None
         self.log: list[str] = []

@@ -4,6 +4,7 @@ runner, real checkpoints."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -50,6 +51,9 @@ FILES = {
 
         def total(xs):
             return add(xs[0], xs[1]) + plus(0, 0)
+        """,
+    "pkg/notes.py": """
+        HELP = "call add to sum two numbers"
         """,
     "tests/test_calc.py": """
         from pkg.calc import add
@@ -171,6 +175,7 @@ def test_fixing_a_planted_bug_selects_the_reaching_tests_and_they_pass(ctx, reg)
     assert (selected["scope"], selected["passed"], selected["failed"]) == ("selected", 2, 0)
     assert (full["scope"], full["passed"], full["failed"]) == ("full", 3, 0)
     assert result.data["passed"] is True
+    json.dumps([before.data, fixed.data, result.data])  # data is plain JSON for programs
 
 
 def test_selection_follows_the_graph_through_callers(ctx, reg):
@@ -196,6 +201,10 @@ def test_rename_across_files_keeps_the_suite_green(ctx, reg, repo):
     use = (repo / "pkg/use.py").read_text()
     assert "from pkg.calc import sum_two as plus" in use  # the alias is kept
     assert "return sum_two(xs[0], xs[1]) + plus(0, 0)" in use
+    # A use the graph cannot see (a string) is left alone, and named.
+    assert result.data["unlinked_mentions"] == [
+        'pkg/notes.py:1: HELP = "call add to sum two numbers"'
+    ]
     assert "def sum_two(a, b):" in (repo / "pkg/calc.py").read_text()
     assert "return sum_two(1, 2)" in (repo / "pkg/calc.py").read_text()
     assert reg.call("find_symbol", {"name": "sum_two"}, ctx).data["symbols"][0]["path"] == (

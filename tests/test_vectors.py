@@ -221,6 +221,16 @@ def test_ann_index_keeps_nearest_neighbour_after_more_upserts(tmp_path):
     assert vs.search(v1[300], k=1, path_glob=f"f{300 % 7}.py")[0].chunk_id == "c300"
 
 
+def test_empty_table(tmp_path):
+    vs = VectorStore.open(str(tmp_path / "v.lance"), 8, "m")
+    assert vs.search(np.ones(8), k=5, language="python", path_glob="a[b]*") == []
+    assert (vs.count(), vs.chunk_ids(), vs.vectors_for_hashes(["h"])) == (0, set(), {})
+    assert not vs.maybe_index(threshold=0)
+    assert vs.index_coverage() == (0, 0)
+    with pytest.raises(ValueError):
+        vs.search(np.ones(3))
+
+
 def test_needs_optimize_after_many_small_writes(tmp_path):
     vs = VectorStore.open(str(tmp_path / "v.lance"), 4, "m")
     assert not vs.needs_optimize(max_small_fragments=5)

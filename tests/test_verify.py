@@ -16,8 +16,8 @@ from indexer.build import build
 from indexer.config import load_config
 from indexer.embed import create_embedder
 from indexer.semantic import vectors_uri
-from indexer.verify import repair, verify
 from indexer.vectors import VectorRow, VectorStore
+from indexer.verify import repair, verify
 from tests.conftest import dump_graph, make_repo, write_files
 
 FILES = {
@@ -68,14 +68,20 @@ def vectors(cfg) -> VectorStore:
 
 
 def some_chunk(cfg, path: str = "pkg/a.py") -> int:
-    return scalar(cfg, "SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id WHERE f.path = ? "
-                       "ORDER BY c.id LIMIT 1", [path])
+    return scalar(
+        cfg,
+        "SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id WHERE f.path = ? "
+        "ORDER BY c.id LIMIT 1",
+        [path],
+    )
 
 
 def test_a_fresh_index_verifies_clean(indexed):
     report = verify(indexed)
     assert report.ok and not report.notes and report.vectors_checked, report
-    assert report.checked["files"] == 5 and report.checked["vectors"] == report.checked["chunks"] > 0
+    assert (
+        report.checked["files"] == 5 and report.checked["vectors"] == report.checked["chunks"] > 0
+    )
 
 
 def _delete_file_row(cfg):
@@ -133,8 +139,10 @@ def _duplicate_vector(cfg):
 
 
 CORRUPTIONS = {
-    "delete a file row": (_delete_file_row, {"missing_file", "orphan_symbol", "orphan_ref",
-                                             "orphan_import", "orphan_chunk"}),
+    "delete a file row": (
+        _delete_file_row,
+        {"missing_file", "orphan_symbol", "orphan_ref", "orphan_import", "orphan_chunk"},
+    ),
     "orphan ref target": (_dangling_target, {"dangling_target"}),
     "orphan candidate": (_dangling_candidate, {"dangling_candidate"}),
     "lost enclosing symbol": (_missing_enclosing, {"missing_enclosing"}),

@@ -4,6 +4,7 @@ or of a concurrent build is repaired by the next run (after which `verify` finds
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -57,8 +58,9 @@ def clean_dump(root: Path, tmp_path: Path) -> dict:
     return dump_graph(cfg)
 
 
-def converge(cfg, root: Path, tmp_path: Path, watcher: Watcher | None = None,
-             limit: float = DEADLINE) -> dict:
+def converge(
+    cfg, root: Path, tmp_path: Path, watcher: Watcher | None = None, limit: float = DEADLINE
+) -> dict:
     """Wait until the watched index equals a clean build of the tree as it is now."""
     reference = clean_dump(root, tmp_path)
     deadline = time.monotonic() + limit
@@ -111,8 +113,10 @@ def repo(tmp_path):
 def test_create_edit_delete_rename_and_branch_switch_converge(repo, tmp_path):
     # a branch whose tree differs from main's in every way at once
     git(repo, "checkout", "-q", "-b", "feature")
-    write_files(repo, {"pkg/d.py": "def gamma():\n    return 2\n",
-                       "pkg/a.py": "def alpha():\n    return 0\n"})
+    write_files(
+        repo,
+        {"pkg/d.py": "def gamma():\n    return 2\n", "pkg/a.py": "def alpha():\n    return 0\n"},
+    )
     (repo / "pkg/c.py").unlink()
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "feature")
@@ -122,9 +126,14 @@ def test_create_edit_delete_rename_and_branch_switch_converge(repo, tmp_path):
         assert watch_status(cfg).running and watch_status(cfg).pid == os.getpid()
         converge(cfg, repo, tmp_path, w)
         steps = [
-            lambda: write_files(repo, {"pkg/e.py": "def gamma():\n    return alpha()\n",  # create
-                                       "pkg/sub/__init__.py": "",
-                                       "pkg/sub/m.py": "from pkg.a import alpha\nalpha()\n"}),
+            lambda: write_files(
+                repo,
+                {
+                    "pkg/e.py": "def gamma():\n    return alpha()\n",  # create
+                    "pkg/sub/__init__.py": "",
+                    "pkg/sub/m.py": "from pkg.a import alpha\nalpha()\n",
+                },
+            ),
             lambda: write_files(repo, {"pkg/a.py": "def alpha():\n    return 3\n"}),  # edit
             lambda: (repo / "pkg/e.py").rename(repo / "pkg/f.py"),  # rename
             lambda: (repo / "pkg/b.py").unlink(),  # delete a file others import
@@ -142,12 +151,17 @@ def test_create_edit_delete_rename_and_branch_switch_converge(repo, tmp_path):
     assert not watch_status(cfg).running  # the pid lock went with the watcher
 
 
-@pytest.mark.xfail(strict=True, reason="indexer/build.py: after a package directory is renamed, "
-                   "a reference through the old module path stays 'unresolved' where a clean "
-                   "build says 'external' (its name is not marked pending)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="indexer/build.py: after a package directory is renamed, "
+    "a reference through the old module path stays 'unresolved' where a clean "
+    "build says 'external' (its name is not marked pending)",
+)
 def test_package_directory_rename_converges(repo, tmp_path):
     cfg = config_for(repo)
-    write_files(repo, {"pkg/a.py": "def alpha():\n    return 3\n"})  # tool.py's pkg.a.beta() unresolved
+    write_files(
+        repo, {"pkg/a.py": "def alpha():\n    return 3\n"}
+    )  # tool.py's pkg.a.beta() unresolved
     with watching(cfg) as w:
         converge(cfg, repo, tmp_path, w)
         (repo / "pkg").rename(repo / "lib")  # now pkg.a.beta() is external
@@ -169,13 +183,22 @@ def test_burst_of_1000_writes_is_a_few_builds_and_ignored_paths_none(repo, tmp_p
         before = w.builds
         # Ignored by .gitignore, not source, the index's own directory, git internals: no build.
         write_files(repo, {f"build/gen{i}.py": "x = 1\n" for i in range(20)})
-        write_files(repo, {"notes.txt": "hi\n", "run.log": "x\n", ".repoctx/junk.py": "x = 1\n",
-                           ".git/scratch": "x\n"})
+        write_files(
+            repo,
+            {
+                "notes.txt": "hi\n",
+                "run.log": "x\n",
+                ".repoctx/junk.py": "x = 1\n",
+                ".git/scratch": "x\n",
+            },
+        )
         time.sleep(1.5)  # longer than debounce + max latency: a build would have started
         assert w.builds == before
         # 1,000 writes in one burst
-        files = {f"burst/m{i:04d}.py": f"from pkg import alpha\n\n\ndef f{i}():\n    return alpha()\n"
-                 for i in range(1000)}
+        files = {
+            f"burst/m{i:04d}.py": f"from pkg import alpha\n\n\ndef f{i}():\n    return alpha()\n"
+            for i in range(1000)
+        }
         write_files(repo, files)
         converge(cfg, repo, tmp_path, w)
         burst_builds = w.builds - before
@@ -187,16 +210,32 @@ def test_filter_rules(repo):
     cfg = config_for(repo, index_dir=repo / ".idx")
     f = ChangeFilter(cfg)
     r = f.root + "/"
-    kinds = {rel: f.classify(r + rel, is_dir)[0] for rel, is_dir in [
-        ("pkg/a.py", False), ("notes.txt", False), (".idx/graph.db-wal", False),
-        (".git/index", False), (".git/objects/ab", True), (".git/HEAD", False),
-        (".git/refs/heads/main", False), (".gitignore", False), ("pkg/sub", True),
-        ("vendor/.git/HEAD", False),
-    ]}
+    kinds = {
+        rel: f.classify(r + rel, is_dir)[0]
+        for rel, is_dir in [
+            ("pkg/a.py", False),
+            ("notes.txt", False),
+            (".idx/graph.db-wal", False),
+            (".git/index", False),
+            (".git/objects/ab", True),
+            (".git/HEAD", False),
+            (".git/refs/heads/main", False),
+            (".gitignore", False),
+            ("pkg/sub", True),
+            ("vendor/.git/HEAD", False),
+        ]
+    }
     assert kinds == {
-        "pkg/a.py": 2, "notes.txt": 0, ".idx/graph.db-wal": 0, ".git/index": 0,
-        ".git/objects/ab": 0, ".git/HEAD": 1, ".git/refs/heads/main": 1, ".gitignore": 1,
-        "pkg/sub": 2, "vendor/.git/HEAD": 0,
+        "pkg/a.py": 2,
+        "notes.txt": 0,
+        ".idx/graph.db-wal": 0,
+        ".git/index": 0,
+        ".git/objects/ab": 0,
+        ".git/HEAD": 1,
+        ".git/refs/heads/main": 1,
+        ".gitignore": 1,
+        "pkg/sub": 2,
+        "vendor/.git/HEAD": 0,
     }
     assert f.ignored("build/gen.py") and f.ignored("x/y.log") and not f.ignored("pkg/a.py")
 
@@ -249,15 +288,27 @@ def test_readers_never_fail_while_the_watcher_writes(repo, tmp_path):
         stop_file = tmp_path / "stop-reader"
         proc = subprocess.Popen(
             [sys.executable, "-c", _READER, str(cfg.index_path), str(stop_file)],
-            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
         )
         try:
             before = w.builds
             for round_ in range(4):  # rewrites of the definitions readers ask for, and a burst
-                write_files(repo, {"pkg/a.py": f"def alpha():\n    return beta() + {round_}\n\n\n"
-                                               f"def beta():\n    return {round_}\n"})
-                write_files(repo, {f"gen/r{round_}_{i}.py": f"from pkg.a import alpha\nalpha()\n"
-                                   for i in range(100)})
+                write_files(
+                    repo,
+                    {
+                        "pkg/a.py": f"def alpha():\n    return beta() + {round_}\n\n\n"
+                        f"def beta():\n    return {round_}\n"
+                    },
+                )
+                write_files(
+                    repo,
+                    {
+                        f"gen/r{round_}_{i}.py": "from pkg.a import alpha\nalpha()\n"
+                        for i in range(100)
+                    },
+                )
                 deadline = time.monotonic() + DEADLINE
                 while w.builds < before + round_ + 1 and time.monotonic() < deadline:
                     time.sleep(0.05)
@@ -284,10 +335,8 @@ def _tree(tmp_path: Path) -> Path:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
@@ -301,15 +350,32 @@ def test_kill_9_of_the_watcher_is_repaired_by_the_next_run(tmp_path):
         if seed == 1:
             shutil.rmtree(cfg.index_path)  # killed during its very first build
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", "index", "watch",
-             str(root), "--foreground", "--no-embed", "--debounce", "50"],
-            env=env, start_new_session=True, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-c",
+                "from cli.main import main; main()",
+                "index",
+                "watch",
+                str(root),
+                "--foreground",
+                "--no-embed",
+                "--debounce",
+                "50",
+            ],
+            env=env,
+            start_new_session=True,
+            stderr=subprocess.DEVNULL,
         )
         try:
             time.sleep(rng.uniform(0.8, 2.0))
             # changes it is busy with when it dies
-            write_files(root, {f"email/new{seed}_{i}.py": f"def fresh{i}():\n    return {seed}\n"
-                               for i in range(40)})
+            write_files(
+                root,
+                {
+                    f"email/new{seed}_{i}.py": f"def fresh{i}():\n    return {seed}\n"
+                    for i in range(40)
+                },
+            )
             (root / "json" / "tool.py").write_text(f"def tool_{seed}():\n    pass\n")
             time.sleep(rng.uniform(0.1, 0.6))
         finally:
@@ -342,8 +408,11 @@ def test_watcher_waits_for_a_manual_build_and_repairs_it_after_kill_9(tmp_path):
         for seed in range(3):
             rng = random.Random(100 + seed)
             proc = subprocess.Popen(
-                [sys.executable, "-c", _LOCKED_BUILD, str(root)], env=env,
-                start_new_session=True, stdout=subprocess.PIPE, text=True,
+                [sys.executable, "-c", _LOCKED_BUILD, str(root)],
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             try:
                 assert proc.stdout.readline()  # it holds the write lock now
@@ -364,21 +433,24 @@ def test_watcher_waits_for_a_manual_build_and_repairs_it_after_kill_9(tmp_path):
 
 def test_one_watcher_per_index_and_stop(repo, tmp_path):
     cfg = config_for(repo)
-    with watching(cfg):
-        with pytest.raises(WatcherRunningError):
-            Watcher(cfg).run()
+    with watching(cfg), pytest.raises(WatcherRunningError):
+        Watcher(cfg).run()
     assert stop_watcher(cfg).was_running is False
     # a detached watcher through the CLI: status, then stop
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     cli = [sys.executable, "-c", "from cli.main import main; main()", "index", "watch", str(repo)]
     subprocess.run([*cli, "--detach", "--no-embed"], env=env, check=True, capture_output=True)
-    st = json.loads(subprocess.run([*cli, "--status", "--json"], env=env, check=True,
-                                   capture_output=True, text=True).stdout)
+    st = json.loads(
+        subprocess.run(
+            [*cli, "--status", "--json"], env=env, check=True, capture_output=True, text=True
+        ).stdout
+    )
     assert st["running"] and st["pid"] != os.getpid()
     write_files(repo, {"pkg/z.py": "def zeta():\n    return 0\n"})
     converge(cfg, repo, tmp_path)
-    stopped = subprocess.run([*cli, "--stop", "--json"], env=env, check=True,
-                             capture_output=True, text=True)
+    stopped = subprocess.run(
+        [*cli, "--stop", "--json"], env=env, check=True, capture_output=True, text=True
+    )
     assert json.loads(stopped.stdout)["was_running"] is True
     assert not watch_status(cfg).running
     assert not (cfg.index_path / "watch.pid").exists()

@@ -220,7 +220,7 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
     old_b, new_b = old.encode(), new_name.encode()
     by_file: dict[str, list[tuple[int, str, int]]] = defaultdict(list)  # path -> (line, kind, col)
-    by_file[sym.path]  # the definition's file is always touched
+    by_file.setdefault(sym.path, [])  # the definition's file is always touched
     for path, line, col, kind, ref_name in refs:
         if ref_name != old and kind != "import":
             continue  # an alias (`from m import old as o`; `o()`) keeps its local name

@@ -40,7 +40,7 @@ class _Sym:
 
 
 def is_test_file(path: str) -> bool:
-    name = PurePosixPath(path).name
+    name = path.rsplit("/", 1)[-1]
     return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
@@ -72,7 +72,9 @@ def _all_tests(conn: sqlite3.Connection) -> dict[int, _Sym]:
     rows = conn.execute(
         "SELECT s.id, s.kind, s.name, s.qualname, s.parent_id, f.path, coalesce(f.module, ''), "
         "s.signature FROM symbols s JOIN files f ON f.id = s.file_id "
-        "WHERE f.language = 'python' AND s.name LIKE 'test%' AND s.kind IN ('function', 'method')"
+        # A range, not LIKE: it uses the name index (pytest's prefix is case-sensitive too).
+        "WHERE s.name >= 'test' AND s.name < 'tesu' AND s.kind IN ('function', 'method') "
+        "AND f.language = 'python'"
     ).fetchall()
     syms = [_Sym(*r) for r in rows if is_test_file(r[5])]
     parents = _load(conn, {s.parent_id for s in syms if s.parent_id is not None})
@@ -393,7 +395,7 @@ def run_tests(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             lines += _render(run, "Full suite")
         elif scope == "auto":
             lines.append("Full suite: not run — fix the selected failures first.")
-    passed = bool(runs) and all(r.ok for r in runs)
+    passed = all(r.ok for r in runs) if runs else None
     data.update(passed=passed, runs=[_run_dict(r) for r in runs])
     timed_out = [r for r in runs if r.timed_out]
     if timed_out:

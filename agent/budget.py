@@ -1,0 +1,341 @@
+"""What a run may spend and when it must stop: the per-step prompt budget and its split across
+sections, the run's limits, and the classes of failure the loop counts and reports."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from retrieval.context import ContextPack
+from retrieval.tokens import TokenCounter
+
+from .models.base import Message, ToolCall
+from .models.errors import ContextTooLongError, ModelError
+
+#: Share of the prompt (after system prompt and tool schemas) each section may use. Retrieved
+#: code takes whatever the others leave, so the prompt fills its budget but never grows past it.
+DEFAULT_SHARES: dict[str, float] = {
+    "task": 0.12,  # the task, project instructions and memory
+    "plan": 0.08,
+    "history": 0.12,  # one line per earlier step
+    "observation": 0.33,  # the latest assistant message and tool results, whole if they fit
+    "code": 0.35,
+}
+#: Never shrink the prompt budget below this on context-overflow retries.
+MIN_BUDGET = 2000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a run stops. ``max_tokens`` counts prompt and completion tokens of every model call
+    (as the provider reports them); ``timeout_s`` is wall time of this session of the run."""
+
+    max_steps: int = 30
+    max_tokens: int = 400_000
+    timeout_s: float = 1800.0
+    max_consecutive_failures: int = 5
+    #: Identical tool calls in a row before the model is told; one more ends the run.
+    max_repeats: int = 3
+    #: Retries of a retryable model error (rate limit, server error, timeout) per step.
+    model_retries: int = 2
+    #: Shrink-and-retry rounds after the provider says the prompt is too long.
+    overflow_retries: int = 2
+    #: Token budget of each step's prompt, system prompt and tool schemas included.
+    prompt_budget: int = 12_000
+    #: Completion tokens asked for per model call.
+    completion_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Tokens per section for one step; ``fixed`` is the system prompt plus tool schemas."""
+
+    total: int
+    fixed: int
+    caps: dict[str, int] = field(default_factory=dict)
+
+    def cap(self, section: str) -> int:
+        return self.caps.get(section, 0)
+
+
+def allocate(total: int, fixed: int, shares: Mapping[str, float] = DEFAULT_SHARES) -> Allocation:
+    rest = max(0, total - fixed)
+    return Allocation(total, fixed, {name: int(rest * share) for name, share in shares.items()})
+
+
+def clip_to_tokens(text: str, limit: int, counter: TokenCounter, *, keep: str = "head") -> str:
+    """``text`` cut to at most ``limit`` tokens with a marker saying how much was cut; ``keep``
+    is head (the start), tail (the end) or both (start and end, the middle cut)."""
+    if limit <= 0 or not text:
+        return ""
+    n = counter.count(text)
+    if n <= limit:
+        return text
+    chars = len(text)
+    # Tokens are not characters: estimate from this text's own ratio, then correct a few times.
+    size = int(chars * limit / n * 0.95)
+    for _ in range(6):
+        cut = _cut(text, size, keep)
+        if counter.count(cut) <= limit:
+            return cut
+        size = int(size * 0.85)
+    return _cut(text, max(0, size), keep)
+
+
+def _cut(text: str, size: int, keep: str) -> str:
+    dropped = len(text) - size
+    marker = f"\n[... {dropped} characters cut to fit the prompt budget ...]\n"
+    size = max(0, size - len(marker))
+    if keep == "tail":
+        return marker.lstrip("\n") + text[len(text) - size :]
+    if keep == "both":
+        head = size * 2 // 3
+        return text[:head] + marker + text[len(text) - (size - head) :]
+    return text[:size] + marker.rstrip("\n")
+
+
+# -- failures ------------------------------------------------------------------------------------
+
+#: Failure classes of tool results and model calls, as recorded in the trace.
+FAILURE_KINDS = (
+    "bad_arguments",
+    "unknown_tool",
+    "missing_file",
+    "permission",
+    "syntax",
+    "command_failure",
+    "timeout",
+    "tool_error",
+    "context_overflow",
+    "model_service",
+    "model_error",
+)
+_MISSING = {"PathNotFoundError", "NotAFileError", "FileNotFoundError", "IsADirectoryError"}
+_PERMISSION = {
+    "ToolPermissionError",
+    "SecretPathError",
+    "PathEscapeError",
+    "CommandNotAllowedError",
+    "PermissionError",
+}
+
+
+def classify_tool_failure(error: str | None, data: Mapping[str, Any]) -> str:
+    """The failure class of a tool result that is not ok."""
+    exc = str(data.get("exception") or "")
+    if data.get("unknown_tool"):
+        return "unknown_tool"
+    if data.get("bad_arguments") or data.get("match_count") is not None:
+        return "bad_arguments"
+    if exc in _MISSING:
+        return "missing_file"
+    if data.get("refused") or data.get("declined") or exc in _PERMISSION:
+        return "permission"
+    if data.get("syntax_errors"):
+        return "syntax"
+    if data.get("timed_out") or any(r.get("timed_out") for r in data.get("runs") or ()):
+        return "timeout"
+    if data.get("exit_code") not in (None, 0) or data.get("passed") is False:
+        return "command_failure"
+    if error and "does not exist" in error:
+        return "missing_file"
+    return "tool_error"
+
+
+def classify_model_error(exc: ModelError) -> str:
+    if isinstance(exc, ContextTooLongError):
+        return "context_overflow"
+    return "model_service" if exc.retryable else "model_error"
+
+
+# -- the prompt of one step ----------------------------------------------------------------------
+
+#: Tokens a provider adds around each message (role markers); counted so estimates stay honest.
+MESSAGE_OVERHEAD = 8
+#: Retrieval is skipped when less than this is left for code.
+MIN_CODE_TOKENS = 200
+
+
+@dataclass(frozen=True)
+class StepPrompt:
+    messages: tuple[Message, ...]
+    #: Estimated prompt tokens (system, tool schemas, every message), counted with ``counter``.
+    tokens: int
+    budget: int
+    sections: dict[str, int]
+    pack: ContextPack | None
+    #: Milliseconds in retrieval (assemble_context), and in building the whole prompt.
+    context_ms: float
+    total_ms: float = 0.0
+
+
+Retrieve = Callable[[str, int], "ContextPack | None"]
+
+
+def assemble_prompt(
+    *,
+    counter: TokenCounter,
+    budget: int,
+    system: str,
+    tools_tokens: int,
+    task: str,
+    notes: str,
+    plan: str,
+    history: Sequence[str],
+    observation: Sequence[Message],
+    query: str,
+    retrieve: Retrieve,
+    closing: str = "",
+) -> StepPrompt:
+    """Fit every section into its share of ``budget``; retrieved code gets what is left, so the
+    estimate never exceeds the budget however long the run."""
+    start = time.perf_counter()
+    fixed = counter.count(system) + tools_tokens + MESSAGE_OVERHEAD
+    alloc = allocate(budget, fixed)
+    task_cap = alloc.cap("task")
+    task_text = clip_to_tokens(task, max(1, task_cap * 2 // 3), counter, keep="both")
+    used_task = counter.count(task_text)
+    notes_text = clip_to_tokens(notes, task_cap - used_task, counter) if notes else ""
+    plan_text = clip_to_tokens(plan, alloc.cap("plan"), counter, keep="both") if plan else ""
+    history_text = _fit_history(history, alloc.cap("history"), counter)
+    obs = _fit_observation(observation, alloc.cap("observation"), counter)
+    sections = {
+        "system+tools": fixed,
+        "task": used_task + (counter.count(notes_text) if notes_text else 0),
+        "plan": counter.count(plan_text) if plan_text else 0,
+        "history": counter.count(history_text) if history_text else 0,
+        "observation": sum(_message_tokens(m, counter) for m in obs),
+    }
+    skeleton = _user_text(task_text, notes_text, plan_text, "", history_text, closing)
+    spent = fixed + counter.count(skeleton) + MESSAGE_OVERHEAD + sections["observation"]
+    code_budget = budget - spent - 16  # headers around the code block
+    pack = None
+    t0 = time.perf_counter()
+    if code_budget >= MIN_CODE_TOKENS:
+        pack = retrieve(query, code_budget)
+    ms = (time.perf_counter() - t0) * 1000
+    code = pack.render() if pack is not None and pack.items else ""
+    sections["code"] = pack.used_tokens if code else 0
+    user = _user_text(task_text, notes_text, plan_text, code, history_text, closing)
+    messages = (Message.system(system), Message.user(user), *obs)
+    tokens = fixed + counter.count(user) + MESSAGE_OVERHEAD + sections["observation"]
+    total = (time.perf_counter() - start) * 1000
+    return StepPrompt(messages, tokens, budget, sections, pack, ms, total)
+
+
+def _user_text(task: str, notes: str, plan: str, code: str, history: str, closing: str) -> str:
+    parts = [f"# Task\n{task}"]
+    if notes:
+        parts.append(f"# Project instructions and memory\n{notes}")
+    if plan:
+        parts.append(f"# Plan\n{plan}")
+    if code:
+        parts.append(f"# Relevant code (retrieved for the current step)\n{code}")
+    if history:
+        parts.append(f"# Progress so far (one line per step; the latest result follows)\n{history}")
+    if closing:
+        parts.append(closing)
+    return "\n\n".join(parts)
+
+
+def _fit_history(lines: Sequence[str], cap: int, counter: TokenCounter) -> str:
+    kept: list[str] = []
+    used = 0
+    counts = counter.count_many(list(lines)) if lines else []
+    for line, n in zip(reversed(lines), reversed(counts), strict=True):
+        if used + n + 1 > cap:
+            break
+        kept.append(line)
+        used += n + 1
+    dropped = len(lines) - len(kept)
+    head = [f"({dropped} earlier steps not shown)"] if dropped else []
+    return "\n".join(head + list(reversed(kept)))
+
+
+def _message_tokens(m: Message, counter: TokenCounter) -> int:
+    texts = [m.content] + [c.raw_arguments for c in m.tool_calls]
+    return sum(counter.count_many(texts)) + MESSAGE_OVERHEAD
+
+
+def _fit_observation(messages: Sequence[Message], cap: int, counter: TokenCounter) -> list[Message]:
+    """The latest observation, whole if it fits; otherwise the largest parts are clipped, each
+    to a fair share of what the others leave."""
+    if not messages:
+        return []
+    sizes = [_message_tokens(m, counter) for m in messages]
+    if sum(sizes) <= cap:
+        return list(messages)
+    out: list[Message | None] = [None] * len(messages)
+    left = cap
+    order = sorted(range(len(messages)), key=lambda i: sizes[i])
+    for rank, i in enumerate(order):
+        share = max(32, left // (len(order) - rank))
+        m = messages[i]
+        if sizes[i] > share:
+            m = _clip_message(m, share, counter)
+        out[i] = m
+        left -= min(sizes[i], share)
+    return [m for m in out if m is not None]
+
+
+def _clip_message(m: Message, limit: int, counter: TokenCounter) -> Message:
+    calls = m.tool_calls
+    if calls:
+        per = max(16, limit // (2 * len(calls)))
+        calls = tuple(
+            c
+            if counter.count(c.raw_arguments) <= per
+            else ToolCall(
+                c.id,
+                c.name,
+                {"omitted": f"{len(c.raw_arguments)} characters of arguments"},
+                json.dumps({"omitted": f"{len(c.raw_arguments)} characters of arguments"}),
+            )
+            for c in calls
+        )
+        limit = max(16, limit - sum(counter.count(c.raw_arguments) for c in calls))
+    # Test output and tracebacks end with the decisive lines: keep both ends.
+    content = clip_to_tokens(m.content, max(1, limit - MESSAGE_OVERHEAD), counter, keep="both")
+    return replace(m, content=content, tool_calls=calls)
+
+
+# -- misbehaviour --------------------------------------------------------------------------------
+
+
+@dataclass
+class Guard:
+    """Counts what must not go on forever: failed steps, empty or tool-less replies, and the
+    same tool calls again and again."""
+
+    limits: Limits
+    failures: int = 0
+    empty: int = 0
+    text_only: int = 0
+    repeats: int = 0
+    last: tuple[tuple[str, str], ...] = ()
+
+    def calls(self, signature: tuple[tuple[str, str], ...]) -> str:
+        """run | block (the model is told, the calls do not run) | stop."""
+        self.empty = self.text_only = 0
+        self.repeats = self.repeats + 1 if signature == self.last else 1
+        self.last = signature
+        if self.repeats > self.limits.max_repeats:
+            return "stop"
+        return "block" if self.repeats == self.limits.max_repeats else "run"
+
+    def no_calls(self, empty: bool) -> str:
+        """A reply without tool calls: nudge once, stop on the second in a row."""
+        self.last, self.repeats = (), 0
+        if empty:
+            self.empty += 1
+            return "stop" if self.empty >= 2 else "nudge"
+        self.text_only += 1
+        return "stop" if self.text_only >= 2 else "nudge"
+
+    def step_done(self, failed: bool) -> bool:
+        """Record a step; True when the consecutive-failure limit is reached."""
+        self.failures = self.failures + 1 if failed else 0
+        return self.failures >= self.limits.max_consecutive_failures

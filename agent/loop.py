@@ -1,0 +1,674 @@
+"""The agent loop: plan, then step by step assemble a budgeted prompt for the current plan step,
+ask the model, run its tool calls, and stop on `finish` or a limit — every event in a trace.
+
+    report = run_agent(load_config("."), "fix the failing test", create_model("openai:gpt-4o"),
+                       RunOptions(granted={"read", "write", "execute"}))
+
+Helpers: budget.py (prompt budget, limits, misbehaviour guard), plan.py, memory.py, trace.py.
+See docs/agent.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from indexer.config import Config
+from retrieval.context import ContextPack, assemble_context
+from retrieval.tokens import get_tokenizer
+
+from .budget import (
+    MIN_BUDGET,
+    Guard,
+    Limits,
+    StepPrompt,
+    assemble_prompt,
+    classify_model_error,
+    classify_tool_failure,
+)
+from .checkpoints import CheckpointStore, RollbackReport
+from .errors import AgentError
+from .memory import REMEMBER, ProjectMemory, learned_facts, read_instructions
+from .models.base import Completion, Message, ModelClient, ToolCall, ToolSpec, Usage
+from .models.errors import ModelError
+from .plan import (
+    PLAN_PROMPT,
+    UPDATE_PLAN,
+    Plan,
+    after_tests,
+    apply_update,
+    fallback_plan,
+    parse_plan,
+)
+from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, fail, ok, run_originals
+from .trace import (
+    TRACE_FORMAT,
+    FileStat,
+    TestRecord,
+    TraceError,
+    TraceWriter,
+    canonical_arguments,
+    checkpoint_files,
+    commit_run,
+    diff_stats,
+    git_stat,
+    message_to_dict,
+    read_trace,
+    record_tests,
+    resolve_run,
+    resume_state,
+    step_summary,
+    tests_from,
+    trace_path,
+)
+
+SYSTEM_PROMPT = """\
+You are a careful software engineer working in a code repository through tools. Each turn you \
+see the task, the plan with its current step, code retrieved for that step, one line per \
+earlier step, and the full result of your latest tool calls. Work on the current plan step; \
+call `update_plan` with `complete: true` when its criterion holds, or with new `steps` and a \
+reason when what you see contradicts the plan. Read before you edit; copy old_text exactly. \
+Run the tests after changing code. Save lasting facts about the repository (test command, \
+layout, conventions) with `remember`. When the task is done, or cannot be done, call `finish` \
+with a summary for the user. Always answer with tool calls."""
+NUDGE_EMPTY = "Your reply was empty. Call a tool for the current plan step, or call `finish`."
+NUDGE_TEXT = (
+    "You answered without calling a tool. If the task is done, call `finish` with your "
+    "summary; otherwise call the next tool."
+)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    limits: Limits = field(default_factory=Limits)
+    granted: frozenset[str] = frozenset({"read"})
+    #: Asked before write/execute tools that are not granted (interactive terminals).
+    confirm: Callable[[str], bool] | None = None
+    commit: bool = False
+    #: Run id (or unique prefix, or `last`) to continue.
+    resume: str | None = None
+    run_id: str | None = None
+    #: Called with every trace event as it is written (progress display).
+    on_event: Callable[[dict[str, Any]], None] | None = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True)
+class RunReport:
+    run_id: str
+    status: str  # done | blocked | gave_up | stopped | failed | interrupted
+    #: finished | answered | max_steps | max_tokens | timeout | consecutive_failures |
+    #: repetition | empty_answer | model_error | model_service | context_overflow | interrupted
+    reason: str
+    message: str
+    final: str  # the model's summary (finish) or answer
+    steps: int
+    usage: Usage
+    model_calls: int
+    elapsed_s: float
+    changed: tuple[FileStat, ...]
+    git_stat: str
+    tests: tuple[TestRecord, ...]
+    trace_path: str
+    plan: dict[str, Any]
+    branch: str | None = None
+    commit: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RunEnded(Exception):  # noqa: N818 - control flow, not an error
+    def __init__(self, reason: str, message: str, status: str = "stopped") -> None:
+        super().__init__(message)
+        self.reason, self.message, self.status = reason, message, status
+
+
+class AgentRun:
+    def __init__(
+        self,
+        config: Config,
+        task: str,
+        model: ModelClient,
+        options: RunOptions,
+        registry: ToolRegistry | None = None,
+    ) -> None:
+        self.config, self.task, self.model, self.opts = config, task, model, options
+        self.limits, self.guard = options.limits, Guard(options.limits)
+        self.registry = registry or default_registry()
+        self.counter = get_tokenizer(config.extra.get("tokenizer"))
+        self.memory = ProjectMemory.for_index(config.index_path)
+        self.instructions = read_instructions(config.root)
+        self.budget, self.usage, self.model_calls, self.prior_s = (
+            self.limits.prompt_budget,
+            Usage(),
+            0,
+            0.0,
+        )
+        self.history: list[str] = []
+        self.observation: tuple[Message, ...] = ()
+        self.tests: list[TestRecord] = []
+        self.plan: Plan | None = None
+        self.next_step, run_id = 1, options.run_id
+        if options.resume:
+            run_id = resolve_run(config.index_path, options.resume)
+            self._load(run_id)
+        offered = set(options.granted) | ({"write", "execute"} if options.confirm else set())
+        self.ctx = ToolContext.create(
+            config, granted=options.granted, confirm=options.confirm, run_id=run_id
+        )
+        self.run_id = self.ctx.run_id
+        self.specs: list[ToolSpec] = [*self.registry.specs(offered), UPDATE_PLAN, REMEMBER]
+        self.tools_tokens = self.counter.count(json.dumps([asdict(s) for s in self.specs]))
+        self.trace = TraceWriter(trace_path(config.index_path, self.run_id))
+
+    def _load(self, run_id: str) -> None:
+        events = read_trace(trace_path(self.config.index_path, run_id))
+        state = resume_state(events)
+        if state.ended and state.ended.get("reason") in ("finished", "answered"):
+            raise TraceError(f"Run {run_id} already finished — start a new run instead.")
+        self.task, self.next_step = state.task, state.next_step
+        self.plan = Plan.from_dict(state.plan) if state.plan else None
+        self.history, self.observation = list(state.history), state.observation
+        self.usage, self.model_calls = Usage(**state.usage), state.model_calls
+        self.prior_s = float(((state.ended or {}).get("summary") or {}).get("elapsed_s", 0))
+        self.tests = tests_from(events)
+
+    def emit(self, type: str, **fields: Any) -> dict[str, Any]:
+        event = self.trace.write(type, **fields)
+        if self.opts.on_event is not None:
+            self.opts.on_event(event)
+        return event
+
+    def set_plan(self, plan: Plan, kind: str, reason: str, **extra: Any) -> None:
+        self.plan = plan
+        self.emit(kind, plan=plan.to_dict(), reason=reason, **extra)
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> RunReport:
+        t0 = self.opts.clock()
+        try:
+            try:
+                self._start()
+                while True:
+                    self._check_limits(self.next_step, t0)
+                    self._step(self.next_step)
+            except KeyboardInterrupt:  # Ctrl-C: a safe point, the trace and checkpoints are saved
+                self.emit("interrupted", next_step=self.next_step)
+                raise RunEnded(
+                    "interrupted",
+                    f"Interrupted before step {self.next_step}; "
+                    f"continue with `repoctx agent run --resume {self.run_id}` or undo "
+                    f"with `repoctx agent undo {self.run_id}`.",
+                    "interrupted",
+                ) from None
+        except RunEnded as end:
+            return self._finish(end, t0)
+
+    def _start(self) -> None:
+        if self.opts.resume:
+            self.emit("resume", next_step=self.next_step, run_id=self.run_id)
+        else:
+            self.emit(
+                "header",
+                format=TRACE_FORMAT,
+                run_id=self.run_id,
+                task=self.task,
+                model=self.model.name,
+                root=str(self.config.root),
+                granted=sorted(self.opts.granted),
+                limits=asdict(self.limits),
+                tools=[s.name for s in self.specs],
+            )
+            self.emit(
+                "instructions",
+                files=list(self.instructions.files),
+                tokens=self.counter.count(self.instructions.text),
+                memory=self.memory.to_dict(),
+            )
+        done = self.ctx.session.reindex(self.config)  # the index must match the tree
+        self.emit(
+            "notice",
+            kind="index",
+            message=f"index refreshed in {done.seconds:.2f} s ({done.files_parsed} files parsed)",
+        )
+        if self.plan is None:
+            self._make_plan()
+
+    def _make_plan(self) -> None:
+        _, completion = self.complete(
+            0,
+            "plan",
+            lambda budget: self.prompt(
+                budget,
+                system=PLAN_PROMPT,
+                tools_tokens=0,
+                plan_text="",
+                closing="Reply with the JSON plan only.",
+                observation=(),
+            ),
+            tools=(),
+        )
+        plan, why = parse_plan(completion.message.content)
+        if plan is None or completion.message.tool_calls:
+            why = why or "the plan reply called tools instead of returning JSON"
+            self.set_plan(fallback_plan(self.task), "plan", f"one-step plan: {why}")
+        else:
+            self.set_plan(plan, "plan", "")
+
+    def _check_limits(self, step: int, t0: float) -> None:
+        lim, again = self.limits, f"continue with `repoctx agent run --resume {self.run_id}`"
+        if step > lim.max_steps:
+            raise RunEnded(
+                "max_steps", f"Reached the step limit ({lim.max_steps}) — {again} --max-steps N."
+            )
+        if self.opts.clock() - t0 >= lim.timeout_s:
+            raise RunEnded("timeout", f"Reached the time limit ({lim.timeout_s:g} s) — {again}.")
+        if self.usage.total_tokens >= lim.max_tokens:
+            raise RunEnded(
+                "max_tokens",
+                f"Used {self.usage.total_tokens:,} tokens of "
+                f"{lim.max_tokens:,} — {again} --max-tokens N.",
+            )
+
+    # -- prompt and model ------------------------------------------------------------------------
+
+    def prompt(
+        self,
+        budget: int,
+        *,
+        system: str = SYSTEM_PROMPT,
+        tools_tokens: int | None = None,
+        plan_text: str | None = None,
+        closing: str = "",
+        observation: tuple[Message, ...] | None = None,
+    ) -> StepPrompt:
+        current = self.plan.current if self.plan else None
+        if plan_text is None and self.plan is not None:
+            plan_text = self.plan.render() + (f"\nCurrent step: {current.title}" if current else "")
+        obs = self.observation if observation is None else observation
+        query = " ".join(
+            [
+                self.task,
+                current.title if current else "",
+                current.done_when if current else "",
+                *(m.content[-1500:] for m in obs[-3:]),
+            ]
+        )
+        notes = [f"Learned in earlier runs:\n{self.memory.render()}"] if self.memory.entries else []
+        return assemble_prompt(
+            counter=self.counter,
+            budget=budget,
+            system=system,
+            tools_tokens=self.tools_tokens if tools_tokens is None else tools_tokens,
+            task=self.task,
+            notes="\n\n".join([*notes, self.instructions.text]).strip(),
+            plan=plan_text or "",
+            history=self.history,
+            observation=obs,
+            query=query,
+            retrieve=self._retrieve,
+            closing=closing or ("" if obs else "Begin with the current plan step."),
+        )
+
+    def _retrieve(self, query: str, budget: int) -> ContextPack:
+        session, cfg = self.ctx.session, self.config
+        searcher = session.searcher(cfg, semantic=session.embed_model(cfg) is not None)
+        return assemble_context(
+            session.conn(cfg), cfg.root, query, budget, searcher=searcher, tokenizer=self.counter
+        )
+
+    def complete(
+        self,
+        step: int,
+        purpose: str,
+        build: Callable[[int], StepPrompt],
+        tools: list[ToolSpec] | tuple[()] | None = None,
+    ) -> tuple[StepPrompt, Completion]:
+        """One model call with bounded retries: retryable errors wait and retry, a context
+        overflow shrinks the prompt budget and retries, anything else ends the run."""
+        prompt = self._context(step, build(self.budget))
+        attempts = overflows = 0
+        while True:
+            try:
+                completion = self.model.complete(
+                    prompt.messages,
+                    self.specs if tools is None else tools,
+                    max_tokens=self.limits.completion_tokens,
+                )
+                break
+            except ModelError as exc:
+                kind = classify_model_error(exc)
+                self.emit(
+                    "model_error",
+                    step=step,
+                    kind=kind,
+                    message=str(exc),
+                    attempt=attempts + overflows + 1,
+                    retryable=exc.retryable,
+                )
+                if (
+                    kind == "context_overflow"
+                    and overflows < self.limits.overflow_retries
+                    and self.budget > MIN_BUDGET
+                ):
+                    overflows += 1
+                    self.budget = max(MIN_BUDGET, int(self.budget * 0.6))
+                    prompt = self._context(step, build(self.budget))
+                elif exc.retryable and attempts < self.limits.model_retries:
+                    attempts += 1
+                    self.opts.sleep(exc.retry_after or 2.0**attempts)
+                else:
+                    raise RunEnded(kind, f"The model call failed: {exc}", "failed") from exc
+        m, usage = completion.message, completion.usage
+        if usage.total_tokens == 0:  # servers that report no usage: count it ourselves
+            out = self.counter.count(m.content + "".join(c.raw_arguments for c in m.tool_calls))
+            usage = Usage(prompt.tokens, out, prompt.tokens + out)
+        self.usage, self.model_calls = self.usage + usage, self.model_calls + 1
+        self.emit(
+            "model_call",
+            step=step,
+            purpose=purpose,
+            usage=asdict(usage),
+            latency_s=round(completion.latency_s, 4),
+            finish_reason=completion.finish_reason,
+            content=m.content,
+            prompt_tokens_est=prompt.tokens,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.raw_arguments, "error": c.error}
+                for c in m.tool_calls
+            ],
+        )
+        return prompt, completion
+
+    def _context(self, step: int, prompt: StepPrompt) -> StepPrompt:
+        items = [
+            {
+                "path": i.path,
+                "lines": f"{i.start_line}-{i.end_line}",
+                "symbol": i.symbol,
+                "kind": i.kind,
+                "tokens": i.tokens,
+                "reason": str(i.reasons[0]) if i.reasons else "",
+            }
+            for i in (prompt.pack.items if prompt.pack else ())
+        ]
+        self.emit(
+            "context",
+            step=step,
+            budget=prompt.budget,
+            prompt_tokens=prompt.tokens,
+            sections=prompt.sections,
+            items=items,
+            ms=round(prompt.context_ms, 2),
+            assemble_ms=round(prompt.total_ms, 2),
+            timings=prompt.pack.timings if prompt.pack else {},
+        )
+        return prompt
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def _step(self, step: int) -> None:
+        reply = self.complete(step, "act", self.prompt)[1].message
+        if not reply.tool_calls:
+            return self._no_calls(step, reply)
+        verdict = self.guard.calls(
+            tuple((c.name, canonical_arguments(c)) for c in reply.tool_calls)
+        )
+        if verdict == "stop":
+            raise RunEnded(
+                "repetition",
+                f"The model repeated the same tool call(s) "
+                f"{self.guard.repeats} times in a row after being told — stopped.",
+            )
+        if verdict == "block":
+            self.emit(
+                "notice",
+                step=step,
+                kind="repetition",
+                message=f"{self.guard.repeats} "
+                "identical calls in a row: not run, the model was told",
+            )
+        obs: list[Message] = [reply]
+        results: list[tuple[ToolCall, ToolResult]] = []
+        try:
+            for call in reply.tool_calls:
+                results.append((call, self._call(step, call, blocked=verdict == "block")))
+                obs.append(Message.tool(call.id, results[-1][1].text(), call.name))
+        except KeyboardInterrupt:  # every call gets an answer, so the resumed conversation is valid
+            obs += [
+                Message.tool(c.id, "Not run: the user interrupted the run.", c.name)
+                for c in reply.tool_calls[len(results) :]
+            ]
+            self._end_step(step, obs, step_summary(step, results) + " [interrupted]", False)
+            raise
+        errors = [r.error for _, r in results if r.error]
+        self._end_step(
+            step,
+            obs,
+            step_summary(step, results),
+            len(errors) == len(results),
+            errors[-1] if errors else "",
+        )
+        done = [r for c, r in results if c.name == "finish" and r.ok]
+        if done:
+            if self.plan is not None:
+                self.set_plan(self.plan.complete_all(), "plan_progress", "finish called")
+            raise RunEnded(
+                "finished",
+                str(done[-1].data.get("summary", "")),
+                str(done[-1].data.get("status", "done")),
+            )
+
+    def _no_calls(self, step: int, reply: Message) -> None:
+        text = reply.content.strip()
+        verdict = self.guard.no_calls(empty=not text)
+        if not text and verdict == "stop":
+            raise RunEnded(
+                "empty_answer",
+                "The model sent empty replies twice in a row — try "
+                "another model, or rephrase the task.",
+                "failed",
+            )
+        if verdict == "stop":
+            self._end_step(step, [reply], f"step {step}: answered in text", False)
+            raise RunEnded("answered", text, "done")
+        self.emit(
+            "notice",
+            step=step,
+            kind="empty_answer" if not text else "text_only",
+            message="empty reply" if not text else "reply without tool calls",
+        )
+        obs = [Message.user(NUDGE_EMPTY)] if not text else [reply, Message.user(NUDGE_TEXT)]
+        said = " ".join(text.split())[:120]
+        self._end_step(
+            step,
+            obs,
+            f"step {step}: " + (f"said: {said}" if text else "(empty reply)"),
+            failed=not text,
+        )
+
+    def _call(self, step: int, call: ToolCall, blocked: bool = False) -> ToolResult:
+        t0 = time.perf_counter()
+        if blocked:
+            result = fail(
+                f"You sent this exact call {self.guard.repeats} times in a row; it was "
+                "not run again. Its result will not change: try another approach, or "
+                "call `finish` saying what blocks you. Repeating it ends the run.",
+                repeated=True,
+            )
+        elif call.name in (UPDATE_PLAN.name, REMEMBER.name):
+            result = (
+                self._pseudo(step, call.name, call.arguments)
+                if call.arguments is not None
+                else fail(
+                    f"Could not read the arguments of `{call.name}`: {call.error}. Send one "
+                    "JSON object.",
+                    bad_arguments=True,
+                )
+            )
+        else:
+            result = self.registry.call_tool(call, replace(self.ctx, step=step))
+        seconds, extra = time.perf_counter() - t0, {}
+        record = None
+        if call.name == "run_tests" and "passed" in result.data:
+            record = record_tests(step, result.output, result.data)
+            self.tests.append(record)
+            extra = {"tests_summary": record.summary, "failing": list(record.failures)}
+        self.emit(
+            "tool_call",
+            step=step,
+            id=call.id,
+            name=call.name,
+            arguments=call.raw_arguments,
+            ok=result.ok,
+            error=result.error,
+            kind=None if result.ok else classify_tool_failure(result.error, result.data),
+            output=result.output,
+            seconds=round(seconds, 4),
+            **extra,
+            data={k: v for k, v in result.data.items() if k != "diff"},
+        )
+        if result.ok:
+            facts = learned_facts(call.name, call.arguments or {}, result.data, self.config.root)
+            for key, value in facts.items():
+                if key not in self.memory.entries or self.memory.entries[key].value != value:
+                    self.memory.set(key, value, call.name, self.run_id)
+                    self.emit("memory", step=step, key=key, value=value, source=call.name)
+        if record is not None and self.plan is not None:
+            for change in after_tests(self.plan, record.passed, list(record.failures)):
+                self.set_plan(change.plan, change.kind, change.reason, title=change.title)
+        return result
+
+    def _pseudo(self, step: int, name: str, args: dict[str, Any]) -> ToolResult:
+        """`update_plan` and `remember`: tools of the loop itself, not of the registry."""
+        if name == REMEMBER.name:
+            try:
+                entry = self.memory.set(
+                    str(args.get("key", "")), str(args.get("value", "")), "remember", self.run_id
+                )
+            except AgentError as exc:
+                return fail(str(exc), bad_arguments=True)
+            self.emit("memory", step=step, key=entry.key, value=entry.value, source="remember")
+            return ok(f"Remembered {entry.key}.")
+        change = apply_update(self.plan, args) if self.plan else "there is no plan yet"
+        if isinstance(change, str):
+            return fail(f"update_plan: {change}.", bad_arguments=True)
+        self.set_plan(change.plan, change.kind, change.reason, title=change.title)
+        return ok("Plan updated:\n" + change.plan.render())
+
+    def _end_step(
+        self, step: int, obs: list[Message], summary: str, failed: bool, last_error: str = ""
+    ) -> None:
+        self.observation, self.next_step = tuple(obs), step + 1
+        self.history.append(summary)
+        store = self.ctx.checkpoints
+        files = checkpoint_files(store.dir, self.run_id, step) if store else []
+        if files:
+            self.emit("checkpoint", step=step, files=files)
+        self.emit(
+            "step",
+            step=step,
+            summary=summary,
+            failed=failed,
+            observation=[message_to_dict(m) for m in obs],
+        )
+        if self.guard.step_done(failed):
+            raise RunEnded(
+                "consecutive_failures",
+                f"{self.guard.failures} steps in a row failed; "
+                f"the last error: {last_error or 'no usable reply'} — see "
+                f"`repoctx agent replay {self.run_id}` and rephrase the task.",
+            )
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def _finish(self, end: RunEnded, t0: float) -> RunReport:
+        elapsed = round(self.prior_s + self.opts.clock() - t0, 3)
+        store = self.ctx.checkpoints
+        changed = diff_stats(self.config.root, run_originals(store, self.run_id)) if store else []
+        paths = [c.path for c in changed]
+        stat = git_stat(self.config.root, paths)
+        final = end.message if end.reason in ("finished", "answered") else ""
+        plan = self.plan.to_dict() if self.plan else {}
+        summary = {
+            "final": final,
+            "changed": [asdict(c) for c in changed],
+            "git_stat": stat,
+            "tests": [asdict(t) for t in self.tests],
+            "usage": asdict(self.usage),
+            "model_calls": self.model_calls,
+            "steps": self.next_step - 1,
+            "elapsed_s": elapsed,
+        }
+        self.emit(
+            "end",
+            status=end.status,
+            reason=end.reason,
+            message=end.message,
+            summary=summary,
+            plan=plan,
+        )
+        branch = sha = None
+        if self.opts.commit and paths and end.status == "done":
+            result = commit_run(self.config.root, self.run_id, self.task, final, paths, self.tests)
+            branch, sha = result.branch, result.commit
+            self.emit("commit", branch=branch, commit=sha)
+        elif self.opts.commit:
+            self.emit(
+                "notice",
+                kind="commit",
+                message="not committed: "
+                + ("nothing changed" if not paths else f"the run ended {end.status}"),
+            )
+        self.trace.close()
+        self.ctx.session.close()
+        return RunReport(
+            self.run_id,
+            end.status,
+            end.reason,
+            end.message,
+            final,
+            self.next_step - 1,
+            self.usage,
+            self.model_calls,
+            elapsed,
+            tuple(changed),
+            stat,
+            tuple(self.tests),
+            str(self.trace.path),
+            plan,
+            branch,
+            sha,
+        )
+
+
+def run_agent(
+    config: Config,
+    task: str,
+    model: ModelClient,
+    options: RunOptions | None = None,
+    registry: ToolRegistry | None = None,
+) -> RunReport:
+    """Run (or, with ``options.resume``, continue) the agent on ``task`` in ``config.root``."""
+    return AgentRun(config, task, model, options or RunOptions(), registry).run()
+
+
+def undo_run(config: Config, run_ref: str) -> RollbackReport:
+    """Put every file the run changed back as it was before the run, byte for byte."""
+    run_id = resolve_run(config.index_path, run_ref)
+    report = CheckpointStore(config.index_path / "checkpoints").rollback_run(run_id)
+    writer = TraceWriter(trace_path(config.index_path, run_id))
+    writer.write(
+        "undo",
+        steps=list(report.steps),
+        restored=[str(p) for p in report.restored],
+        deleted=[str(p) for p in report.deleted],
+    )
+    writer.close()
+    return report

@@ -1,0 +1,309 @@
+"""`repoctx agent run|replay|memory|undo`: the code agent, its traces, its memory, and undo."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .common import echo_json, handle_errors, index_dir_option, json_option, make_config
+from .query_cmds import find_root
+
+TOOL_LEVELS = ("read", "write", "execute")
+
+
+def _config(root: Path, index_dir: Path | None):
+    if index_dir is None and not os.environ.get("REPOCTX_INDEX_DIR"):
+        root = find_root(root)
+    return make_config(root, index_dir=index_dir)
+
+
+def _root_option(f):
+    return click.option(
+        "--root",
+        "-C",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        default=".",
+        help="Repository root (default: nearest indexed directory, else here).",
+    )(f)
+
+
+@click.group("agent")
+def agent() -> None:
+    """A code agent that plans, edits, tests and reports — every run traced and undoable."""
+
+
+@agent.command("run")
+@click.argument("task", required=False)
+@click.option(
+    "--model",
+    "-m",
+    "model_flag",
+    default=None,
+    help="provider:model (openai:gpt-4o-mini, anthropic:…, ollama:…, scripted:FILE); "
+    "default: `model` in the config, then REPOCTX_MODEL.",
+)
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Step limit (30).")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Token limit over all model calls (400000).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Wall-time limit in seconds (1800).",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(min=2000),
+    default=None,
+    help="Prompt tokens per step, tools and code included (12000).",
+)
+@click.option("--yes", "-y", is_flag=True, help="Allow edits and commands without asking.")
+@click.option("--read-only", is_flag=True, help="Offer and allow only the read tools.")
+@click.option(
+    "--commit",
+    is_flag=True,
+    help="Commit the result on a new branch repoctx/<run-id>-<slug> (never pushes).",
+)
+@click.option(
+    "--resume",
+    "resume",
+    default=None,
+    metavar="RUN",
+    help="Continue an interrupted or stopped run (id, prefix or `last`).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@_root_option
+@index_dir_option
+@json_option
+@handle_errors
+def run_cmd(
+    task: str | None,
+    model_flag: str | None,
+    max_steps: int | None,
+    max_tokens: int | None,
+    timeout_s: float | None,
+    budget: int | None,
+    yes: bool,
+    read_only: bool,
+    commit: bool,
+    resume: str | None,
+    quiet: bool,
+    root: Path,
+    index_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Work on TASK until it is done or a limit is reached."""
+    from dataclasses import replace
+
+    from agent.ask import model_spec
+    from agent.budget import Limits
+    from agent.loop import RunOptions, run_agent
+    from agent.models import create_model
+
+    if not task and not resume:
+        raise click.UsageError("Give a TASK, or --resume RUN.")
+    if yes and read_only:
+        raise click.UsageError("--yes and --read-only contradict each other; pick one.")
+    config = _config(root, index_dir)
+    spec = model_spec(model_flag, config.extra)
+    model = create_model(spec)
+    limits = Limits()
+    overrides = {
+        "max_steps": max_steps,
+        "max_tokens": max_tokens,
+        "timeout_s": timeout_s,
+        "prompt_budget": budget,
+    }
+    limits = replace(limits, **{k: v for k, v in overrides.items() if v is not None})
+    interactive = sys.stdin.isatty() and sys.stderr.isatty()
+    confirm = None
+    if yes:
+        granted = frozenset(TOOL_LEVELS)
+    else:
+        granted = frozenset({"read"})
+        if interactive and not read_only:
+
+            def confirm(what: str) -> bool:
+                return click.confirm(f"Allow {what}?", default=False, err=True)
+        elif not read_only and not quiet:
+            click.echo("Not a terminal and no --yes: only read tools are available.", err=True)
+    options = RunOptions(
+        limits=limits,
+        granted=granted,
+        confirm=confirm,
+        commit=commit,
+        resume=resume,
+        on_event=None if quiet or as_json else _progress,
+    )
+    report = run_agent(config, task or "", model, options)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        _print_report(report)
+    if report.status == "interrupted":
+        sys.exit(130)
+    if report.status in ("failed", "stopped"):
+        sys.exit(2)
+
+
+def _progress(event: dict[str, Any]) -> None:
+    kind = event["type"]
+    if kind == "plan":
+        click.echo(click.style("Plan:", bold=True), err=True)
+        for i, s in enumerate(event["plan"]["steps"], 1):
+            click.echo(f"  {i}. {s['title']}", err=True)
+        if event.get("reason"):
+            click.echo(f"  ({event['reason']})", err=True)
+    elif kind == "context":
+        click.echo(
+            click.style(f"step {event['step']}", bold=True)
+            + f"  prompt ~{event['prompt_tokens']:,} tokens",
+            err=True,
+        )
+    elif kind == "tool_call":
+        state = (
+            click.style("ok", fg="green")
+            if event["ok"]
+            else click.style(f"failed ({event['kind']})", fg="red")
+        )
+        args = " ".join(event["arguments"].split())
+        click.echo(f"  {event['name']} {args[:100]} — {state}", err=True)
+    elif kind == "plan_revision":
+        click.echo(click.style(f"  plan revised: {event['reason']}", fg="yellow"), err=True)
+    elif kind in ("notice", "model_error") and event.get("kind") != "index":
+        click.echo(click.style(f"  {event.get('kind')}: {event['message']}", fg="yellow"), err=True)
+
+
+def _print_report(report) -> None:
+    from agent.trace import render_summary
+
+    colour = {"done": "green", "interrupted": "yellow"}.get(report.status, "red")
+    click.echo(click.style(f"{report.status}: {report.reason}", fg=colour, bold=True))
+    if report.message and report.message != report.final:
+        click.echo(report.message)
+    summary = {
+        "final": report.final,
+        "changed": [asdict(c) for c in report.changed],
+        "git_stat": report.git_stat,
+        "tests": [asdict(t) for t in report.tests],
+        "usage": asdict(report.usage),
+        "model_calls": report.model_calls,
+        "steps": report.steps,
+        "elapsed_s": report.elapsed_s,
+    }
+    click.echo(render_summary(summary))
+    if report.branch:
+        click.echo(f"Committed {report.commit[:10]} on branch {report.branch} (not pushed).")
+    click.echo(
+        f"Trace: {report.trace_path}  (repoctx agent replay {report.run_id}; "
+        f"undo: repoctx agent undo {report.run_id})"
+    )
+
+
+@agent.command("replay")
+@click.argument("run", required=False)
+@click.option("--full", is_flag=True, help="Whole tool outputs and every context item.")
+@click.option("--list", "list_runs_flag", is_flag=True, help="List the runs with a trace.")
+@_root_option
+@index_dir_option
+@json_option
+@handle_errors
+def replay_cmd(
+    run: str | None,
+    full: bool,
+    list_runs_flag: bool,
+    root: Path,
+    index_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Show the trace of RUN (id, unique prefix, or `last`) readably."""
+    from agent.trace import list_runs, read_trace, render_trace, resolve_run, trace_path
+
+    config = _config(root, index_dir)
+    if list_runs_flag or not run:
+        runs = list_runs(config.index_path)
+        if as_json:
+            echo_json(runs)
+        else:
+            for r in runs:
+                events = read_trace(trace_path(config.index_path, r))
+                end = next((e for e in reversed(events) if e["type"] == "end"), {})
+                click.echo(f"{r}  {end.get('status', 'running?'):<11} {events[0]['task'][:70]}")
+        return
+    events = read_trace(trace_path(config.index_path, resolve_run(config.index_path, run)))
+    if as_json:
+        echo_json(events)
+    else:
+        click.echo(render_trace(events, full=full))
+
+
+@agent.command("memory")
+@click.option("--edit", "edits", multiple=True, metavar="KEY=VALUE", help="Set an entry.")
+@click.option("--forget", "forgets", multiple=True, metavar="KEY", help="Remove an entry.")
+@_root_option
+@index_dir_option
+@json_option
+@handle_errors
+def memory_cmd(
+    edits: tuple[str, ...],
+    forgets: tuple[str, ...],
+    root: Path,
+    index_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Show (and edit) what agent runs have learned about this repository."""
+    from agent.memory import ProjectMemory
+
+    config = _config(root, index_dir)
+    memory = ProjectMemory.for_index(config.index_path)
+    for item in edits:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.UsageError(f"--edit needs KEY=VALUE, got {item!r}.")
+        memory.set(key.strip(), value, "user")
+    for key in forgets:
+        if not memory.forget(key):
+            click.echo(f"No memory entry {key!r}.", err=True)
+    if as_json:
+        echo_json(memory.to_dict())
+        return
+    if not memory.entries:
+        click.echo(f"No memory yet ({memory.path}).")
+    for e in memory.entries.values():
+        click.echo(f"{e.key} = {e.value}  [{e.source}, {e.updated}]")
+
+
+@agent.command("undo")
+@click.argument("run")
+@_root_option
+@index_dir_option
+@json_option
+@handle_errors
+def undo_cmd(run: str, root: Path, index_dir: Path | None, as_json: bool) -> None:
+    """Put back every file RUN changed, byte for byte (RUN: id, unique prefix or `last`)."""
+    from agent.loop import undo_run
+
+    config = _config(root, index_dir)
+    report = undo_run(config, run)
+    if as_json:
+        echo_json(report)
+        return
+    root_path = config.root
+    for p in report.restored:
+        click.echo(f"restored {os.path.relpath(p, root_path)}")
+    for p in report.deleted:
+        click.echo(f"deleted  {os.path.relpath(p, root_path)}")
+    click.echo(f"Run {report.run_id}: {len(report.steps)} step(s) undone.")
+
+
+COMMANDS = (agent,)

@@ -1,0 +1,606 @@
+"""The agent loop on real repositories: real git, real index builds, real pytest through the
+tools, real checkpoints — driven by scripted models, and once by the OpenAI adapter against a
+real HTTP server on 127.0.0.1 that replays a conversation."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from agent.budget import Limits
+from agent.loop import RunOptions, run_agent, undo_run
+from agent.memory import ProjectMemory, readme_test_section
+from agent.models import (
+    Message,
+    OpenAIClient,
+    RateLimitError,
+    RetryPolicy,
+    ScriptedModel,
+    ToolSpec,
+)
+from agent.plan import parse_plan
+from agent.tools import Tool, default_registry, ok
+from agent.trace import read_trace, render_trace, resume_state, trace_path
+from cli.main import cli
+from indexer.config import load_config
+from tests.conftest import git, make_repo
+
+TOML = """
+[agent]
+test_env = { PYTEST_DISABLE_PLUGIN_AUTOLOAD = "1" }
+"""
+
+FILES = {
+    ".repoctx.toml": TOML,
+    "AGENTS.md": "Run the tests with pytest. Keep functions small.\n",
+    "README.md": "# Demo\n\nIntro.\n\n## Running the tests\n\nUse `pytest -q`.\n\n## License\n\nMIT\n",
+    "pkg/__init__.py": "",
+    "pkg/calc.py": '''
+        """Arithmetic helpers."""
+
+
+        def add(a, b):
+            """Sum of two numbers."""
+            return a - b
+
+
+        def double(x):
+            return add(x, x)
+        ''',
+    "pkg/use.py": """
+        from pkg.calc import add
+
+
+        def total(xs):
+            return add(xs[0], xs[1])
+        """,
+    "tests/test_calc.py": """
+        from pkg.calc import add, double
+        from pkg.use import total
+
+
+        def test_add():
+            assert add(1, 2) == 3
+
+
+        def test_double():
+            assert double(2) == 4
+
+
+        def test_total():
+            assert total([2, 3]) == 5
+        """,
+}
+
+ALL = frozenset({"read", "write", "execute"})
+PLAN = json.dumps(
+    {
+        "steps": [
+            {"title": "Find the bug in add", "done_when": "the faulty line is known"},
+            {"title": "Fix add", "done_when": "all tests pass", "check": "tests_pass"},
+        ]
+    }
+)
+FIX = {"path": "pkg/calc.py", "old_text": "return a - b", "new_text": "return a + b"}
+
+
+def call(tool: str, **args: Any) -> dict:
+    return {"tool_calls": [{"name": tool, "arguments": args}]}
+
+
+def finish(summary: str = "Fixed add.") -> dict:
+    return call("finish", summary=summary)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", FILES)
+
+
+def config(root: Path):
+    return load_config(root, env={}, jobs=1)
+
+
+def run(root: Path, script: list, model=None, registry=None, **opts):
+    limits = opts.pop("limits", Limits())
+    options = RunOptions(
+        limits=limits, granted=opts.pop("granted", ALL), sleep=lambda s: None, **opts
+    )
+    model = model or ScriptedModel(script)
+    return run_agent(config(root), "Fix the bug in pkg/calc.py add", model, options, registry)
+
+
+def events(root: Path, run_id: str) -> list[dict]:
+    return read_trace(trace_path(config(root).index_path, run_id))
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and ".git" not in p.parts and ".repoctx" not in p.parts
+    }
+
+
+# -- the planted bug -----------------------------------------------------------------------------
+
+
+def test_fixes_a_planted_bug_until_the_tests_pass(repo: Path) -> None:
+    model = ScriptedModel(
+        [
+            PLAN,
+            call("find_symbol", name="add"),
+            call("read_span", path="pkg/calc.py", start_line=1, end_line=12),
+            call("update_plan", reason="add returns a - b", complete=True),
+            call("edit", **FIX),
+            call("run_tests"),
+            finish(),
+        ]
+    )
+    report = run(repo, [], model=model)
+    assert (report.status, report.reason) == ("done", "finished")
+    assert report.final == "Fixed add."
+    assert "return a + b" in (repo / "pkg/calc.py").read_text()
+    assert [c.path for c in report.changed] == ["pkg/calc.py"]
+    assert (report.changed[0].added, report.changed[0].removed) == (1, 1)
+    assert "pkg/calc.py" in report.git_stat
+    assert report.tests and report.tests[-1].passed is True
+    assert report.steps == 6 and report.model_calls == 7
+    assert all(s["status"] == "done" for s in report.plan["steps"])
+
+    trace = events(repo, report.run_id)
+    assert trace[0]["type"] == "header" and trace[0]["format"] == 1
+    kinds = [e["type"] for e in trace]
+    for kind in (
+        "plan",
+        "context",
+        "model_call",
+        "tool_call",
+        "checkpoint",
+        "plan_progress",
+        "end",
+    ):
+        assert kind in kinds, kind
+    ctx_events = [e for e in trace if e["type"] == "context"]
+    # Every prompt stays inside its budget, retrieved code included.
+    assert all(e["prompt_tokens"] <= e["budget"] for e in ctx_events)
+    assert any(i["path"] == "pkg/calc.py" for e in ctx_events for i in e["items"])
+    instructions = next(e for e in trace if e["type"] == "instructions")
+    assert instructions["files"] == ["AGENTS.md", "README.md"]
+
+    # The prompt of the edit step: task, instructions, plan, code, one line per earlier step,
+    # and the latest result whole.
+    edit_call = model.calls[4]
+    user = edit_call.messages[1].content
+    assert "# Plan" in user and "[x] 1. Find the bug in add" in user and "[>] 2. Fix add" in user
+    assert "Keep functions small" in user and "Use `pytest -q`" in user
+    assert "step 1: find_symbol" in user and "step 2: read_span" in user
+    assert "# Relevant code" in user and "def add(a, b)" in user
+    assert (
+        edit_call.messages[-1].role == "tool" and "Plan updated" in edit_call.messages[-1].content
+    )
+    assert {"update_plan", "remember", "edit", "finish"} <= {t.name for t in edit_call.tools}
+
+    memory = ProjectMemory.for_index(config(repo).index_path)
+    assert "-m pytest" in memory.entries["test_command"].value
+    assert memory.entries["test_command"].source == "run_tests"
+
+    text = render_trace(trace)
+    assert "Plan (model)" in text and "> edit" in text and "End: done" in text
+
+
+def test_undo_restores_bytes(repo: Path) -> None:
+    before = snapshot(repo)
+    script = [
+        PLAN,
+        call("edit", **FIX),
+        call("create_file", path="pkg/sub/notes.txt", content="new\n"),
+        call("edit", path="pkg/calc.py", old_text="def double", new_text="def twice"),
+        finish(),
+    ]
+    report = run(repo, script)
+    assert {c.path for c in report.changed} == {"pkg/calc.py", "pkg/sub/notes.txt"}
+    undo_run(config(repo), report.run_id[:12])
+    assert snapshot(repo) == before and not (repo / "pkg/sub").exists()
+    assert events(repo, report.run_id)[-1]["type"] == "undo"
+
+
+def test_commit_puts_the_result_on_a_new_branch(repo: Path) -> None:
+    (repo / "unrelated.txt").write_text("the user's own change\n")
+    report = run(repo, [PLAN, call("edit", **FIX), finish("Fixed add.")], commit=True)
+    assert report.status == "done" and report.branch and report.commit
+    assert report.branch.startswith(f"repoctx/{report.run_id}-fix-the-bug")
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == report.branch
+    message = git(repo, "log", "-1", "--format=%B")
+    assert message.startswith("repoctx: Fix the bug in pkg/calc.py add")
+    assert "Fixed add." in message and "pkg/calc.py" in message and report.run_id in message
+    # Only the run's files are committed; the user's change stays uncommitted.
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == ["pkg/calc.py"]
+    assert git(repo, "status", "--porcelain").strip() == "?? unrelated.txt"
+    assert git(repo, "remote").strip() == ""
+
+
+def test_rename_a_function_used_across_files(repo: Path) -> None:
+    script = [
+        json.dumps({"steps": [{"title": "Rename add to plus", "check": "tests_pass"}]}),
+        call("edit", **FIX),
+        call("rename_symbol", symbol="pkg.calc.add", new_name="plus"),
+        call("run_tests"),
+        finish("Renamed add to plus."),
+    ]
+    report = run(repo, script)
+    assert report.status == "done"
+    for rel in ("pkg/calc.py", "pkg/use.py", "tests/test_calc.py"):
+        text = (repo / rel).read_text()
+        assert "plus(" in text and not re.search(r"\badd\(", text), rel
+    assert report.tests[-1].passed is True
+    assert {c.path for c in report.changed} == {"pkg/calc.py", "pkg/use.py", "tests/test_calc.py"}
+
+
+def test_syntax_gate_rejects_then_the_run_recovers(repo: Path) -> None:
+    broken = {**FIX, "new_text": "return (a + b"}
+    script = [PLAN, call("edit", **broken), call("edit", **FIX), call("run_tests"), finish()]
+    report = run(repo, script)
+    assert report.status == "done" and report.tests[-1].passed
+    tools = [e for e in events(repo, report.run_id) if e["type"] == "tool_call"]
+    assert tools[0]["ok"] is False and tools[0]["kind"] == "syntax"
+    assert tools[1]["ok"] is True
+    assert "return a + b" in (repo / "pkg/calc.py").read_text()
+
+
+def test_failing_tests_revise_the_plan_with_a_reason(repo: Path) -> None:
+    script = [
+        json.dumps(
+            {"steps": [{"title": "Run the tests", "done_when": "green", "check": "tests_pass"}]}
+        ),
+        call("run_tests"),
+        call("edit", **FIX),
+        call("run_tests"),
+        finish(),
+    ]
+    report = run(repo, script)
+    trace = events(repo, report.run_id)
+    revision = next(e for e in trace if e["type"] == "plan_revision")
+    assert "run_tests failed" in revision["reason"] and "Run the tests" in revision["reason"]
+    assert revision["plan"]["steps"][0]["title"].startswith("Make the failing tests pass")
+    assert "tests/test_calc.py::test_add" in revision["plan"]["steps"][0]["title"]
+    assert [t.passed for t in report.tests] == [False, True]
+    assert all(s["status"] == "done" for s in report.plan["steps"])
+
+
+# -- limits --------------------------------------------------------------------------------------
+
+
+def reads(n: int) -> list[dict]:
+    return [
+        call("read_span", path="pkg/calc.py", start_line=i + 1, end_line=i + 2) for i in range(n)
+    ]
+
+
+def test_step_limit(repo: Path) -> None:
+    report = run(repo, [PLAN, *reads(5)], limits=Limits(max_steps=2))
+    assert (report.status, report.reason, report.steps) == ("stopped", "max_steps", 2)
+    assert "--resume" in report.message
+
+
+def test_token_limit(repo: Path) -> None:
+    report = run(repo, [PLAN, *reads(5)], limits=Limits(max_tokens=50))
+    assert report.reason == "max_tokens" and report.steps < 5
+    assert report.usage.total_tokens >= 50
+
+
+def test_time_limit(repo: Path) -> None:
+    ticks = iter(range(1000))
+    report = run(repo, [PLAN, *reads(5)], limits=Limits(timeout_s=3), clock=lambda: next(ticks))
+    assert report.reason == "timeout" and 0 < report.steps < 5
+
+
+def test_consecutive_failure_limit(repo: Path) -> None:
+    missing = [call("read_span", path=f"pkg/missing{i}.py") for i in range(5)]
+    report = run(repo, [PLAN, *missing], limits=Limits(max_consecutive_failures=3))
+    assert (report.reason, report.steps) == ("consecutive_failures", 3)
+    kinds = [e["kind"] for e in events(repo, report.run_id) if e["type"] == "tool_call"]
+    assert kinds == ["missing_file"] * 3
+
+
+# -- model misbehaviour ---------------------------------------------------------------------------
+
+
+def test_malformed_json_unknown_tool_and_empty_answer_are_handled(repo: Path) -> None:
+    script = [
+        "I will fix it.",  # not a JSON plan: one-step fallback
+        {"tool_calls": [{"name": "read_span", "arguments": '{"path": "pkg/calc.py"'}]},
+        call("open_file", path="pkg/calc.py"),
+        "",
+        call("edit", **FIX),
+        "The bug is fixed.",  # text without a tool call: the model is nudged once
+        finish(),
+    ]
+    report = run(repo, script)
+    assert (report.status, report.reason) == ("done", "finished")
+    trace = events(repo, report.run_id)
+    plan = next(e for e in trace if e["type"] == "plan")
+    assert plan["plan"]["source"] == "fallback" and "not JSON" in plan["reason"]
+    tools = [e for e in trace if e["type"] == "tool_call"]
+    assert [t["kind"] for t in tools[:2]] == ["bad_arguments", "unknown_tool"]
+    notices = [e["kind"] for e in trace if e["type"] == "notice"]
+    assert "empty_answer" in notices and "text_only" in notices
+    assert "return a + b" in (repo / "pkg/calc.py").read_text()
+
+
+def test_bad_pseudo_tool_calls_are_errors_for_the_model(repo: Path) -> None:
+    script = [
+        PLAN,
+        {"tool_calls": [{"name": "update_plan", "arguments": "{not json"}]},
+        call("update_plan", reason="x", steps=[{"title": ""}]),
+        call("remember", key="9 bad key", value="v"),
+        call("update_plan", reason="found it", steps=[{"title": "Edit add"}]),
+        finish(),
+    ]
+    report = run(repo, script)
+    trace = events(repo, report.run_id)
+    tools = [e for e in trace if e["type"] == "tool_call"]
+    assert [t["kind"] for t in tools[:3]] == ["bad_arguments"] * 3
+    assert "Could not read the arguments of `update_plan`" in tools[0]["error"]
+    revision = next(e for e in trace if e["type"] == "plan_revision")
+    assert revision["reason"] == "found it" and revision["plan"]["revision"] == 1
+    assert [s["title"] for s in revision["plan"]["steps"]] == ["Edit add"]
+
+
+def test_endless_repetition_is_told_then_stopped(repo: Path) -> None:
+    same = call("list_dir", path="pkg")
+    report = run(repo, [PLAN, same, same, same, same, same])
+    assert report.reason == "repetition" and report.steps == 3
+    trace = events(repo, report.run_id)
+    assert sum(e["type"] == "tool_call" for e in trace) == 3
+    third = [e for e in trace if e["type"] == "tool_call"][2]
+    assert third["ok"] is False and "3 times in a row" in third["error"]
+
+
+def test_two_empty_answers_end_the_run(repo: Path) -> None:
+    report = run(repo, [PLAN, "", ""])
+    assert (report.status, report.reason) == ("failed", "empty_answer")
+
+
+class FlakyModel:
+    """Raises the given errors first, then replays a script."""
+
+    def __init__(self, errors: list[Exception], script: list) -> None:
+        self.errors, self.inner, self.name = list(errors), ScriptedModel(script), "flaky"
+
+    def complete(self, messages, tools=(), **kw):
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.inner.complete(messages, tools, **kw)
+
+
+def test_retryable_model_errors_and_context_overflow_are_retried(repo: Path) -> None:
+    from agent.models import ContextTooLongError
+
+    model = FlakyModel([RateLimitError(), ContextTooLongError()], [PLAN, finish("nothing")])
+    report = run(repo, [], model=model)
+    assert report.status == "done"
+    trace = events(repo, report.run_id)
+    assert [e["kind"] for e in trace if e["type"] == "model_error"] == [
+        "model_service",
+        "context_overflow",
+    ]
+    budgets = [e["budget"] for e in trace if e["type"] == "context"]
+    assert budgets[-1] < budgets[0]
+
+
+# -- interrupt, resume -----------------------------------------------------------------------------
+
+
+class InterruptingModel(ScriptedModel):
+    def __init__(self, script: list, at_call: int) -> None:
+        super().__init__(script)
+        self.at_call = at_call
+
+    def complete(self, messages, tools=(), **kw):
+        if len(self.calls) + 1 == self.at_call:
+            self.calls.append(None)  # type: ignore[arg-type]
+            raise KeyboardInterrupt
+        return super().complete(messages, tools, **kw)
+
+
+def test_interrupt_then_resume_continues_from_the_trace(repo: Path) -> None:
+    first = InterruptingModel([PLAN, call("find_symbol", name="add"), call("edit", **FIX)], 4)
+    report = run(repo, [], model=first)
+    assert (report.status, report.reason, report.steps) == ("interrupted", "interrupted", 2)
+    assert "--resume" in report.message
+    state = resume_state(events(repo, report.run_id))
+    assert state.next_step == 3 and len(state.history) == 2 and state.plan
+
+    second = ScriptedModel([call("run_tests"), finish()])
+    resumed = run(repo, [], model=second, resume=report.run_id)
+    assert (resumed.run_id, resumed.status, resumed.steps) == (report.run_id, "done", 4)
+    # No second plan call: the first call of the resumed run is a step with the saved history.
+    user = second.calls[0].messages[1].content
+    assert "step 1: find_symbol" in user and "step 2: edit" in user
+    assert second.calls[0].messages[-1].role == "tool"
+    assert resumed.tests[-1].passed and [c.path for c in resumed.changed] == ["pkg/calc.py"]
+    kinds = [e["type"] for e in events(repo, report.run_id)]
+    assert kinds.count("header") == 1 and "interrupted" in kinds and "resume" in kinds
+
+
+def test_interrupt_inside_a_tool_keeps_the_completed_calls(repo: Path) -> None:
+    def boom(ctx, args):
+        raise KeyboardInterrupt
+
+    registry = default_registry()
+    registry.register(
+        Tool("slow", "A slow tool.", {"type": "object", "properties": {}}, "read", boom)
+    )
+    script = [
+        PLAN,
+        {"tool_calls": [{"name": "edit", "arguments": FIX}, {"name": "slow", "arguments": {}}]},
+    ]
+    report = run(repo, script, registry=registry)
+    assert report.status == "interrupted" and report.steps == 1
+    state = resume_state(events(repo, report.run_id))
+    assert state.next_step == 2
+    # Every call of the step has an answer, so the conversation stays valid for the provider.
+    assert [m.role for m in state.observation] == ["assistant", "tool", "tool"]
+    assert "interrupted" in state.observation[-1].content
+    undo_run(config(repo), report.run_id)
+    assert "return a - b" in (repo / "pkg/calc.py").read_text()
+
+
+# -- read-only and memory -----------------------------------------------------------------------
+
+
+def test_read_only_offers_and_grants_only_read_tools(repo: Path) -> None:
+    model = ScriptedModel([PLAN, call("edit", **FIX), finish("Cannot edit.")])
+    report = run(repo, [], model=model, granted=frozenset({"read"}))
+    names = {t.name for t in model.calls[1].tools}
+    assert "edit" not in names and "run_tests" not in names and "read_span" in names
+    tool = next(e for e in events(repo, report.run_id) if e["type"] == "tool_call")
+    assert tool["kind"] == "permission"
+    assert "return a - b" in (repo / "pkg/calc.py").read_text()
+
+
+def test_remember_persists_and_later_runs_see_it(repo: Path) -> None:
+    run(repo, [PLAN, call("remember", key="style", value="tabs are forbidden"), finish()])
+    model = ScriptedModel([PLAN, finish()])
+    run(repo, [], model=model)
+    assert "style: tabs are forbidden" in model.calls[0].messages[1].content
+
+
+def test_readme_test_section_and_plan_parsing() -> None:
+    assert readme_test_section(FILES["README.md"]) == "## Running the tests\n\nUse `pytest -q`."
+    plan, why = parse_plan('```json\n{"steps": [{"title": "a"}]}\n```')
+    assert plan is not None and plan.steps[0].title == "a" and not why
+    assert parse_plan('{"steps": []}')[0] is None
+    assert parse_plan('{"steps": [{"title": "x", "check": "maybe"}]}')[0] is None
+
+
+# -- CLI --------------------------------------------------------------------------------------------
+
+
+def test_cli_run_replay_memory_undo(repo: Path, tmp_path: Path) -> None:
+    script = tmp_path / "script.jsonl"
+    lines = [PLAN, call("edit", **FIX), call("run_tests"), finish()]
+    script.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    runner = CliRunner()
+    base = ["--root", str(repo)]
+    res = runner.invoke(
+        cli, ["agent", "run", "Fix add", "--model", f"scripted:{script}", "--yes", "--json", *base]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["status"] == "done" and data["changed"][0]["path"] == "pkg/calc.py"
+    run_id = data["run_id"]
+
+    res = runner.invoke(cli, ["agent", "replay", run_id[:10], *base])
+    assert res.exit_code == 0 and "> edit" in res.output and "End: done" in res.output
+
+    res = runner.invoke(cli, ["agent", "memory", "--edit", "style=black", "--json", *base])
+    assert json.loads(res.output)["style"]["value"] == "black"
+    res = runner.invoke(cli, ["agent", "memory", "--forget", "style", *base])
+    assert res.exit_code == 0 and "style" not in res.output
+
+    res = runner.invoke(cli, ["agent", "undo", "last", *base])
+    assert res.exit_code == 0, res.output
+    assert "return a - b" in (repo / "pkg/calc.py").read_text()
+
+    res = runner.invoke(cli, ["agent", "replay", "nope", *base])
+    assert res.exit_code == 1 and "No run 'nope'" in res.output
+
+
+# -- the OpenAI-compatible adapter against a real local server ------------------------------------
+
+
+class Conversation:
+    def __init__(self, replies: list[dict]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict] = []
+
+
+def chat(content: str | None, calls: list[tuple[str, str, dict]] = ()) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {"id": cid, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for cid, n, a in calls
+        ]
+    return {
+        "id": "chatcmpl-x",
+        "object": "chat.completion",
+        "model": "local",
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+        ],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+    }
+
+
+@pytest.fixture
+def conversation() -> Iterator[tuple[Conversation, str]]:
+    convo = Conversation([])
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            convo.requests.append(body)
+            reply = convo.replies.pop(0) if convo.replies else {"error": {"message": "unscripted"}}
+            data = json.dumps(reply).encode()
+            self.send_response(200 if convo.replies or "choices" in reply else 400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    yield convo, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_openai_adapter_drives_a_whole_run(repo: Path, conversation) -> None:
+    convo, url = conversation
+    convo.replies = [
+        chat(PLAN),
+        chat(None, [("call_a", "read_span", {"path": "pkg/calc.py"})]),
+        chat("Fixing.", [("call_b", "edit", FIX), ("call_c", "run_tests", {})]),
+        chat(None, [("call_d", "finish", {"summary": "Fixed add over HTTP."})]),
+    ]
+    client = OpenAIClient("local", base_url=url, retry=RetryPolicy(max_retries=0))
+    report = run(repo, [], model=client)
+    assert (report.status, report.final) == ("done", "Fixed add over HTTP.")
+    assert report.usage.total_tokens == 4 * 110
+    assert report.tests[-1].passed
+    reqs = convo.requests
+    assert len(reqs) == 4 and not reqs[0].get("tools")
+    assert {t["function"]["name"] for t in reqs[1]["tools"]} >= {"edit", "update_plan", "finish"}
+    # Each step's request: system, user (task, plan, code, history), then the latest assistant
+    # message with its tool calls and one tool message per call.
+    last = reqs[3]["messages"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "tool"]
+    assert [c["id"] for c in last[2]["tool_calls"]] == ["call_b", "call_c"]
+    assert [m["tool_call_id"] for m in last[3:]] == ["call_b", "call_c"]
+    assert "PASSED" in last[4]["content"]
+    assert "step 1: read_span" in last[1]["content"]
+
+
+def test_message_tool_spec_types_are_the_models_own() -> None:
+    # The pseudo-tools are plain ToolSpecs any adapter can send.
+    from agent.memory import REMEMBER
+    from agent.plan import UPDATE_PLAN
+
+    assert isinstance(REMEMBER, ToolSpec) and isinstance(UPDATE_PLAN, ToolSpec)
+    assert Message.tool("x", "y").role == "tool"
+    assert ok("fine").ok

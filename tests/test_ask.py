@@ -1,0 +1,192 @@
+"""`ask` end to end: a real index, the scripted model for the answer, citations checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agent.ask import MODEL_HINT, SYSTEM_PROMPT, ask, model_spec, verify_citations
+from agent.models import ScriptedModel
+from cli.main import cli
+from indexer import store
+from tests.conftest import index, make_repo
+from tests.test_context import SHOP
+
+QUESTION = "Where is the tax of a checkout computed?"
+ANSWER = (
+    "The cart adds tax in `Cart.checkout_total` (shop/cart.py:24-27), which calls "
+    "compute_tax at shop/tax.py:10-12; the rate comes from shop/tax.py#L15-L18. "
+    "Rounding happens in shop/money.py:3 and at shop/tax.py:400."
+)
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    root = make_repo(tmp_path_factory.mktemp("ask") / "shop", SHOP)
+    cfg = index(root)
+    conn = store.open_for_read(cfg.index_path).conn
+    yield root, conn
+    conn.close()
+
+
+def test_ask_with_a_model_verifies_every_citation(shop):
+    root, conn = shop
+    model = ScriptedModel([ANSWER])
+    answer = ask(conn, root, QUESTION, model=model, budget_tokens=600, tokenizer="minilm")
+
+    assert answer.answer == ANSWER and answer.model == "scripted"
+    by_text = {c.text: c for c in answer.citations}
+    assert set(by_text) == {
+        "shop/cart.py:24-27",
+        "shop/tax.py:10-12",
+        "shop/tax.py#L15-L18",
+        "shop/money.py:3",
+        "shop/tax.py:400",
+    }
+    for ok in ("shop/cart.py:24-27", "shop/tax.py:10-12", "shop/tax.py#L15-L18"):
+        assert by_text[ok].valid and by_text[ok].in_context and not by_text[ok].problem
+    assert (by_text["shop/tax.py#L15-L18"].start_line, by_text["shop/tax.py#L15-L18"].end_line) == (
+        15,
+        18,
+    )
+    invented = by_text["shop/money.py:3"]
+    assert not invented.valid and "no such file" in invented.problem
+    past_end = by_text["shop/tax.py:400"]
+    assert not past_end.valid and "past the end" in past_end.problem
+    assert {c.text for c in answer.invalid_citations} == {"shop/money.py:3", "shop/tax.py:400"}
+
+    # What the model was sent: the citation rules, then the numbered context and the question.
+    (call,) = model.calls
+    system, user = call.messages
+    assert system.role == "system" and system.content == SYSTEM_PROMPT
+    assert user.content.startswith(answer.pack.render()) and user.content.endswith(QUESTION)
+    assert "24| " in user.content or "24|     def checkout_total" in user.content
+    assert answer.pack.line_numbers and answer.pack.used_tokens <= 600
+    assert call.temperature == 0.0
+
+
+def test_ask_without_a_model_gives_ranked_locations(shop):
+    root, conn = shop
+    answer = ask(conn, root, QUESTION, budget_tokens=600, tokenizer="minilm")
+    assert answer.answer == "" and answer.model == "" and answer.citations == ()
+    assert answer.hint == MODEL_HINT and "--model openai:gpt-4o-mini" in answer.hint
+    top = answer.locations[0]
+    assert top.path in {"shop/cart.py", "shop/tax.py"} and top.reasons and top.snippet
+    first_line = (root / top.path).read_text().splitlines()[top.start_line - 1]
+    assert top.snippet.splitlines()[0] == first_line
+    assert not answer.pack.line_numbers
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("see shop/tax.py:12", [("shop/tax.py", 12, 12, True)]),
+        (
+            "see shop/tax.py:10–12 and ./shop/cart.py:L3",
+            [("shop/tax.py", 10, 12, True), ("shop/cart.py", 3, 3, True)],
+        ),
+        ("tax.py:10 is short for the one tax.py shown", [("shop/tax.py", 10, 10, True)]),
+        ("../outside.py:1", [("../outside.py", 1, 1, False)]),
+        ("shop/tax.py:12-10", [("shop/tax.py", 12, 10, False)]),
+        ("http://example.com:8080/x and version 3.11:5", []),
+    ],
+)
+def test_citation_forms(shop, text, expected):
+    root, conn = shop
+    pack = ask(conn, root, "compute tax", budget_tokens=2000, tokenizer="minilm").pack
+    got = [(c.path, c.start_line, c.end_line, c.valid) for c in verify_citations(text, root, pack)]
+    assert got == expected
+
+
+def test_model_spec_precedence():
+    env = {"REPOCTX_MODEL": "ollama:qwen2.5-coder"}
+    assert model_spec("openai:gpt-4o-mini", {"model": "anthropic:x"}, env) == "openai:gpt-4o-mini"
+    assert model_spec(None, {"model": "anthropic:x"}, env) == "anthropic:x"
+    assert model_spec(None, {}, env) == "ollama:qwen2.5-coder"
+    assert model_spec("", {}, {}) is None
+
+
+def test_cli_ask_with_a_scripted_model(shop, tmp_path):
+    root, _ = shop
+    script = tmp_path / "answer.json"
+    script.write_text(json.dumps([ANSWER]))
+    runner = CliRunner()
+    args = [
+        "ask",
+        QUESTION,
+        "-C",
+        str(root),
+        "--budget",
+        "600",
+        "--tokenizer",
+        "minilm",
+        "--model",
+        f"scripted:{script}",
+    ]
+    res = runner.invoke(cli, args, catch_exceptions=False, env={"REPOCTX_MODEL": ""})
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert out.startswith(ANSWER)
+    assert "✓ shop/cart.py:24-27  verified" in out
+    assert "✗ shop/money.py:3  INVALID — no such file in the repository" in out
+    assert "2 cited location(s) do not exist" in res.stderr
+
+    res = runner.invoke(cli, [*args, "--json"], catch_exceptions=False, env={"REPOCTX_MODEL": ""})
+    data = json.loads(res.stdout)
+    assert data["invalid_citations"] == 2 and data["model"] == f"scripted:{script}"
+    assert data["context"]["used_tokens"] <= 600 and data["locations"]
+
+
+def test_cli_ask_without_a_model(shop):
+    root, _ = shop
+    res = CliRunner().invoke(
+        cli,
+        ["ask", QUESTION, "-C", str(root), "-b", "600", "--tokenizer", "minilm"],
+        catch_exceptions=False,
+        env={"REPOCTX_MODEL": ""},
+    )
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(f"Most relevant locations for: {QUESTION}")
+    assert " 1. shop/" in res.stdout and "hit #" in res.stdout
+    assert MODEL_HINT in res.stderr
+
+
+def test_cli_ask_model_from_project_config(shop, tmp_path):
+    root, _ = shop
+    script = tmp_path / "a.json"
+    script.write_text(json.dumps(["See shop/tax.py:10."]))
+    (root / ".repoctx.toml").write_text(f'model = "scripted:{script}"\n')
+    try:
+        res = CliRunner().invoke(
+            cli,
+            ["ask", QUESTION, "-C", str(root), "--tokenizer", "minilm", "--json"],
+            catch_exceptions=False,
+            env={"REPOCTX_MODEL": ""},
+        )
+    finally:
+        (root / ".repoctx.toml").unlink()
+    data = json.loads(res.stdout)
+    assert data["answer"] == "See shop/tax.py:10." and data["citations"][0]["valid"]
+
+
+def test_cli_ask_bad_model_is_a_clear_error(shop):
+    root, _ = shop
+    res = CliRunner().invoke(
+        cli,
+        ["ask", QUESTION, "-C", str(root), "--model", "nosuch:model"],
+        env={"REPOCTX_MODEL": ""},
+    )
+    assert res.exit_code == 1 and "Unknown model provider" in res.output
+
+
+def test_scripted_answer_file_missing(shop, tmp_path: Path):
+    root, _ = shop
+    res = CliRunner().invoke(
+        cli,
+        ["ask", QUESTION, "-C", str(root), "--model", f"scripted:{tmp_path / 'none.json'}"],
+        env={"REPOCTX_MODEL": ""},
+    )
+    assert res.exit_code == 1 and "not found" in res.output
