@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from indexer.config import Config
+from indexer.errors import RepoctxError
 from retrieval.context import ContextPack, assemble_context
 from retrieval.tokens import get_tokenizer
 
@@ -102,7 +103,8 @@ class RunReport:
     run_id: str
     status: str  # done | blocked | gave_up | stopped | failed | interrupted
     #: finished | answered | max_steps | max_tokens | timeout | consecutive_failures |
-    #: repetition | empty_answer | model_error | model_service | context_overflow | interrupted
+    #: repetition | empty_answer | model_error | model_service | context_overflow | interrupted |
+    #: error (the index or the checkpoints failed)
     reason: str
     message: str
     final: str  # the model's summary (finish) or answer
@@ -207,6 +209,8 @@ class AgentRun:
                     f"with `repoctx agent undo {self.run_id}`.",
                     "interrupted",
                 ) from None
+            except RepoctxError as exc:  # the index or the checkpoints failed: end cleanly
+                raise RunEnded("error", str(exc), "failed") from exc
         except RunEnded as end:
             return self._finish(end, t0)
 

@@ -118,11 +118,18 @@ def fixture_script(steps: int) -> list:
     while len(script) < steps - 3:
         script.append(reads[i % len(reads)])
         if i % 5 == 4:  # a harmless edit: re-index and checkpoint on the way
-            script.append(call("edit", path="shop/cart.py", old_text="A shopping cart.",
-                               new_text=f"A shopping cart (rev {i}).")
-                          if i == 4 else
-                          call("edit", path="shop/cart.py", old_text=f"(rev {i - 5}).",
-                               new_text=f"(rev {i})."))
+            script.append(
+                call(
+                    "edit",
+                    path="shop/cart.py",
+                    old_text="A shopping cart.",
+                    new_text=f"A shopping cart (rev {i}).",
+                )
+                if i == 4
+                else call(
+                    "edit", path="shop/cart.py", old_text=f"(rev {i - 5}).", new_text=f"(rev {i})."
+                )
+            )
         i += 1
     script += [
         call("edit", path="shop/tax.py", old_text=" * 10, 2)", new_text=", 2)"),
@@ -132,16 +139,34 @@ def fixture_script(steps: int) -> list:
     return script
 
 
+#: (file, a unique line to insert before) for the stdlib edits; each edit re-indexes the file.
+EDITS = (
+    ("textwrap.py", "def dedent(text):"),
+    ("shlex.py", "def split(s, comments=False, posix=True):"),
+    ("fnmatch.py", "def fnmatch(name, pat):"),
+)
+
+
 def stdlib_script(steps: int) -> list:
     cycle = [
-        lambda i: call("search_code", query=["json decoder scanstring", "parse url query",
-                                              "thread pool shutdown"][i % 3]),
+        lambda i: call(
+            "search_code",
+            query=["json decoder scanstring", "parse url query", "thread pool shutdown"][i % 3],
+        ),
         lambda i: call("find_symbol", name=["JSONDecoder", "urlsplit", "dedent"][i % 3]),
-        lambda i: call("read_span", path=["json/decoder.py", "urllib/parse.py", "textwrap.py"][i % 3],
-                       start_line=1 + 40 * (i % 4), end_line=80 + 40 * (i % 4)),
+        lambda i: call(
+            "read_span",
+            path=["json/decoder.py", "urllib/parse.py", "textwrap.py"][i % 3],
+            start_line=1 + 40 * (i % 4),
+            end_line=80 + 40 * (i % 4),
+        ),
         lambda i: call("find_references", name=["urlsplit", "dedent", "JSONDecoder"][i % 3]),
-        lambda i: call("edit", path=["textwrap.py", "shlex.py", "fnmatch.py"][i % 3],
-                       old_text="\nimport ", new_text=f"\n_BENCH_{i} = {i}\nimport "),
+        lambda i: call(
+            "edit",
+            path=EDITS[(i // 6) % 3][0],
+            old_text=EDITS[(i // 6) % 3][1],
+            new_text=f"_BENCH_{i} = {i}\n\n\n{EDITS[(i // 6) % 3][1]}",
+        ),
         lambda i: call("list_dir", path=["email", "json", "concurrent"][i % 3], depth=2),
     ]
     script: list = [json.dumps({"steps": [{"title": "Survey and edit", "done_when": "done"}]})]
@@ -156,8 +181,12 @@ def measure(root: Path, script: list, budget: int, steps: int) -> dict:
     model = ScriptedModel(script)
     limits = Limits(max_steps=steps + 5, prompt_budget=budget, max_repeats=5)
     t0 = time.perf_counter()
-    report = run_agent(cfg, "Fix the EU total: the tax is ten times too high.", model,
-                       RunOptions(limits=limits, granted=ALL))
+    report = run_agent(
+        cfg,
+        "Fix the EU total: the tax is ten times too high.",
+        model,
+        RunOptions(limits=limits, granted=ALL),
+    )
     wall = time.perf_counter() - t0
     events = read_trace(Path(report.trace_path))
     return {"report": report, "events": events, "wall_s": wall}
@@ -165,6 +194,7 @@ def measure(root: Path, script: list, budget: int, steps: int) -> dict:
 
 def analyse(events: list[dict]) -> dict:
     per_step: dict[int, dict] = {}
+    failed: list[str] = []
     last_t = None
     for e in events:
         step = e.get("step")
@@ -182,6 +212,8 @@ def analyse(events: list[dict]) -> dict:
             s["model_s"] += e["latency_s"]
         elif e["type"] == "tool_call":
             s["tools"].append((e["name"], e["seconds"]))
+            if not e["ok"]:
+                failed.append(f"{e['name']}: {e['error']}"[:200])
             s["reindex_s"] += (e.get("data") or {}).get("index_seconds") or 0.0
         elif e["type"] == "step":
             s["wall_s"] = e["t"] - last_t if last_t is not None else None
@@ -203,6 +235,7 @@ def analyse(events: list[dict]) -> dict:
     edits = [s["reindex_s"] * 1000 for s in rows if s["reindex_s"]]
     return {
         "steps": len(rows),
+        "failed_tool_calls": failed,
         "median_overhead_ms": med([s["overhead_ms"] for s in rows]),
         "median_overhead_without_pytest_ms": med([s["overhead_without_pytest_ms"] for s in rows]),
         "max_overhead_without_pytest_ms": max(s["overhead_without_pytest_ms"] for s in rows),
@@ -213,7 +246,8 @@ def analyse(events: list[dict]) -> dict:
         "prompt_tokens_by_step": tokens,
         "prompt_tokens": {
             "budget": rows[0]["budget"] if rows else None,
-            "min": min(tokens), "max": max(tokens),
+            "min": min(tokens),
+            "max": max(tokens),
             "first_5_mean": round(statistics.mean(tokens[:5]), 1),
             "last_5_mean": round(statistics.mean(tokens[-5:]), 1),
             "within_budget": all(s["prompt_tokens"] <= s["budget"] for s in rows),
@@ -252,9 +286,12 @@ def main() -> None:
         write_fixture(root)
         log(f"fixture run, {opts.steps} steps")
         res = measure(root, fixture_script(opts.steps), opts.budget, opts.steps)
-        out["fixture"] = {"status": res["report"].status, "wall_s": round(res["wall_s"], 2),
-                          "tests_passed": res["report"].tests[-1].passed if res["report"].tests
-                          else None, **analyse(res["events"])}
+        out["fixture"] = {
+            "status": res["report"].status,
+            "wall_s": round(res["wall_s"], 2),
+            "tests_passed": res["report"].tests[-1].passed if res["report"].tests else None,
+            **analyse(res["events"]),
+        }
         log("fixture run with a small budget (4000): history fills its share, then stays flat")
         small = tmp / "fixture-small"
         write_fixture(small)
@@ -271,10 +308,17 @@ def main() -> None:
             build_s = time.perf_counter() - t0
             log(f"indexed {files} files in {build_s:.1f} s; agent run, {opts.steps} steps")
             res = measure(root, stdlib_script(opts.steps), opts.budget, opts.steps)
-            first = next(e for e in res["events"] if e["type"] == "notice" and e.get("kind") == "index")
-            out["stdlib"] = {"files": files, "index_build_s": round(build_s, 1),
-                             "start_reindex": first["message"], "status": res["report"].status,
-                             "wall_s": round(res["wall_s"], 2), **analyse(res["events"])}
+            first = next(
+                e for e in res["events"] if e["type"] == "notice" and e.get("kind") == "index"
+            )
+            out["stdlib"] = {
+                "files": files,
+                "index_build_s": round(build_s, 1),
+                "start_reindex": first["message"],
+                "status": res["report"].status,
+                "wall_s": round(res["wall_s"], 2),
+                **analyse(res["events"]),
+            }
             med = out["stdlib"]["median_overhead_ms"]
             out["stdlib"]["meets_target"] = med is not None and med < TARGET_STEP_MS
     finally:

@@ -185,9 +185,24 @@ def _write_results(
         for sid in old_ids.keys() ^ new_ids.keys():
             pending_names.add(old_ids.get(sid) or new_ids[sid])
         pending_names.update(t[2] for t in old_imports ^ new_imports)
+        old_module = old[5] if old is not None else None
+        if old_module != module:
+            _touch_importers(conn, {m for m in (old_module, module) if m})
     if pending_names:
         conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
                          [(n,) for n in pending_names])
+
+
+def _touch_importers(conn, modules: set[str]) -> None:
+    """A module appeared or vanished: references in files that import it (or a package above
+    it) may now resolve differently — to it, or to nothing outside the index."""
+    for m in modules:
+        conn.execute(
+            "UPDATE refs SET resolution = 'pending' WHERE resolution != 'pending' AND file_id IN "
+            "(SELECT file_id FROM imports WHERE module = ?1 OR module || '.' || name = ?1 "
+            "OR ?1 LIKE module || '.%')",
+            [m],
+        )
 
 
 def _insert_parsed(conn, fid: int, pf: ParsedFile) -> tuple[dict[int, str], set[tuple]]:
@@ -275,6 +290,8 @@ def _delete_files(db: sqlite_utils.Database, existing: dict, paths: Iterable[str
         names.update(r[0] for r in conn.execute("SELECT name FROM symbols WHERE file_id = ?", [fid]))
         names.update(r[0] for r in conn.execute("SELECT alias FROM imports WHERE file_id = ?", [fid]))
         _delete_file_rows(conn, fid)
+        if existing[path][5]:
+            _touch_importers(conn, {existing[path][5]})
     conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)", [(n,) for n in names])
 
 

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .config import DEFAULT_EMBED_MODEL
-from .errors import RepoctxError
+from .errors import EmbeddingModelError
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 BACKENDS = ("auto", "torch", "torch-bf16", "openvino")
@@ -45,11 +45,6 @@ MIN_COSINE = 0.99
 _HUB_ORG = "sentence-transformers"
 _UNSET = object()
 _EXPORT_FORMAT = "2"  # bump when the exported graph or info.json layout changes
-
-
-class EmbeddingModelError(RepoctxError):
-    """The embedding model could not be loaded — check `embed_model` (a sentence-transformers
-    name or a local model directory) and that the model is downloaded."""
 
 
 class TokenCounter(Protocol):

@@ -32,3 +32,8 @@ class IndexLockedError(RepoctxError):
 
 class ModelMismatchError(RepoctxError):
     """The index was embedded with another model — rerun with `--reembed` to rebuild vectors."""
+
+
+class EmbeddingModelError(RepoctxError):
+    """The embedding model could not be loaded — check `embed_model` (a sentence-transformers
+    name or a local model directory) and that the model is downloaded."""

@@ -147,8 +147,10 @@ def embed_pending(
         removed = len(tombstones)
         with conn:
             conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(i,) for i in tombstones])
-    if embedded > 1000:
+    if embedded > 1000:  # never after a one-file edit: these take seconds on a large table
         vs.maybe_index()
+        if vs.needs_optimize():
+            vs.optimize()
     done_n, total_n = coverage(conn)
     return EmbedStats(
         chunks=total_n,

@@ -340,9 +340,9 @@ class Watcher:
                         "directories in .repoctxignore."
                     ) from exc
                 raise WatcherError(f"Cannot watch {self.config.root}: {exc}") from exc
+            self._warm_up()  # before the first build: "idle" means ready for fast edits
             # Catch up with changes made while nobody watched (or a build that was killed).
             self._build_batch(events=0, settle=False)
-            self._warm_up()
             self._loop(observer)
         finally:
             observer.stop()

@@ -169,9 +169,9 @@ class PackPolicy:
     hops: int = 2
     fanout: int = 30
     expand: int = 120
-    full_share: float = 0.8  # of the budget for full items; the rest for skeletons
+    full_share: float = 0.9  # of the budget for full items; the rest for skeletons
     item_share: float = 0.35  # largest single full item
-    expand_share: float = 0.15  # a member grows to its top-level class up to this size
+    expand_share: float = 0.5  # a member grows to its top-level class up to this size
     focus_share: float = 0.5  # whole focus files up to this size
     upgrade: bool = True  # room left at the end shows skeletons in full (False: an outline)
     max_candidates: int = 1500
@@ -1013,12 +1013,15 @@ class _Packer:
             freed += self.skel_header
         if self.full_tokens - freed_full + tokens > cap or self.used - freed + tokens > self.budget:
             return False
-        merged = list(reasons)
+        parts = [(rank, reasons)]
         for d in [*overlap, *covered]:
             self._remove(d)
+            parts.append((d.order, d.reasons))
             rank = min(rank, d.order) if d.kind == FULL else rank
             score = max(score, d.score)
-            _merge_reasons(merged, d.reasons, unit.symbol)
+        merged: list[Reason] = []
+        for _, more in sorted(parts, key=lambda p: p[0]):  # the best-ranked part's reasons first
+            _merge_reasons(merged, more, unit.symbol)
         self._add(_Draft(unit, FULL, text, tokens, score, rank, merged, key))
         return True
 

@@ -291,7 +291,8 @@ def test_names_and_paths_in_the_task_are_exact_seeds(shop):
         shop, task="Why does `Cart.remove` drop items? See shop/report.py:7", budget=500
     )
     by_symbol = {i.symbol: i for i in pack.items}
-    remove = by_symbol["shop.cart.Cart.remove"]
+    remove = by_symbol["shop.cart.Cart"]  # Cart.remove, grown to its small class
+    assert "    def remove(self, name: str) -> None:" in remove.text.splitlines()
     assert any(r.source == "symbol" and r.rank == 1 for r in remove.reasons)
     receipt = by_symbol["shop.report.receipt_lines"]  # the definition holding line 7
     assert any(r.source == "path" for r in receipt.reasons)
@@ -341,7 +342,11 @@ def test_focus_files_come_first_whole(shop):
 
 def test_focus_line_range_and_directory(shop):
     pack = assemble(shop, budget=500, focus=["shop/cart.py:10-12"])
-    assert (pack.items[0].path, pack.items[0].span) == ("shop/cart.py", (10, 12))
+    first = pack.items[0]
+    assert first.reasons[0].source == "focus" and pack.covers("shop/cart.py", 10, 12)
+    alone = assemble(shop, task="receipts", budget=500, focus=["shop/cart.py:10-12"],
+                     policy=PackPolicy(use_graph=False))
+    assert (alone.items[0].path, alone.items[0].span) == ("shop/cart.py", (10, 12))
     pack = assemble(shop, task="receipts", budget=2000, focus=["shop"])
     focused = {i.path for i in pack.items if any(r.source == "focus" for r in i.reasons)}
     assert focused == {
