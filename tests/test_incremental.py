@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -129,10 +130,8 @@ def test_kill_during_build_is_repaired(tmp_path):
         proc = subprocess.Popen([sys.executable, str(script), str(root), str(1 + seed % 2)], env=env,
                                 start_new_session=True)
         time.sleep(rng.uniform(0.3, 2.0))
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
         build(cfg)
         assert dump_graph(cfg) == reference, f"seed {seed}"
