@@ -4,6 +4,7 @@ sections, the run's limits, and the classes of failure the loop counts and repor
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -224,6 +225,23 @@ def assemble_prompt(
     tokens = fixed + counter.count(user) + MESSAGE_OVERHEAD + sections["observation"]
     total = (time.perf_counter() - start) * 1000
     return StepPrompt(messages, tokens, budget, sections, pack, ms, total)
+
+
+_LOCATION = re.compile(r"[\w./-]+\.\w+:\d+")
+
+
+def observation_digest(messages: Sequence[Message], limit: int = 600) -> str:
+    """What of the latest observation goes into the retrieval query: the tool calls' arguments
+    (paths, symbols, search words), each result's first line and the file:line locations it
+    names. Whole outputs would make the lexical query slow and vague."""
+    parts: list[str] = []
+    for m in messages:
+        parts += [f"{c.name} {c.raw_arguments[:200]}" for c in m.tool_calls]
+        if m.role == "tool":
+            lines = m.content.strip().splitlines()
+            parts.append(lines[0][:200] if lines else "")
+            parts += list(dict.fromkeys(_LOCATION.findall(m.content)))[:5]
+    return " ".join(p for p in parts if p)[:limit]
 
 
 def _user_text(task: str, notes: str, plan: str, code: str, history: str, closing: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from indexer.config import Config
 from indexer.errors import RepoctxError
 from retrieval.context import ContextPack, assemble_context
+from retrieval.freshness import generation
 from retrieval.tokens import get_tokenizer
 
 from .budget import (
@@ -29,6 +30,7 @@ from .budget import (
     assemble_prompt,
     classify_model_error,
     classify_tool_failure,
+    observation_digest,
 )
 from .checkpoints import CheckpointStore, RollbackReport
 from .errors import AgentError
@@ -167,6 +169,7 @@ class AgentRun:
         self.specs: list[ToolSpec] = [*self.registry.specs(offered), UPDATE_PLAN, REMEMBER]
         self.tools_tokens = self.counter.count(json.dumps([asdict(s) for s in self.specs]))
         self.trace = TraceWriter(trace_path(config.index_path, self.run_id))
+        self._packs: dict[tuple[str, int, int], ContextPack] = {}
 
     def _load(self, run_id: str) -> None:
         events = read_trace(trace_path(self.config.index_path, run_id))
@@ -301,7 +304,7 @@ class AgentRun:
                 self.task,
                 current.title if current else "",
                 current.done_when if current else "",
-                *(m.content[-1500:] for m in obs[-3:]),
+                observation_digest(obs),
             ]
         )
         notes = [f"Learned in earlier runs:\n{self.memory.render()}"] if self.memory.entries else []
@@ -322,10 +325,18 @@ class AgentRun:
 
     def _retrieve(self, query: str, budget: int) -> ContextPack:
         session, cfg = self.ctx.session, self.config
-        searcher = session.searcher(cfg, semantic=session.embed_model(cfg) is not None)
-        return assemble_context(
-            session.conn(cfg), cfg.root, query, budget, searcher=searcher, tokenizer=self.counter
-        )
+        conn = session.conn(cfg)
+        # The same query on the same index generation gives the same pack: steps that stay on
+        # one plan step with similar results skip the search (a write bumps the generation).
+        key = (query, budget, generation(conn))
+        if key not in self._packs:
+            searcher = session.searcher(cfg, semantic=session.embed_model(cfg) is not None)
+            self._packs = {
+                key: assemble_context(
+                    conn, cfg.root, query, budget, searcher=searcher, tokenizer=self.counter
+                )
+            }
+        return self._packs[key]
 
     def complete(
         self,

@@ -269,6 +269,12 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=12_000, help="prompt tokens per step")
     ap.add_argument("--source", type=Path, default=STDLIB_ROOT)
     ap.add_argument("--skip-stdlib", action="store_true")
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        help="an indexed stdlib copy from an earlier --keep run (the run edits it)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs")
     opts = ap.parse_args()
     os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
@@ -298,10 +304,12 @@ def main() -> None:
         res = measure(small, fixture_script(40), 4000, 40)
         out["fixture_budget_4000"] = {"status": res["report"].status, **analyse(res["events"])}
         if not opts.skip_stdlib:
-            root = tmp / "stdlib"
-            log(f"copying {opts.source} (without site-packages) to {root}")
-            files = copy_stdlib(opts.source, root)
-            git_init(root)
+            root = opts.reuse or tmp / "stdlib"
+            if opts.reuse is None:
+                log(f"copying {opts.source} (without site-packages) to {root}")
+                copy_stdlib(opts.source, root)
+                git_init(root)
+            files = sum(1 for _ in root.rglob("*.py"))
             cfg = load_config(root, env={})
             t0 = time.perf_counter()
             build(cfg)

@@ -63,8 +63,10 @@ def load_tasks(path: Path, repos: set[str] | None, limit: int | None) -> list[di
 
 def rank(conn, hits) -> tuple[list[str], list[str], int]:
     """(ranked files, ranked units, hits dropped as tests) from search hits."""
+    from retrieval.search import rank_files
+
     kept = [h for h in hits if not is_test_path(h.path)]
-    files = first_unique(h.path for h in kept)
+    files = [path for path, _ in rank_files(kept)]
     cache: dict[str, list] = {}
     units = []
     for h in kept:
@@ -186,7 +188,8 @@ def run(args) -> dict:
             for mode in modes:
                 q0 = time.perf_counter()
                 res = searcher.search(
-                    task["problem_statement"], mode=mode, k=DEPTH, lang="python", weights=weights
+                    task["problem_statement"], mode=mode, k=DEPTH, lang="python", weights=weights,
+                    exclude_tests=True,
                 )
                 latencies[mode].append(time.perf_counter() - q0)
                 files, units, dropped = rank(conn, res.hits)

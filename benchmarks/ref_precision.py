@@ -524,7 +524,7 @@ def main() -> None:
         "changing the resolver: unchanged files are not re-resolved)",
     )
     ap.add_argument("--include-tests", action="store_true", help="sample test directories too")
-    ap.add_argument("--jedi-timeout", type=float, default=20.0, help="seconds per call site")
+    ap.add_argument("--jedi-timeout", type=float, default=60.0, help="seconds per call site")
     ap.add_argument(
         "--details", type=Path, default=None, help="write every site as JSON lines here"
     )

@@ -134,6 +134,7 @@ def main() -> None:
     )
     log(f"embedded {es.embedded} chunks at {rate:.1f}/s")
     result["stdlib"]["query"] = query_latency(cfg, embedder)
+    log(json.dumps(result))  # partial figures, in case a later phase is interrupted
 
     # one-function edit → searchable, on a copy of a package (the corpus is not modified)
     tree = work / "edit-tree"

@@ -90,14 +90,23 @@ def index_terms(text: str) -> str:
     return " ".join(" ".join(split(ident)) for ident in _IDENT.findall(text))
 
 
-def query_terms(query: str) -> list[str]:
-    """Distinct search terms of a natural-language or identifier query, stopwords dropped."""
-    seen: dict[str, None] = {}
+#: An OR of hundreds of words (a pasted issue) costs FTS5 hundreds of posting lists.
+MAX_QUERY_TERMS = 24
+
+
+def query_terms(query: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
+    """Distinct search terms of a natural-language or identifier query, stopwords dropped.
+    Long queries keep the terms of code-like identifiers first, then words in order."""
+    code: dict[str, None] = {}
+    words: dict[str, None] = {}
     for ident in _IDENT.findall(query):
-        for term in split_identifier(ident):
+        parts = split_identifier(ident)
+        target = code if len(parts) > 1 or "_" in ident else words
+        for term in parts:
             if len(term) > 1 and term not in STOPWORDS:
-                seen.setdefault(term, None)
-    return list(seen)
+                target.setdefault(term, None)
+    terms = list(code) + [w for w in words if w not in code]
+    return terms[:limit]
 
 
 def fts_match(terms: list[str]) -> str:

@@ -345,6 +345,25 @@ class _Repo:
             self._file_syms[path] = syms
         return self._file_syms[path]
 
+    def symbols_between(self, path: str, start: int, end: int) -> list[_Sym]:
+        """Definitions (not modules) that overlap lines ``start``-``end`` of ``path``."""
+        if path in self._file_syms:
+            return [
+                s
+                for s in self._file_syms[path]
+                if s.kind != "module" and s.start <= end and s.end >= start
+            ]
+        rows = self.conn.execute(
+            _SYM_SQL + "WHERE s.file_id = (SELECT id FROM files WHERE path = ?) "
+            "AND s.start_line <= ? AND s.end_line >= ? AND s.kind != 'module' "
+            "ORDER BY s.start_line, s.end_line DESC",
+            [path, end, start],
+        )
+        syms = [_Sym(*row) for row in rows]
+        for s in syms:
+            self.syms.setdefault(s.id, s)
+        return syms
+
     def top(self, sym: _Sym) -> _Sym:
         """The outermost definition around ``sym`` (itself when top-level)."""
         seen = 0
@@ -544,7 +563,7 @@ class _Seeds:
     ) -> list[tuple[Key, float]]:
         """The definitions a chunk holds, each with its share of the hit: by how many task
         terms its own lines contain (a class's own lines exclude its methods)."""
-        syms = [s for s in self.repo.file_symbols(path) if s.kind != "module"]
+        syms = self.repo.symbols_between(path, start, end)
         inside = [s for s in syms if start <= s.start <= end]
         if not inside:  # a part of a long definition: the innermost one around it
             around = [s for s in syms if s.start < start <= s.end]

@@ -18,7 +18,9 @@ def index_root(conn: sqlite3.Connection) -> str:
     return row[0] if row else ""
 
 
-def stale_paths(conn: sqlite3.Connection, paths: Iterable[str], root: str | None = None) -> set[str]:
+def stale_paths(
+    conn: sqlite3.Connection, paths: Iterable[str], root: str | None = None
+) -> set[str]:
     """Paths whose size or mtime on disk differ from what the index saw (or that are gone)."""
     root = root or index_root(conn)
     out: set[str] = set()

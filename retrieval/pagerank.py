@@ -153,13 +153,24 @@ def _neighbours(
     refs(cand_in, False)
     # Nesting: members and their classes; top-level definitions and their module.
     rows = conn.execute(
-        f"SELECT s.id, s.parent_id, m.id FROM symbols s LEFT JOIN symbols m ON m.file_id = "
-        f"s.file_id AND m.kind = 'module' AND s.parent_id IS NULL AND s.kind != 'module' "
-        f"WHERE s.id IN ({marks}) OR s.parent_id IN ({marks})",
+        f"SELECT id, parent_id, file_id, kind FROM symbols WHERE id IN ({marks}) "
+        f"UNION SELECT id, parent_id, file_id, kind FROM symbols WHERE parent_id IN ({marks})",
         frontier + frontier,
     ).fetchall()
-    for sid, parent, module in rows:
-        up = parent if parent is not None else module
+    top_files = sorted({f for _, parent, f, kind in rows if parent is None and kind != "module"})
+    modules = (
+        dict(
+            conn.execute(
+                f"SELECT file_id, id FROM symbols WHERE kind = 'module' AND file_id IN "
+                f"({_marks(len(top_files))})",
+                top_files,
+            ).fetchall()
+        )
+        if top_files
+        else {}
+    )
+    for sid, parent, file_id, kind in rows:
+        up = parent if parent is not None else (modules.get(file_id) if kind != "module" else None)
         add(sid, up, "encloses", 1.0)
         add(up, sid, "enclosed-by", 1.0)
     return [(s, d, rel, conf) for (s, d, rel), conf in best.items()]

@@ -52,22 +52,59 @@ class _Cand:
     score: float
 
 
-def _filters(lang: str | None, path_glob: str | None) -> tuple[str, list]:
+#: Paths of tests (as in the localization README): excluded from results on request.
+TEST_GLOBS = (
+    "test/*",
+    "tests/*",
+    "testing/*",
+    "*/test/*",
+    "*/tests/*",
+    "*/testing/*",
+    "test_*.py",
+    "*/test_*.py",
+    "*_test.py",
+    "conftest.py",
+    "*/conftest.py",
+)
+
+
+def is_test_path(path: str) -> bool:
+    import fnmatch
+
+    return any(fnmatch.fnmatchcase(path, g) for g in TEST_GLOBS)
+
+
+def _filters(
+    lang: str | None, path_glob: str | None, exclude_tests: bool = False
+) -> tuple[str, list]:
     sql, params = "", []
+    if exclude_tests:
+        sql += "".join(" AND f.path NOT GLOB ?" for _ in TEST_GLOBS)
+        params.extend(TEST_GLOBS)
     if lang:
         sql += " AND f.language = ?"
         params.append(lang)
     if path_glob:
         sql += " AND f.path GLOB ?"
-        params.append(path_glob if any(ch in path_glob for ch in "*?[") else path_glob.rstrip("/") + "*")
+        params.append(
+            path_glob if any(ch in path_glob for ch in "*?[") else path_glob.rstrip("/") + "*"
+        )
     return sql, params
 
 
-def lexical(conn: sqlite3.Connection, query: str, k: int = DEPTH, *, lang=None, path_glob=None) -> list[_Cand]:
+def lexical(
+    conn: sqlite3.Connection,
+    query: str,
+    k: int = DEPTH,
+    *,
+    lang=None,
+    path_glob=None,
+    exclude_tests: bool = False,
+) -> list[_Cand]:
     terms = query_terms(query)
     if not terms:
         return []
-    fsql, fparams = _filters(lang, path_glob)
+    fsql, fparams = _filters(lang, path_glob, exclude_tests)
     rows = conn.execute(
         "SELECT t.rowid, bm25(chunks_fts, 2.0, 4.0, 1.0) AS s FROM chunks_fts t "
         "JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
@@ -77,16 +114,28 @@ def lexical(conn: sqlite3.Connection, query: str, k: int = DEPTH, *, lang=None, 
     return [_Cand(cid, -s) for cid, s in rows]  # bm25() is lower-is-better
 
 
-def symbol_hits(conn: sqlite3.Connection, query: str, k: int = DEPTH, *, lang=None, path_glob=None) -> list[_Cand]:
+#: A name defined in more places than this says little about where to look.
+MAX_SYMBOL_DEFS = 3
+
+
+def symbol_hits(
+    conn: sqlite3.Connection,
+    query: str,
+    k: int = DEPTH,
+    *,
+    lang=None,
+    path_glob=None,
+    exclude_tests: bool = False,
+) -> list[_Cand]:
     """Chunks holding definitions whose name or qualified-name suffix appears in the query
-    as an identifier (issue texts often name the code they are about)."""
-    idents = [m for m in _IDENT.findall(query) if len(m) > 2]
-    wanted = [i for i in idents if "_" in i or "." in i or any(c.isupper() for c in i[1:])] or []
+    as an identifier (issue texts often name the code they are about). Rare names rank first;
+    names defined in many places (``run``, ``get``) are dropped unless qualified."""
+    idents = dict.fromkeys(m for m in _IDENT.findall(query) if len(m) > 2)
+    wanted = [i for i in idents if "_" in i or "." in i or any(c.isupper() for c in i[1:])]
     if not wanted:
         return []
-    fsql, fparams = _filters(lang, path_glob)
-    out: list[_Cand] = []
-    seen: set[int] = set()
+    fsql, fparams = _filters(lang, path_glob, exclude_tests)
+    scored: dict[int, float] = {}
     for ident in wanted:
         last = ident.rsplit(".", 1)[-1]
         rows = conn.execute(
@@ -94,18 +143,20 @@ def symbol_hits(conn: sqlite3.Connection, query: str, k: int = DEPTH, *, lang=No
             "JOIN chunks c ON c.file_id = s.file_id AND c.start_line <= s.start_line "
             "AND c.end_line >= s.start_line "
             f"WHERE s.name = ? AND s.kind != 'module'{fsql} LIMIT ?",
-            [last, *fparams, k],
+            [last, *fparams, 50],
         ).fetchall()
-        for cid, qual in rows:
-            if "." in ident and not (qual == ident or qual.endswith("." + ident)):
-                continue
-            if cid not in seen:
-                seen.add(cid)
-                out.append(_Cand(cid, 1.0))
-    return out[:k]
+        if "." in ident:
+            rows = [r for r in rows if r[1] == ident or r[1].endswith("." + ident)]
+        elif len({q for _, q in rows}) > MAX_SYMBOL_DEFS:
+            continue
+        for cid, _ in rows:
+            scored[cid] = max(scored.get(cid, 0.0), 1.0 / len(rows))
+    return [_Cand(cid, sc) for cid, sc in sorted(scored.items(), key=lambda kv: -kv[1])][:k]
 
 
-def rrf(ranked: dict[str, list[_Cand]], weights: dict[str, float] | None = None) -> list[tuple[int, float]]:
+def rrf(
+    ranked: dict[str, list[_Cand]], weights: dict[str, float] | None = None
+) -> list[tuple[int, float]]:
     weights = weights or WEIGHTS
     fused: dict[int, float] = {}
     for source, cands in ranked.items():
@@ -119,8 +170,14 @@ class Searcher:
     """Search over one index. The embedder (and its ~seconds of import) is loaded on the
     first semantic query only, then reused."""
 
-    def __init__(self, conn: sqlite3.Connection, index_dir: Path, root: Path, embedder=None,
-                 vectors_uri: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        index_dir: Path,
+        root: Path,
+        embedder=None,
+        vectors_uri: str | None = None,
+    ) -> None:
         self.conn = conn
         self.index_dir = index_dir
         self.root = root
@@ -155,27 +212,42 @@ class Searcher:
             self._embedder = create_embedder(self._meta("embed_model") or "all-MiniLM-L6-v2")
         return self._embedder
 
-    def semantic(self, query: str, k: int = DEPTH, *, lang=None, path_glob=None) -> list[_Cand]:
+    def semantic(
+        self, query: str, k: int = DEPTH, *, lang=None, path_glob=None, exclude_tests: bool = False
+    ) -> list[_Cand]:
         vs = self._vector_store()
         if vs is None:
             return []
         vec = self.embedder().embed([query])[0]
-        hits = vs.search(vec, k=k, language=lang, path_glob=path_glob)
-        return [_Cand(int(h.chunk_id), h.score) for h in hits]
+        hits = vs.search(vec, k=k * 2 if exclude_tests else k, language=lang, path_glob=path_glob)
+        if exclude_tests:
+            hits = [h for h in hits if not is_test_path(h.path)]
+        return [_Cand(int(h.chunk_id), h.score) for h in hits[:k]]
 
     def search(
-        self, query: str, mode: str = "hybrid", k: int = 10, *, lang: str | None = None,
-        path_glob: str | None = None, weights: dict[str, float] | None = None,
+        self,
+        query: str,
+        mode: str = "hybrid",
+        k: int = 10,
+        *,
+        lang: str | None = None,
+        path_glob: str | None = None,
+        weights: dict[str, float] | None = None,
+        exclude_tests: bool = False,
+        depth: int | None = None,
     ) -> SearchResult:
+        """Top ``k`` chunks for ``query``; each source contributes ``depth`` candidates."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        depth = max(depth or DEPTH, k)
+        opts = {"lang": lang, "path_glob": path_glob, "exclude_tests": exclude_tests}
         ranked: dict[str, list[_Cand]] = {}
         if mode in ("hybrid", "lexical"):
-            ranked["lexical"] = lexical(self.conn, query, lang=lang, path_glob=path_glob)
+            ranked["lexical"] = lexical(self.conn, query, depth, **opts)
         if mode in ("hybrid", "semantic"):
-            ranked["semantic"] = self.semantic(query, lang=lang, path_glob=path_glob)
+            ranked["semantic"] = self.semantic(query, depth, **opts)
         if mode == "hybrid":
-            ranked["symbol"] = symbol_hits(self.conn, query, lang=lang, path_glob=path_glob)
+            ranked["symbol"] = symbol_hits(self.conn, query, depth, **opts)
         fused = rrf(ranked, weights)[:k]
         per_source = {
             src: {c.chunk_id: (rank, c.score) for rank, c in enumerate(cands, 1)}
@@ -203,15 +275,32 @@ class Searcher:
             if cid not in rows:
                 continue
             path, s, e, sym, lang = rows[cid]
-            out.append(SearchHit(
-                chunk_id=cid, path=path, start_line=s, end_line=e, symbol=sym, language=lang or "",
-                score=round(score, 6),
-                scores={src: round(v[cid][1], 6) for src, v in per_source.items() if cid in v},
-                ranks={src: v[cid][0] for src, v in per_source.items() if cid in v},
-                snippet=snippet(self.root / path, s, e),
-                stale=path in stale,
-            ))
+            out.append(
+                SearchHit(
+                    chunk_id=cid,
+                    path=path,
+                    start_line=s,
+                    end_line=e,
+                    symbol=sym,
+                    language=lang or "",
+                    score=round(score, 6),
+                    scores={src: round(v[cid][1], 6) for src, v in per_source.items() if cid in v},
+                    ranks={src: v[cid][0] for src, v in per_source.items() if cid in v},
+                    snippet=snippet(self.root / path, s, e),
+                    stale=path in stale,
+                )
+            )
         return out
+
+
+def rank_files(hits: Sequence[SearchHit], per_file: int = 3) -> list[tuple[str, float]]:
+    """Files ranked by the summed scores of their best ``per_file`` hits: a file with several
+    strong chunks outranks one with a single lucky chunk (whole-file BM25 behaves the same)."""
+    by_file: dict[str, list[float]] = {}
+    for h in hits:
+        by_file.setdefault(h.path, []).append(h.score)
+    agg = {p: sum(sorted(v, reverse=True)[:per_file]) for p, v in by_file.items()}
+    return sorted(agg.items(), key=lambda kv: -kv[1])
 
 
 def snippet(path: Path, start: int, end: int, max_lines: int = 8) -> str:

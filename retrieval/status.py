@@ -13,7 +13,10 @@ from indexer.languages import language_for_path
 
 def pending_changes(config: Config, conn) -> dict[str, int]:
     """Files changed, added or deleted on disk since the last build (stat only)."""
-    indexed = {p: (size, mtime) for p, size, mtime in conn.execute("SELECT path, size, mtime_ns FROM files")}
+    indexed = {
+        p: (size, mtime)
+        for p, size, mtime in conn.execute("SELECT path, size, mtime_ns FROM files")
+    }
     changed = added = 0
     seen = set()
     for f in discover(config).files:
@@ -39,7 +42,9 @@ def index_status(config: Config) -> dict[str, Any]:
             "root": str(config.root),
             "schema_version": store.schema_version(db),
             "generation": int(store.get_meta(db, "generation", "0") or 0),
-            "files": conn.execute("SELECT count(*) FROM files WHERE status IN ('ok','syntax_error')").fetchone()[0],
+            "files": conn.execute(
+                "SELECT count(*) FROM files WHERE status IN ('ok','syntax_error')"
+            ).fetchone()[0],
             "symbols": lb.get("symbols", 0),
             "references": lb.get("references", 0),
             "resolved_pct": lb.get("resolved_pct", 0.0),

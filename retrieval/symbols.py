@@ -48,8 +48,10 @@ def find_symbols(
     if "." in name:
         steps.append(("s.qualname LIKE ? ESCAPE '\\'", ["%." + _like_escape(name)]))
     steps.append(
-        ("(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')",
-         [_like_escape(name) + "%", _like_escape(name) + "%"])
+        (
+            "(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')",
+            [_like_escape(name) + "%", _like_escape(name) + "%"],
+        )
     )
     for where, params in steps:
         hits = _symbols(conn, where + kind_sql, params + kind_params, limit)
@@ -116,7 +118,9 @@ class CallEdge:
     resolution: str
 
 
-def callers(conn: sqlite3.Connection, name: str, limit: int = 200) -> tuple[list[SymbolRecord], list[CallEdge]]:
+def callers(
+    conn: sqlite3.Connection, name: str, limit: int = 200
+) -> tuple[list[SymbolRecord], list[CallEdge]]:
     """Definitions that call what ``name`` matches."""
     targets = _targets(conn, name)
     ids = [t.id for t in targets]
@@ -135,7 +139,9 @@ def callers(conn: sqlite3.Connection, name: str, limit: int = 200) -> tuple[list
     return targets, _edges(conn, rows)
 
 
-def callees(conn: sqlite3.Connection, name: str, limit: int = 200) -> tuple[list[SymbolRecord], list[CallEdge]]:
+def callees(
+    conn: sqlite3.Connection, name: str, limit: int = 200
+) -> tuple[list[SymbolRecord], list[CallEdge]]:
     """What the definitions ``name`` matches call (resolved targets only)."""
     targets = _targets(conn, name)
     ids = [t.id for t in targets]
