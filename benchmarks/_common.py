@@ -81,7 +81,9 @@ def repoctx_command() -> list[str]:
     """The installed console script next to this interpreter (what a user runs), or the same
     entry point run from ``--src``."""
     if _SRC is not None:
-        return [sys.executable, "-c", "from cli.main import main; main()"]
+        # -P: no cwd on sys.path, which would come before PYTHONPATH and could import the
+        # checkout the benchmark runs from instead of ``--src``.
+        return [sys.executable, "-P", "-c", "from cli.main import main; main()"]
     script = Path(sys.executable).parent / "repoctx"
     if script.exists():
         return [str(script)]

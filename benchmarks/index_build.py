@@ -233,7 +233,8 @@ def query_latency(
                 str(index_dir),
             ]
             if k == 0:  # untimed: the first run of a command fills the bytecode cache
-                _json_out(run_cmd(argv, env=corpus.env(), timeout=timeout), f"repoctx {command}")
+                warm = run_cmd(argv, env=corpus.env(), cwd=index_dir.parent, timeout=timeout)
+                _json_out(warm, f"repoctx {command}")
             walls, cpus, size = [], [], None
             for _ in range(runs):
                 res = run_cmd(argv, env=corpus.env(), cwd=index_dir.parent, timeout=timeout)
@@ -262,6 +263,15 @@ def _check(value: float | None, target: float, **extra) -> dict:
     }
 
 
+def _phase(name: str, fn, *args) -> dict:
+    """Run one measurement; a failure is recorded in its place so the others still report."""
+    try:
+        return fn(*args)
+    except (BenchError, OSError, json.JSONDecodeError) as exc:
+        log(f"  {name} failed: {exc}")
+        return {"error": str(exc)[-3000:]}
+
+
 def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
     tmp = bench_tmpdir(corpus.name)
     load_start = [round(x, 2) for x in os.getloadavg()]
@@ -270,12 +280,29 @@ def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
         ctags = run_ctags(corpus, tmp, args.runs, args.timeout)
         index_dir = tmp / "index"
         stats, full = full_build(corpus, index_dir, args.timeout)
-        noop = timed_builds(
-            corpus.root, index_dir, corpus.env(), args.runs, args.timeout, "no-op build"
-        )
-        queries = query_latency(corpus, index_dir, args.query_names, args.query_runs, args.timeout)
-        edit = edit_test(corpus, tmp, index_dir, args.edit_file, args.runs, args.timeout)
         index_mb = sum(p.stat().st_size for p in index_dir.iterdir() if p.is_file()) / 2**20
+        noop = _phase(
+            "no-op build",
+            timed_builds,
+            corpus.root,
+            index_dir,
+            corpus.env(),
+            args.runs,
+            args.timeout,
+            "no-op build",
+        )
+        queries = _phase(
+            "queries",
+            query_latency,
+            corpus,
+            index_dir,
+            args.query_names,
+            args.query_runs,
+            args.timeout,
+        )
+        edit = _phase(
+            "edit", edit_test, corpus, tmp, index_dir, args.edit_file, args.runs, args.timeout
+        )
     finally:
         if args.keep:
             log(f"  kept {tmp}")
@@ -324,21 +351,21 @@ def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
                 applies_to="large",
             ),
             "noop_rebuild_lt_1_5s": _check(
-                noop["wall_seconds_median"],
+                noop.get("wall_seconds_median"),
                 TARGET_NOOP_S,
                 measure="whole command, median",
                 applies_to="large",
             ),
             "one_file_edit_lt_300ms": _check(
-                edit["wall_seconds_median"], TARGET_EDIT_S, measure="whole command, median"
+                edit.get("wall_seconds_median"), TARGET_EDIT_S, measure="whole command, median"
             ),
             "symbol_lt_150ms": _check(
-                queries["symbol"]["worst_median_seconds"],
+                queries.get("symbol", {}).get("worst_median_seconds"),
                 TARGET_QUERY_S,
                 measure="whole command, worst per-name median",
             ),
             "refs_lt_150ms": _check(
-                queries["refs"]["worst_median_seconds"],
+                queries.get("refs", {}).get("worst_median_seconds"),
                 TARGET_QUERY_S,
                 measure="whole command, worst per-name median",
             ),

@@ -207,7 +207,10 @@ class JediOracle:
 
     def ask(self, site: Site) -> None:
         code = self._source(site.path)
-        line_text = code.splitlines()[site.line - 1] if site.line <= len(code.splitlines()) else ""
+        # Not splitlines(): it also breaks at form feeds, which the stdlib has and which
+        # neither tree-sitter nor Jedi count as line ends.
+        lines = code.split("\n")
+        line_text = lines[site.line - 1] if site.line <= len(lines) else ""
         # refs store byte columns; Jedi counts characters.
         col = len(line_text.encode("utf-8")[: site.col].decode("utf-8", "replace"))
         t0 = time.perf_counter()

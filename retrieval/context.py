@@ -9,7 +9,7 @@
    nesting; ambiguous references through their candidates), ranked by personalized PageRank
    seeded with step 1 (`retrieval.pagerank`).
 3. Packing. In rank order, definitions go in whole (a method grows to its class when the class
-   is small), overlapping spans merge, a definition too large for one item is cut to the chunk
+   fits in ``expand_share`` of the budget), overlapping spans merge, a definition too large for one item is cut to the chunk
    that was hit; once full items have used ``full_share`` of the budget the rest are
    signature-only skeletons (signature and first doc line). The budget is filled until no
    further skeleton fits, counted with a real tokenizer, and the final text is counted again.
@@ -18,6 +18,21 @@
 
 Tokens are counted with `retrieval.tokens` (o200k BPE from quicktok-v1 when installed, else
 the MiniLM WordPiece); see that module for how its counts compare with other LLM tokenizers.
+
+Measured (lexical index, no vectors, o200k): context recall — the share of the changed functions
+whose whole definition is in the pack — on the 120 localization tasks of click, sqlite-utils,
+requests, flask and pytest with gold functions (shared/bench/localization, a development set):
+
+    budget                       4k     8k     16k
+    seeds in fused order        57.7   66.8   75.5
+    personalized PageRank       60.2   67.9   82.5   (git history 59.9/69.4/86.7, SWE-bench 61.5/62.5/66.8)
+
+The defaults were chosen there: growing members to classes up to half the budget (+5 points at
+16k over 15%), full items up to 90% of the budget (+4 at 4k over 80%), test files at 0.3 (+5).
+Assembly time on the Python 3.11 stdlib index (1,793 files, 78k definitions, 360k references),
+after the first call: median 135-150 ms for 30 one-line stdlib tasks and 176-210 ms for 66
+issue texts of the localization set, 90th percentile up to 321 ms; about 40% of it is the
+FTS5 query.
 """
 
 from __future__ import annotations
@@ -79,7 +94,9 @@ class Reason:
 
 @dataclass(frozen=True, slots=True)
 class ContextItem:
-    """One block of the pack: ``kind`` full (the lines, verbatim) or skeleton (signature)."""
+    """One block of the pack: ``kind`` full (the lines, verbatim) or skeleton (signature and
+    first doc line). ``start_line``-``end_line`` are the lines whose content the item holds:
+    for a skeleton only its definition's first line (its text names the whole span)."""
 
     path: str
     start_line: int
@@ -147,7 +164,8 @@ class ContextPack:
 
 @dataclass(frozen=True)
 class PackPolicy:
-    """Knobs of assembly; the defaults were set on benchmarks/localization.py."""
+    """Knobs of assembly; the defaults were set on the localization development set (see the
+    module docstring)."""
 
     #: Rank constant of the seed fusion (smaller: top hits dominate more).
     seed_k: int = 10
@@ -174,7 +192,7 @@ class PackPolicy:
     expand_share: float = 0.5  # a member grows to its top-level class up to this size
     focus_share: float = 0.5  # whole focus files up to this size
     upgrade: bool = True  # room left at the end shows skeletons in full (False: an outline)
-    max_candidates: int = 1500
+    max_candidates: int = 400
     #: Test code rarely is what a task is about: seeds and scores in test files count this much
     #: (focus files excepted).
     test_weight: float = 0.3
@@ -1041,6 +1059,8 @@ class _Packer:
         merged: list[Reason] = []
         for _, more in sorted(parts, key=lambda p: p[0]):  # the best-ranked part's reasons first
             _merge_reasons(merged, more, unit.symbol)
+        if not merged:  # only edges inside the item led here: they are still the reason
+            merged = list(reasons)
         self._add(_Draft(unit, FULL, text, tokens, score, rank, merged, key))
         return True
 
@@ -1114,8 +1134,10 @@ def _clip(text: str, limit: int = 200) -> str:
 
 
 def _merge_reasons(into: list[Reason], more: Sequence[Reason], symbol: str = "") -> None:
-    """Add reasons of an absorbed candidate, except edges to the item itself (a member's
-    "enclosed-by" its class says nothing once the class is the item)."""
+    """Add reasons of an absorbed candidate, except edges inside the item (a member's
+    "enclosed-by" its class, or calls between its methods, say nothing once the class is the
+    item)."""
     for r in more:
-        if r not in into and len(into) < 6 and not (symbol and r.via == symbol):
+        inner = symbol and (r.via == symbol or r.via.startswith(symbol + "."))
+        if r not in into and len(into) < 6 and not inner:
             into.append(r)

@@ -344,8 +344,13 @@ def test_focus_line_range_and_directory(shop):
     pack = assemble(shop, budget=500, focus=["shop/cart.py:10-12"])
     first = pack.items[0]
     assert first.reasons[0].source == "focus" and pack.covers("shop/cart.py", 10, 12)
-    alone = assemble(shop, task="receipts", budget=500, focus=["shop/cart.py:10-12"],
-                     policy=PackPolicy(use_graph=False))
+    alone = assemble(
+        shop,
+        task="receipts",
+        budget=500,
+        focus=["shop/cart.py:10-12"],
+        policy=PackPolicy(use_graph=False),
+    )
     assert (alone.items[0].path, alone.items[0].span) == ("shop/cart.py", (10, 12))
     pack = assemble(shop, task="receipts", budget=2000, focus=["shop"])
     focused = {i.path for i in pack.items if any(r.source == "focus" for r in i.reasons)}
@@ -378,11 +383,11 @@ def _snapshot(pack) -> dict:
     for seed in d["seeds"]:
         seed["score"] = round(seed["score"], 5)
     d["text"] = pack.render()
-    return d
+    return json.loads(json.dumps(d))  # tuples as lists, as read back from the file
 
 
 def test_golden_pack(shop):
-    pack = assemble(shop, budget=450)
+    pack = assemble(shop, budget=600)
     got = _snapshot(pack)
     if os.environ.get(UPDATE_ENV) == "1":
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
@@ -484,3 +489,34 @@ def test_cli_context_errors(shop, tmp_path):
     empty = make_repo(tmp_path / "empty", {"a.py": "x = 1\n"})
     res = runner.invoke(cli, ["context", TASK, "-C", str(empty)])
     assert res.exit_code == 1 and "index build" in res.output
+
+
+def test_semantic_hits_seed_when_the_index_has_vectors(tmp_path, shop):
+    from indexer.build import build
+    from indexer.config import load_config
+    from indexer.embed import create_embedder
+    from retrieval.search import Searcher
+
+    root = make_repo(tmp_path / "vec", SHOP)
+    embedder = create_embedder("hashing")
+    cfg = load_config(root, env={}, jobs=1, embed_model="hashing")
+    build(cfg, embed=True, embedder=embedder)
+    conn = store.open_for_read(cfg.index_path).conn
+    try:
+        searcher = Searcher(conn, cfg.index_path, root, embedder=embedder)
+        pack = assemble_context(conn, root, TASK, 600, searcher=searcher, tokenizer=TOKENIZER)
+    finally:
+        conn.close()
+    assert {s.source for s in pack.seeds} == {"lexical", "semantic"} and not pack.warnings
+    assert any(r.source == "semantic" for i in pack.items for r in i.reasons)
+    # the lexical-only index of the other fixture: a searcher adds nothing, and says nothing
+    root2, conn2, cfg2 = shop
+    plain = assemble_context(
+        conn2,
+        root2,
+        TASK,
+        600,
+        searcher=Searcher(conn2, cfg2.index_path, root2),
+        tokenizer=TOKENIZER,
+    )
+    assert {s.source for s in plain.seeds} == {"lexical"} and not plain.warnings
