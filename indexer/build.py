@@ -373,6 +373,8 @@ def build(
 
                 es = embed_pending(config, db, embedder=embedder, reembed=reembed, progress=progress)
                 stats = replace(stats, embedding=asdict(es), seconds=time.perf_counter() - t0)
+                with db.conn:
+                    store.set_meta(db, "last_build", json.dumps(stats_dict(stats)))
             return stats
         finally:
             db.conn.close()

@@ -10,8 +10,10 @@ import hashlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import sqlite_utils
+if TYPE_CHECKING:  # imported by writers only: it costs ~130 ms, more than a whole `symbol` query
+    import sqlite_utils
 
 from .errors import NoIndexError, SchemaError
 
@@ -219,7 +221,20 @@ def stable_id(*parts: str) -> int:
     return int.from_bytes(digest.digest(), "big") >> 1
 
 
-def _connect(path: Path, readonly: bool = False) -> sqlite_utils.Database:
+class ReadDB:
+    """A read-only connection with the small part of sqlite_utils.Database readers use."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params=()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+    def table_names(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+
+def _connect(path: Path, readonly: bool = False):
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     else:
@@ -230,6 +245,10 @@ def _connect(path: Path, readonly: bool = False) -> sqlite_utils.Database:
         conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA cache_size = -65536")
     conn.execute("PRAGMA temp_store = MEMORY")
+    if readonly:
+        return ReadDB(conn)
+    import sqlite_utils
+
     return sqlite_utils.Database(conn)
 
 
@@ -267,7 +286,7 @@ def open_for_write(index_dir: Path) -> sqlite_utils.Database:
     return db
 
 
-def open_for_read(index_dir: Path) -> sqlite_utils.Database:
+def open_for_read(index_dir: Path) -> ReadDB:
     """Open the graph for queries; a missing index says how to build one."""
     path = index_dir / "graph.db"
     if not path.exists():
