@@ -92,7 +92,9 @@ def parse_file(
     if model is not None:
         tok = _tokenizer(model)
         text = data.decode("utf-8", "replace")
-        chunks = tuple(chunk_file(path, text, parsed, tok.count, tok.max_tokens))
+        fast = getattr(tok, "count_lines", None)
+        line_counts = fast(text) if fast is not None else None
+        chunks = tuple(chunk_file(path, text, parsed, tok.count, tok.max_tokens, line_counts))
     return FileResult(path, st.st_size, st.st_mtime_ns, digest, status, parsed, chunks=chunks)
 
 

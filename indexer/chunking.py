@@ -49,13 +49,18 @@ def chunk_file(
     pf: ParsedFile,
     count: Callable[[Sequence[str]], list[int]],
     max_tokens: int,
+    line_counts: list[int] | None = None,
 ) -> list[Chunk]:
-    """Chunk one parsed file. ``count`` is the embedding model's token counter."""
+    """Chunk one parsed file. ``count`` is the embedding model's token counter;
+    ``line_counts`` (tokens per line, when the tokenizer can give them in one pass) saves
+    counting every line separately."""
     lines = text.splitlines()
     if not lines:
         return []
     overhead = count([""])[0]
-    per_line = [max(n - overhead, 0) for n in count(lines)]
+    per_line = line_counts if line_counts is not None and len(line_counts) == len(lines) else None
+    if per_line is None:
+        per_line = [max(n - overhead, 0) for n in count(lines)]
     prefix = [0]
     for n in per_line:
         prefix.append(prefix[-1] + n)

@@ -285,6 +285,10 @@ def _max_tokens(source: ModelSource) -> int:
     return int(limit)
 
 
+# BertPreTokenizer: runs of letters/digits, and each punctuation character alone ("_" too).
+_BERT_PRE = re.compile(r"[^\W_]+|[^\w\s]|_")
+
+
 class ModelTokenizer:
     """The model's own tokenizer, loaded from ``tokenizer.json`` with the ``tokenizers``
     package (milliseconds, no torch). Counts include special tokens and are not truncated."""
@@ -309,6 +313,7 @@ class ModelTokenizer:
         self._pad_token = pad_token
         self._counter = None
         self._encoder = None
+        self._bert: bool | None = None
         if tokenizer is not None:
             from tokenizers import Tokenizer
 
@@ -317,6 +322,29 @@ class ModelTokenizer:
             self._counter = Tokenizer.from_str(tokenizer.to_str())
             self._counter.no_padding()
             self._counter.no_truncation()
+
+    def count_lines(self, text: str) -> list[int] | None:
+        """Tokens on each line of ``text`` (no special tokens). BERT-style tokenizers split on
+        whitespace and punctuation first, so a line's count is the sum over its pre-tokens;
+        each distinct pre-token is encoded once per process and cached (code repeats its
+        words), several times faster than encoding every line. None for other tokenizers."""
+        if self._counter is None or not self._bert_like():
+            return None
+        cache = self._piece_cache
+        split = [_BERT_PRE.findall(line) for line in text.splitlines()]
+        unknown = list({w for words in split for w in words if w not in cache})
+        if unknown:
+            for w, enc in zip(unknown, self._counter.encode_batch(unknown, add_special_tokens=False),
+                              strict=True):
+                cache[w] = len(enc.ids)
+        return [sum(cache[w] for w in words) for words in split]
+
+    def _bert_like(self) -> bool:
+        if self._bert is None:
+            pre = json.loads(self._counter.to_str()).get("pre_tokenizer") or {}
+            self._bert = pre.get("type") == "BertPreTokenizer"
+            self._piece_cache: dict[str, int] = {}
+        return self._bert
 
     def _make_encoder(self) -> Any:
         """A copy padding to the batch's longest text and truncating at ``max_tokens``."""
