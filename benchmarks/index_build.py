@@ -404,7 +404,7 @@ def main() -> None:
     load_before = os.getloadavg()
     result = {
         "benchmark": "index_build",
-        "repoctx": {**git_revision(), "source": source_label()},
+        "repoctx": {"source": source_label(), "checkout": git_revision()},
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),

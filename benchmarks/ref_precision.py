@@ -574,7 +574,7 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     result = {
         "benchmark": "ref_precision",
-        "repoctx": {**git_revision(), "source": source_label()},
+        "repoctx": {"source": source_label(), "checkout": git_revision()},
         "params": {
             "n": args.n,
             "seed": args.seed,

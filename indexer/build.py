@@ -149,7 +149,8 @@ def _parse_all(
 
 
 def _write_results(
-    db: sqlite_utils.Database, results: Iterable[FileResult], existing: dict, gen: int
+    db: sqlite_utils.Database, results: Iterable[FileResult], existing: dict, gen: int,
+    bulk: bool = False,
 ) -> None:
     """Replace the rows of each changed file; record names whose definitions moved."""
     conn = db.conn
@@ -188,7 +189,7 @@ def _write_results(
             pending_names.add(old_ids.get(sid) or new_ids[sid])
         pending_names.update(t[2] for t in old_imports ^ new_imports)
         old_module = old[5] if old is not None else None
-        if old_module != module:
+        if old_module != module and not bulk:  # a bulk build re-resolves every reference anyway
             _touch_importers(conn, {m for m in (old_module, module) if m})
     if pending_names:
         conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
@@ -434,7 +435,7 @@ def _build_locked(
     failed: dict[str, str] = {}
     for results in _parse_all(config, work, progress, config.embed_model if chunks else None):
         with conn:
-            _write_results(db, results, existing, gen)
+            _write_results(db, results, existing, gen, bulk or full)
         for r in results:
             if r.status == "unchanged":
                 touched += 1
