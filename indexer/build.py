@@ -35,6 +35,8 @@ from .resolve import Resolution, SymbolTable, resolve_refs
 
 #: Below this many changed files, parse in-process: a pool costs more than it saves.
 POOL_THRESHOLD = 48
+#: References resolved per page.
+RESOLVE_PAGE = 50_000
 #: Above this share of references needing resolution, load every symbol up front.
 PRELOAD_SHARE = 0.05
 
@@ -318,11 +320,17 @@ def _resolve_pending(db: sqlite_utils.Database, full: bool, progress: ProgressFn
     with conn:
         for inherit in (True, False):
             sql = select + (" WHERE kind = 'inherit'" if inherit else " WHERE kind != 'inherit'")
-            rows = conn.execute(sql).fetchall()
-            _apply(conn, resolve_refs(conn, table, rows))
-            done += len(rows)
-            if progress:
-                progress(Progress("resolve", done, count))
+            sql += " AND id > ? ORDER BY id LIMIT ?"
+            last = -1
+            while True:  # pages keep memory flat: millions of rows would not fit in 1 GB
+                rows = conn.execute(sql, [last, RESOLVE_PAGE]).fetchall()
+                if not rows:
+                    break
+                last = rows[-1][0]
+                _apply(conn, resolve_refs(conn, table, rows))
+                done += len(rows)
+                if progress:
+                    progress(Progress("resolve", done, count))
             if inherit and table.preloaded:
                 table.load_bases()
         conn.execute("DELETE FROM pending_names")

