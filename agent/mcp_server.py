@@ -40,6 +40,7 @@ from indexer.build import build, index_exists
 from indexer.config import Config
 from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
 from indexer.languages import language_for_path
+from indexer.watch import event_filter
 from retrieval.freshness import generation, stale_paths
 from retrieval.status import index_status
 
@@ -128,22 +129,6 @@ class _Events:
             live.mark_dirty()
 
 
-def _event_types() -> list[type]:
-    # No opened / closed-without-write events: reads (ours and the build's) must not wake us.
-    from watchdog import events as ev
-
-    return [
-        ev.FileCreatedEvent,
-        ev.FileDeletedEvent,
-        ev.FileModifiedEvent,
-        ev.FileMovedEvent,
-        ev.FileClosedEvent,
-        ev.DirCreatedEvent,
-        ev.DirDeletedEvent,
-        ev.DirMovedEvent,
-    ]
-
-
 class LiveIndex:
     """Keeps the index at ``config.index_path`` in step with the tree while the server runs.
 
@@ -180,9 +165,9 @@ class LiveIndex:
         observer = Observer()
         handler = _Events(self)
         try:
-            observer.schedule(handler, self.root, recursive=True, event_filter=_event_types())
+            observer.schedule(handler, self.root, recursive=True, event_filter=event_filter())
             if not _within(self.index_dir, self.root):
-                observer.schedule(handler, self.index_dir, event_filter=_event_types())
+                observer.schedule(handler, self.index_dir, event_filter=event_filter())
             observer.start()
         except OSError as exc:
             self._poll_instead(f"unavailable ({exc.strerror or exc})")

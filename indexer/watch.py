@@ -243,7 +243,7 @@ class _Handler:
 _WATCHED_EVENTS: list[type] | None = None
 
 
-def _event_filter() -> list[type]:
+def event_filter() -> list[type]:
     """Only changes that can alter the tree: no opened/closed-without-write/attrib events, so
     the build reading files does not wake the watcher (the kernel is not even asked for them)."""
     global _WATCHED_EVENTS
@@ -329,7 +329,7 @@ class Watcher:
         try:
             try:
                 observer.schedule(
-                    _Handler(self), self.filter.root, recursive=True, event_filter=_event_filter()
+                    _Handler(self), self.filter.root, recursive=True, event_filter=event_filter()
                 )
                 observer.start()
             except OSError as exc:
