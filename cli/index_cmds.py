@@ -31,13 +31,23 @@ def index() -> None:
 @click.option("--embed-model", default=None,
               help="sentence-transformers model name or path (default all-MiniLM-L6-v2, offline).")
 @click.option("--reembed", is_flag=True, help="Drop all vectors and embed again (after a model change).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default=None,
+              help="Where parsing and embedding run: this machine's cores (default) or a Ray cluster.")
+@click.option("--ray-address", default=None,
+              help="Ray cluster to use with --engine ray (`auto`, `ray://head:10001`; env "
+                   "RAY_ADDRESS); none starts a local Ray for the build.")
+@click.option("--vectors-uri", default=None,
+              help="Where the vector table lives: a directory or any LanceDB URI "
+                   "(`s3://bucket/prefix`). Credentials and endpoint come from the environment "
+                   "(AWS_*) or `storage_options` in .repoctx.toml, never from flags.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @index_dir_option
 @json_option
 @handle_errors
 def build_cmd(
     path: Path, full: bool, jobs: int | None, max_file_bytes: int | None, wait_s: float,
-    no_embed: bool, embed_model: str | None, reembed: bool,
+    no_embed: bool, embed_model: str | None, reembed: bool, engine: str | None,
+    ray_address: str | None, vectors_uri: str | None,
     quiet: bool, index_dir: Path | None, as_json: bool,
 ) -> None:
     """Build or update the index of PATH (incremental unless --full): the symbol graph, the
@@ -45,7 +55,8 @@ def build_cmd(
     from indexer.build import build, stats_dict
 
     config = make_config(path, index_dir=index_dir, jobs=jobs, max_file_bytes=max_file_bytes,
-                         embed_model=embed_model)
+                         embed_model=embed_model, engine=engine, ray_address=ray_address,
+                         vectors_uri=vectors_uri)
     progress = ProgressLine(quiet=quiet)
     stats = build(config, full=full, progress=progress, wait_lock=wait_s, embed=not no_embed,
                   reembed=reembed)
@@ -106,7 +117,10 @@ def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
         click.echo(f"Last build: {lb.get('seconds', 0):.2f}s, {lb.get('files_parsed', 0)} files parsed")
 
 
+from .snapshot_cmds import pull_cmd, push_cmd  # noqa: E402
 from .watch_cmds import verify_cmd, watch_cmd  # noqa: E402
 
 index.add_command(watch_cmd)
 index.add_command(verify_cmd)
+index.add_command(push_cmd)
+index.add_command(pull_cmd)

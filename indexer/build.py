@@ -72,6 +72,15 @@ def parse_file(
 ) -> FileResult:
     """Read, classify, parse and chunk one file. Errors become results, never exceptions.
     ``model`` names the embedding model whose tokenizer sizes the chunks (None: no chunks)."""
+    loaded = load_file(root, path, old_hash)
+    if isinstance(loaded, FileResult):
+        return loaded
+    return parse_content(path, *loaded, language, module, model)
+
+
+def load_file(root: str, path: str, old_hash: str | None) -> FileResult | tuple[bytes, int, int, str]:
+    """(bytes, size, mtime_ns, hash) of a file to parse, or its final result when it is
+    unreadable or its content is unchanged."""
     full = os.path.join(root, path)
     try:
         st = os.stat(full)
@@ -82,13 +91,21 @@ def parse_file(
     digest = content_hash(data)
     if digest == old_hash:
         return FileResult(path, st.st_size, st.st_mtime_ns, digest, "unchanged")
+    return data, st.st_size, st.st_mtime_ns, digest
+
+
+def parse_content(
+    path: str, data: bytes, size: int, mtime_ns: int, digest: str, language: str, module: str,
+    model: str | None,
+) -> FileResult:
+    """Classify, parse and chunk the bytes of one changed file (wherever they were read)."""
     reason = classify_content(path, data)
     if reason:
-        return FileResult(path, st.st_size, st.st_mtime_ns, digest, f"skipped:{reason}")
+        return FileResult(path, size, mtime_ns, digest, f"skipped:{reason}")
     try:
         parsed = parse_source(path, data, language, module)
     except (ValueError, RecursionError, UnicodeError) as exc:  # a grammar or query failure
-        return FileResult(path, st.st_size, st.st_mtime_ns, digest, "failed", error=repr(exc))
+        return FileResult(path, size, mtime_ns, digest, "failed", error=repr(exc))
     status = "syntax_error" if parsed.has_errors else "ok"
     chunks: tuple[Chunk, ...] = ()
     if model is not None:
@@ -97,7 +114,7 @@ def parse_file(
         fast = getattr(tok, "count_lines", None)
         line_counts = fast(text) if fast is not None else None
         chunks = tuple(chunk_file(path, text, parsed, tok.count, tok.max_tokens, line_counts))
-    return FileResult(path, st.st_size, st.st_mtime_ns, digest, status, parsed, chunks=chunks)
+    return FileResult(path, size, mtime_ns, digest, status, parsed, chunks=chunks)
 
 
 def _parse_batch(
@@ -370,6 +387,15 @@ def build(
     With ``chunks``, changed files are also chunked for lexical search; with ``embed``, chunks
     without a vector then get one (after the graph is committed, so it is usable meanwhile)."""
     t0 = time.perf_counter()
+    if config.vectors_uri:  # refuse a bad URI before the graph changes, not after
+        from .storage import check_uri
+
+        check_uri(config.vectors_uri, "vectors URI")
+    engine = None
+    if config.engine == "ray":
+        from .ray_engine import RaySession
+
+        engine = RaySession(config)  # connects on first use: a no-op build never starts Ray
     with WriteLock(config.index_path).acquire(wait_lock):
         db = store.open_for_write(config.index_path)
         try:
@@ -378,22 +404,26 @@ def build(
 
                 name = embedder.name if embedder else canonical_model_name(config.embed_model)
                 check_model(db, name, reembed)
-            stats = _build_locked(db, config, full, progress, t0, chunks)
+            stats = _build_locked(db, config, full, progress, t0, chunks, engine)
             if embed:
                 from .semantic import embed_pending
 
-                es = embed_pending(config, db, embedder=embedder, reembed=reembed, progress=progress)
-                stats = replace(stats, embedding=asdict(es), seconds=time.perf_counter() - t0)
+                es = embed_pending(config, db, embedder=embedder, reembed=reembed, progress=progress,
+                                   engine=engine)
+                stats = replace(stats, embedding=asdict(es), seconds=time.perf_counter() - t0,
+                                phases={**stats.phases, "embed": round(es.seconds, 3)})
                 with db.conn:
                     store.set_meta(db, "last_build", json.dumps(stats_dict(stats)))
             return stats
         finally:
             db.conn.close()
+            if engine is not None:
+                engine.close()
 
 
 
 def _build_locked(
-    db, config: Config, full: bool, progress: ProgressFn | None, t0: float, chunks: bool
+    db, config: Config, full: bool, progress: ProgressFn | None, t0: float, chunks: bool, engine=None
 ) -> BuildStats:
     conn = db.conn
     gen = int(store.get_meta(db, "generation", "0")) + 1
@@ -404,6 +434,7 @@ def _build_locked(
             for table in ("ref_candidates", "refs", "symbols", "imports", "files", "pending_names",
                           "chunks", "chunks_fts"):
                 conn.execute(f"DELETE FROM {table}")
+    marks = {"start": time.perf_counter()}
     disc = discover(config)
     skipped = Counter(disc.skipped)
     candidates = []
@@ -434,6 +465,7 @@ def _build_locked(
     if deleted:
         with conn:
             _delete_files(db, existing, deleted)
+    marks["discover"] = time.perf_counter()
     bulk = len(work) > max(1000, len(existing) // 4)
     if bulk:
         with conn:
@@ -441,9 +473,17 @@ def _build_locked(
             store.drop_counters(db)
     parsed = touched = 0
     failed: dict[str, str] = {}
-    for results in _parse_all(config, work, progress, config.embed_model if chunks else None):
+    model = config.embed_model if chunks else None
+    if engine is not None and work:
+        batches = engine.parse_all(str(config.root), work, model, progress)
+    else:
+        batches = _parse_all(config, work, progress, model)
+    write_s = 0.0
+    for results in batches:
+        tw = time.perf_counter()
         with conn:
             _write_results(db, results, existing, gen, bulk or full)
+        write_s += time.perf_counter() - tw
         for r in results:
             if r.status == "unchanged":
                 touched += 1
@@ -454,12 +494,18 @@ def _build_locked(
     pending = conn.execute(
         "SELECT EXISTS(SELECT 1 FROM pending_names) OR EXISTS(SELECT 1 FROM refs WHERE resolution = 'pending')"
     ).fetchone()[0]
+    marks["parse"] = time.perf_counter()
     if pending or full:
         _resolve_pending(db, full or bulk, progress)
+    marks["resolve"] = time.perf_counter()
     if bulk or full:
         with conn:
             store.ensure_ref_indexes(db)
             store.ensure_counters(db)
+    marks["finalize"] = time.perf_counter()
+    phases = {k: round(marks[k] - marks[p], 3)
+              for p, k in zip(list(marks), list(marks)[1:], strict=False)}
+    phases["write"] = round(write_s, 3)
     changed = bool(work or deleted or pending)
     last = store.get_meta(db, "last_build")
     if not changed and last and not full:
@@ -469,7 +515,8 @@ def _build_locked(
         # Nothing changed: the counts stored by the last build still hold, and counting
         # millions of references again would cost more than the whole no-op build.
         return replace(base, files_parsed=0, files_deleted=0, files_unchanged=unchanged + touched,
-                       failed={}, seconds=time.perf_counter() - t0, generation=gen - 1, full=False)
+                       failed={}, seconds=time.perf_counter() - t0, generation=gen - 1, full=False,
+                       phases=phases)
     with conn:
         store.set_meta(db, "generation", str(gen))
         store.set_meta(db, "root", str(config.root))
@@ -483,6 +530,7 @@ def _build_locked(
         seconds=time.perf_counter() - t0,
         generation=gen,
         full=full,
+        phases=phases,
     )
     with conn:
         store.set_meta(db, "last_build", json.dumps(stats_dict(stats)))

@@ -143,6 +143,9 @@ class BuildStats:
     full: bool = False
     #: Figures of the embedding phase (see indexer.semantic.EmbedStats); empty when skipped.
     embedding: dict = field(default_factory=dict)
+    #: Seconds per phase: discover, parse (wall, workers and writes overlapped), write (the
+    #: driver's SQLite writes within parse), resolve, finalize (indexes, counts), embed.
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def resolved_pct(self) -> float:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import sqlite_utils
 
 from . import store
@@ -43,8 +44,37 @@ class EmbedStats:
     coverage: float  # share of chunks with a vector, 0..1
 
 
-def vectors_uri(config: Config) -> str:
-    return str(config.extra.get("vectors_uri") or (config.index_path / "vectors.lance"))
+def vectors_uri(config: Config, conn=None) -> str:
+    """The vector table of this index (see ``storage.vectors_uri``)."""
+    from .storage import recorded_vectors_uri
+    from .storage import vectors_uri as resolve
+
+    return resolve(config, recorded_vectors_uri(conn) if conn is not None else None)
+
+
+def open_vectors(config: Config, conn, dim: int, model: str):
+    """The index's VectorStore, wherever its table lives."""
+    from .storage import storage_options
+    from .vectors import VectorStore
+
+    return VectorStore.open(vectors_uri(config, conn), dim, model, storage_options(config))
+
+
+def _follow_vectors_uri(config: Config, conn) -> str:
+    """The URI this build writes vectors to. When it moved (`--vectors-uri` changed), every
+    chunk is embedded again into the new table (vectors there are still reused by hash)."""
+    from .storage import check_uri, recorded_vectors_uri
+    from .storage import vectors_uri as resolve
+
+    recorded = recorded_vectors_uri(conn) or ""
+    wanted = check_uri(config.vectors_uri, "vectors URI") if config.vectors_uri else ""
+    if wanted and wanted == str(config.index_path / "vectors.lance"):
+        wanted = ""
+    if wanted != recorded:
+        with conn:
+            conn.execute("UPDATE chunks SET embedded = 0")
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_uri', ?)", [wanted])
+    return resolve(config, wanted or None)
 
 
 def coverage(conn) -> tuple[int, int]:
@@ -71,15 +101,19 @@ def embed_pending(
     reembed: bool = False,
     progress: Callable | None = None,
     limit: int | None = None,
+    engine=None,
 ) -> EmbedStats:
     """Give every chunk a vector. ``embedder`` defaults to ``config.embed_model``; it is only
-    loaded when some chunk has no vector yet."""
-    from .vectors import VectorRow, VectorStore
+    loaded when some chunk has no vector yet. With ``engine`` (a ``RaySession``) the model
+    runs in Ray actors instead of this process."""
+    from .storage import storage_options
+    from .vectors import VectorStore
 
     t0 = time.perf_counter()
     conn = db.conn
     model_name = canonical_model_name(config.embed_model) if embedder is None else embedder.name
     check_model(db, model_name, reembed)
+    uri = _follow_vectors_uri(config, conn)
     if reembed:
         with conn:
             conn.execute("UPDATE chunks SET embedded = 0")
@@ -88,57 +122,30 @@ def embed_pending(
     if not pending_total and not tombstones and not reembed:
         done, total = coverage(conn)
         return EmbedStats(total, 0, 0, 0, model_name, time.perf_counter() - t0, done / total if total else 1.0)
-    if embedder is None:
+    pool = None
+    if engine is not None and embedder is None:  # the model runs in Ray actors
+        pool = embedder = engine.embed_pool(config.embed_model, config.embed_batch_size)
+    elif embedder is None:
         from .embed import create_embedder
 
         embedder = create_embedder(config.embed_model, batch_size=config.embed_batch_size)
-    uri = vectors_uri(config)
-    if reembed:
-        vs = VectorStore.reset(uri, embedder.dim, embedder.name)
-    else:
-        vs = VectorStore.open(uri, embedder.dim, embedder.name)
-    with conn:
-        store.set_meta(db, "embed_model", embedder.name)
-        store.set_meta(db, "embed_dim", str(embedder.dim))
-    embedded = reused = done = 0
-    total = pending_total if limit is None else min(limit, pending_total)
     t_embed = time.perf_counter()
-    while done < total:
-        rows = conn.execute(
-            "SELECT c.id, c.content_hash, f.path, f.language, c.start_line, c.end_line, c.symbol, c.header "
-            "FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.embedded = 0 "
-            # product code before tests: coverage that matters most fills in first
-            f"ORDER BY {_TEST_PATH_SQL}, c.id LIMIT ?",
-            [min(BATCH, total - done)],
-        ).fetchall()
-        if not rows:
-            break
-        have = vs.vectors_for_hashes({r[1] for r in rows})
-        need: dict[str, str] = {}
-        for text_hash, text in _texts(config.root, rows, have).items():
-            need[text_hash] = text
-        if need:
-            hashes = list(need)
-            vectors = embedder.embed([need[h] for h in hashes])
-            have.update(zip(hashes, vectors, strict=True))
-            embedded += len(hashes)
-        out, ok_ids = [], []
-        for cid, h, path, lang, s, e, sym, _ in rows:
-            vec = have.get(h)
-            if vec is None:  # the file changed since it was chunked: the next build re-chunks it
-                continue
-            out.append(VectorRow(str(cid), h, path, lang or "", s, e, sym, embedder.name, vec))
-            ok_ids.append((cid,))
-        reused += len(out) - min(len(out), len(need))
-        vs.upsert(out)
+    try:
+        options = storage_options(config)
+        if reembed:
+            vs = VectorStore.reset(uri, embedder.dim, embedder.name, options)
+        else:
+            vs = VectorStore.open(uri, embedder.dim, embedder.name, options)
         with conn:
-            conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", ok_ids)
-            if len(ok_ids) < len(rows):  # unreadable now: leave for the next build, but move on
-                stale = [(r[0],) for r in rows if (r[0],) not in set(ok_ids)]
-                conn.executemany("UPDATE chunks SET embedded = -1 WHERE id = ?", stale)
-        done += len(rows)
-        if progress:
-            progress(Progress("embed", done, total))
+            store.set_meta(db, "embed_model", embedder.name)
+            store.set_meta(db, "embed_dim", str(embedder.dim))
+        total = pending_total if limit is None else min(limit, pending_total)
+        embedded, reused = _embed_batches(
+            config, conn, vs, pool or _Inline(embedder), embedder.name, total, progress
+        )
+    finally:
+        if pool is not None:
+            pool.close()
     # Vectors of deleted chunks go last: until now they could still be reused by content hash
     # (a moved function, a renamed file).
     removed = 0
@@ -161,6 +168,100 @@ def embed_pending(
         seconds=time.perf_counter() - t_embed,
         coverage=done_n / total_n if total_n else 1.0,
     )
+
+
+class _Inline:
+    """Runs the model in this process: each batch is embedded when submitted."""
+
+    window = 0
+
+    def __init__(self, embedder) -> None:
+        self.embedder = embedder
+
+    def submit(self, texts: list[str]) -> np.ndarray:
+        return self.embedder.embed(texts)
+
+    def result(self, handle: np.ndarray) -> np.ndarray:
+        return handle
+
+
+def _pending_rows(conn, total: int) -> Iterator[list]:
+    """Chunks without a vector in batches, product code before tests (the coverage that
+    matters most fills in first); a cursor, so batches can be in flight before the rows
+    of earlier ones are marked embedded."""
+    done = 0
+    for is_test in (0, 1):
+        last = -1
+        while done < total:
+            rows = conn.execute(
+                "SELECT c.id, c.content_hash, f.path, f.language, c.start_line, c.end_line, "
+                "c.symbol, c.header FROM chunks c JOIN files f ON f.id = c.file_id "
+                f"WHERE c.embedded = 0 AND {_TEST_PATH_SQL} = ? AND c.id > ? ORDER BY c.id LIMIT ?",
+                [is_test, last, min(BATCH, total - done)],
+            ).fetchall()
+            if not rows:
+                break
+            last = rows[-1][0]
+            done += len(rows)
+            yield rows
+
+
+def _embed_batches(config: Config, conn, vs, pool, model: str, total: int, progress) -> tuple[int, int]:
+    """Embed pending chunks through ``pool`` (in process, or Ray actors with up to
+    ``pool.window`` batches in flight), writing vectors and marks batch by batch.
+    Returns (texts embedded, chunks whose vector was reused)."""
+    from .vectors import VectorRow
+
+    embedded = reused = done = 0
+    window: deque = deque()
+    inflight: set[str] = set()  # hashes submitted and not yet written
+    recent: dict[str, np.ndarray] = {}  # vectors of hashes written by recent batches
+
+    def finish(rows, have, hashes, handle) -> None:
+        nonlocal reused, done
+        if hashes:
+            vectors = pool.result(handle)
+            have.update(zip(hashes, vectors, strict=True))
+            recent.update(zip(hashes, vectors, strict=True))
+            inflight.difference_update(hashes)
+        out, ok_ids = [], []
+        for cid, h, path, lang, s, e, sym, _ in rows:
+            vec = have.get(h)
+            if vec is None:
+                vec = recent.get(h)  # embedded by an earlier batch still in flight then
+            if vec is None:  # the file changed since it was chunked: the next build re-chunks it
+                continue
+            out.append(VectorRow(str(cid), h, path, lang or "", s, e, sym, model, vec))
+            ok_ids.append(cid)
+        reused += len(out) - min(len(out), len(hashes))
+        vs.upsert(out)
+        with conn:
+            conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in ok_ids])
+            if len(ok_ids) < len(rows):  # unreadable now: leave for the next build, but move on
+                ok = set(ok_ids)
+                conn.executemany("UPDATE chunks SET embedded = -1 WHERE id = ?",
+                                 [(r[0],) for r in rows if r[0] not in ok])
+        done += len(rows)
+        if len(recent) > 4 * BATCH * (pool.window + 1):  # only in-flight overlaps need it
+            for key in list(recent)[: len(recent) // 2]:
+                del recent[key]
+        if progress:
+            progress(Progress("embed", done, total))
+
+    for rows in _pending_rows(conn, total):
+        want = {r[1] for r in rows} - recent.keys() - inflight
+        have = vs.vectors_for_hashes(want)
+        need = _texts(config.root, [r for r in rows if r[1] in want], have)
+        hashes = list(need)
+        handle = pool.submit([need[h] for h in hashes]) if hashes else None
+        embedded += len(hashes)
+        inflight.update(hashes)
+        window.append((rows, have, hashes, handle))
+        while len(window) > pool.window:
+            finish(*window.popleft())
+    while window:
+        finish(*window.popleft())
+    return embedded, reused
 
 
 def _texts(root: Path, rows: list, have: dict) -> dict[str, str]:

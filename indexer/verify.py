@@ -253,7 +253,7 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
             found.add("missing_vector", embedded)
         return False
     dim = int(dim_text or 0)
-    rows = _vector_rows(config)
+    rows = _vector_rows(config, conn)
     if rows is None:  # the table is gone
         found.add("missing_vector", embedded)
         return True
@@ -284,13 +284,14 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
     return True
 
 
-def _vector_rows(config: Config) -> tuple[str, int, list[str], list[str]] | None:
+def _vector_rows(config: Config, conn) -> tuple[str, int, list[str], list[str]] | None:
     """(model, dim, chunk id per row, model per row) read from the raw table, so duplicate rows
     (which `VectorStore.chunk_ids()` folds into a set) show; None when there is no table."""
     from .semantic import vectors_uri
+    from .storage import storage_options
     from .vectors import TABLE, VectorStore
 
-    db = VectorStore._connect(vectors_uri(config), config.extra.get("storage_options"))
+    db = VectorStore._connect(vectors_uri(config, conn), storage_options(config))
     if not VectorStore._has_table(db):
         return None
     table = db.open_table(TABLE)
@@ -450,12 +451,11 @@ def _repair_vectors(config: Config, db, found: _Findings) -> tuple[list[str], bo
         | set(ids.get("wrong_model_vector", []))
     )
     if drop:
-        from .semantic import vectors_uri
-        from .vectors import VectorStore
+        from .semantic import open_vectors
 
         model = store.get_meta(db, "embed_model") or ""
         dim = int(store.get_meta(db, "embed_dim", "0") or 0)
-        VectorStore.open(vectors_uri(config), dim, model).delete_chunk_ids(drop)
+        open_vectors(config, db.conn, dim, model).delete_chunk_ids(drop)
         actions.append(f"deleted the vectors of {len(drop)} chunk ids")
     reembed = sorted({int(i) for i in drop if i.isdigit()} | set(ids.get("missing_vector", [])))
     if reembed:

@@ -177,13 +177,15 @@ class Searcher:
         root: Path,
         embedder=None,
         vectors_uri: str | None = None,
+        storage_options: dict | None = None,
     ) -> None:
         self.conn = conn
         self.index_dir = index_dir
         self.root = root
         self._embedder = embedder
         self._vectors = None
-        self._vectors_uri = vectors_uri or str(index_dir / "vectors.lance")
+        self._vectors_uri = vectors_uri  # None: where the index says (see _vector_store)
+        self._storage_options = storage_options
 
     def _meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -202,7 +204,8 @@ class Searcher:
                 return None
             from indexer.vectors import VectorStore
 
-            self._vectors = VectorStore.open(self._vectors_uri, int(dim), model)
+            uri = self._vectors_uri or self._meta("vectors_uri") or str(self.index_dir / "vectors.lance")
+            self._vectors = VectorStore.open(uri, int(dim), model, self._storage_options)
         return self._vectors
 
     def embedder(self):

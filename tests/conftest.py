@@ -82,3 +82,40 @@ def repo_factory(tmp_path):
         return make_repo(tmp_path / name, files, commit)
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3-compatible server (moto) on 127.0.0.1 for the whole session."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint, monkeypatch, request):
+    """A fresh bucket on the moto server; credentials and endpoint set in the environment the
+    way a user would (LanceDB and Arrow read them from there). Returns ``s3://<bucket>``."""
+    import re
+    import uuid
+
+    import boto3
+
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_endpoint, "AWS_ALLOW_HTTP": "true",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    slug = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:30].strip("-")
+    bucket = f"t-{slug}-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}"

@@ -69,7 +69,7 @@ class ToolSession:
     def searcher(self, config: Config, *, semantic: bool) -> Searcher:
         """A searcher over the index; with ``semantic`` the embedder is loaded (once per run)
         first, so later searchers reuse it. Cheap to make: the vector table opens lazily."""
-        from indexer.semantic import vectors_uri
+        from indexer.storage import storage_options
 
         embedder = self.embedder(config) if semantic else self._embedder
         return Searcher(
@@ -77,7 +77,8 @@ class ToolSession:
             config.index_path,
             config.root,
             embedder=embedder,
-            vectors_uri=vectors_uri(config),
+            vectors_uri=config.vectors_uri,
+            storage_options=storage_options(config),
         )
 
     def reindex(self, config: Config) -> ReindexReport:

@@ -1,0 +1,212 @@
+"""Scale-out benchmark: the local engine against Ray with 1 and 2 workers, the Ray overhead,
+and time to a usable index from a pulled snapshot against a cold build.
+
+1. Graph build (parse + chunk + resolve, no vectors) of the corpus with each engine — the whole
+   `repoctx index build` command, with the per-phase seconds the build reports.
+2. Embedding throughput with the default model on a subset of the corpus, each engine.
+3. Ray overhead: starting a local Ray, and the same build on Ray with 1 worker vs locally with 1.
+4. Snapshots through a real S3 API (moto on 127.0.0.1): a cold build with vectors at commit A,
+   `index push`, then at commit B (one file edited) in a second clone: `index pull` (download,
+   adopt, incremental build) against a cold build of B.
+
+Every build is the CLI a user runs; the corpus is copied into a temp git repository (never
+written in place). Prints one JSON object to stdout, progress to stderr.
+
+    .venv/bin/python benchmarks/scale_out.py --corpus stdlib
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import CORPORA, bench_tmpdir, git_revision, log, median, repoctx_command, run_cmd
+
+#: Subset of the standard library embedded for the throughput and snapshot figures: a full
+#: stdlib embedding takes ~17 minutes per engine on 2 cores.
+EMBED_SUBSET = ("json", "email", "http", "urllib", "logging", "asyncio")
+GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.com",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.com"}
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                   env={**os.environ, **GIT_ENV})
+
+
+def make_repo(src: Path, dest: Path, only: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> Path:
+    """A git repository holding a copy of the Python files of ``src`` (or of its ``only``
+    subdirectories)."""
+    dest.mkdir(parents=True)
+    dirs = [src / d for d in only] if only else [src]
+    for d in dirs:
+        for path in d.rglob("*.py"):
+            rel = path.relative_to(src)
+            if any(str(rel).startswith(x.rstrip("/")) for x in exclude) or not path.is_file():
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    _git(dest, "init", "-q", "-b", "main")
+    _git(dest, "add", "-A")
+    _git(dest, "commit", "-q", "-m", "A")
+    return dest
+
+
+def build(root: Path, index_dir: Path, env: dict, *, engine: str = "local", jobs: int = 2,
+          embed: bool = False, timeout: float = 3600) -> dict:
+    argv = [*repoctx_command(), "index", "build", str(root), "--index-dir", str(index_dir),
+            "--json", "-q", "--engine", engine, "--jobs", str(jobs)]
+    if not embed:
+        argv.append("--no-embed")
+    res = run_cmd(argv, env=env, timeout=timeout)
+    if res.returncode != 0 or res.timed_out:
+        raise SystemExit(f"build failed ({engine}, jobs {jobs}): {res.stderr[-3000:]}")
+    out = json.loads(res.stdout)
+    return {"wall_s": round(res.wall, 2), "files": out["files_parsed"], "lines": out["lines"],
+            "phases": out.get("phases", {}), "embedding": out.get("embedding") or {}}
+
+
+def cli_json(args: list[str], env: dict, timeout: float = 3600) -> tuple[dict, float]:
+    res = run_cmd([*repoctx_command(), *args], env=env, timeout=timeout)
+    if res.returncode != 0 or res.timed_out:
+        raise SystemExit(f"`repoctx {' '.join(args)}` failed: {res.stderr[-3000:]}")
+    return json.loads(res.stdout), round(res.wall, 2)
+
+
+def ray_start_overhead(runs: int) -> dict:
+    """Seconds to start a local 2-CPU Ray and run its first task, in a fresh process each run."""
+    code = (
+        "import time, ray; t=time.perf_counter(); "
+        "ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False);"
+        " t1=time.perf_counter(); ray.get(ray.remote(lambda: 1).remote()); t2=time.perf_counter();"
+        " ray.shutdown(); print(t1-t, t2-t1)"
+    )
+    inits, first = [], []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        a, b = map(float, out.stdout.split()[-2:])
+        inits.append(a)
+        first.append(b)
+    return {"ray_init_s": median(inits), "first_task_s": median(first)}
+
+
+def graph_engines(repo: Path, tmp: Path, env: dict, runs: int) -> dict:
+    out = {}
+    for label, engine, jobs in (("local_1", "local", 1), ("local_2", "local", 2),
+                                ("ray_1", "ray", 1), ("ray_2", "ray", 2)):
+        walls, last = [], None
+        for i in range(runs):
+            idx = tmp / f"graph-{label}-{i}"
+            log(f"graph build {label} run {i + 1}/{runs}")
+            last = build(repo, idx, env, engine=engine, jobs=jobs)
+            walls.append(last["wall_s"])
+            shutil.rmtree(idx, ignore_errors=True)
+        wall = median(walls)
+        out[label] = {"wall_s": wall, "runs": walls, "files": last["files"], "lines": last["lines"],
+                      "files_per_s": round(last["files"] / wall, 1),
+                      "lines_per_s": round(last["lines"] / wall), "phases": last["phases"]}
+    return out
+
+
+def embed_engines(repo: Path, tmp: Path, env: dict) -> dict:
+    out = {}
+    for label, engine, jobs in (("local_2", "local", 2), ("ray_1", "ray", 1), ("ray_2", "ray", 2)):
+        log(f"embedding build {label}")
+        res = build(repo, tmp / f"embed-{label}", env, engine=engine, jobs=jobs, embed=True)
+        e = res["embedding"]
+        out[label] = {"wall_s": res["wall_s"], "chunks": e.get("embedded"),
+                      "embed_s": round(e.get("seconds", 0), 2),
+                      "chunks_per_s": round(e["embedded"] / e["seconds"], 1) if e.get("seconds") else None,
+                      "phases": res["phases"]}
+    return out
+
+
+def snapshot_roundtrip(repo: Path, tmp: Path, env: dict, cold_index: Path) -> dict:
+    """Push the index of commit A; at commit B (one file edited) in a fresh clone, pull vs cold."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        s3_env = {**env, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                  "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"}
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                     aws_access_key_id="bench", aws_secret_access_key="bench").create_bucket(
+            Bucket="repoctx-snapshots")
+        uri = "s3://repoctx-snapshots/team"
+        log("push")
+        pushed, push_s = cli_json(["index", "push", str(repo), "--to", uri, "--index-dir",
+                                   str(cold_index), "--json", "-q"], s3_env)
+        clone = tmp / "clone"
+        _git(tmp, "clone", "-q", str(repo), str(clone))
+        edit = sorted(clone.rglob("*.py"))[len(list(clone.rglob("*.py"))) // 2]
+        with edit.open("a") as fh:
+            fh.write("\n\ndef _bench_added_after_snapshot():\n    return 1\n")
+        _git(clone, "commit", "-q", "-am", "B")
+        log("pull at commit B")
+        pulled, pull_s = cli_json(["index", "pull", str(clone), "--from", uri, "--index-dir",
+                                   str(tmp / "pulled"), "--json", "-q"], s3_env)
+        log("cold build at commit B")
+        cold = build(clone, tmp / "cold-B", env, embed=True)
+        return {"push_s": push_s, "pushed": pushed, "pull_s": pull_s, "pulled": pulled,
+                "cold_build_s": cold["wall_s"], "cold_chunks_embedded": cold["embedding"].get("embedded"),
+                "speedup": round(cold["wall_s"] / pull_s, 1) if pull_s else None,
+                "edited_file": str(edit.relative_to(clone))}
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="stdlib")
+    ap.add_argument("--runs", type=int, default=1, help="graph builds per engine (median)")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["graph", "embed", "snapshot"])
+    args = ap.parse_args()
+    corpus = CORPORA[args.corpus]
+    tmp = bench_tmpdir("scale")
+    env = {**corpus.env(), "HF_HUB_OFFLINE": "1"}
+    env.pop("REPOCTX_EXCLUDE", None)  # the copy holds only what the corpus indexes
+    result: dict = {"benchmark": "scale_out", "corpus": corpus.name, "machine": {
+        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "load_avg_start": os.getloadavg()[0]}, "repoctx": git_revision()}
+    try:
+        log("copying the corpus into a git repository")
+        full = make_repo(corpus.root, tmp / "corpus", exclude=corpus.exclude)
+        result["ray_start"] = ray_start_overhead(3)
+        if "graph" not in args.skip:
+            g = graph_engines(full, tmp, env, args.runs)
+            result["graph_build"] = g
+            result["ray_overhead"] = {
+                "ray_1_minus_local_1_s": round(g["ray_1"]["wall_s"] - g["local_1"]["wall_s"], 2),
+                "ray_2_over_local_2": round(g["ray_2"]["wall_s"] / g["local_2"]["wall_s"], 2),
+                "ray_speedup_1_to_2_workers": round(g["ray_1"]["wall_s"] / g["ray_2"]["wall_s"], 2),
+            }
+        subset = make_repo(corpus.root, tmp / "subset", only=EMBED_SUBSET)
+        if "embed" not in args.skip:
+            result["embedding"] = {"subset": list(EMBED_SUBSET), **embed_engines(subset, tmp, env)}
+        if "snapshot" not in args.skip:
+            cold_a = tmp / "embed-local_2"
+            if not cold_a.exists():
+                build(subset, cold_a, env, embed=True)
+            result["snapshot"] = snapshot_roundtrip(subset, tmp, env, cold_a)
+        result["machine"]["load_avg_end"] = os.getloadavg()[0]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    main()
+    log(f"done in {time.perf_counter() - t0:.0f}s")

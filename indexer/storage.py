@@ -1,0 +1,82 @@
+"""Where an index's parts live: a local directory or any URI LanceDB and Arrow accept.
+
+Credentials and endpoints come from the environment (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, ... — read by
+LanceDB and Arrow themselves) or from the ``storage_options`` table of the configuration file.
+Never from flags (they end up in shell history and process lists) and never written into the
+index: the index records only the URI, and a URI carrying credentials is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .config import Config, check_uri, is_remote
+from .errors import ConfigError
+
+__all__ = ["check_uri", "filesystem", "is_remote", "storage_options", "vectors_uri"]
+
+VECTORS_DIR = "vectors.lance"
+#: LanceDB storage-option keys and the Arrow S3FileSystem arguments they map to.
+_ARROW_S3 = {
+    "aws_endpoint": "endpoint_override",
+    "endpoint": "endpoint_override",
+    "aws_region": "region",
+    "region": "region",
+    "aws_access_key_id": "access_key",
+    "aws_secret_access_key": "secret_key",
+    "aws_session_token": "session_token",
+}
+
+
+def storage_options(config: Config) -> dict[str, str] | None:
+    """LanceDB storage options from the configuration (the environment is read by LanceDB)."""
+    opts = config.storage_options
+    return {str(k): str(v) for k, v in opts.items()} or None
+
+
+def vectors_uri(config: Config, recorded: str | None = None) -> str:
+    """Where the vector table lives: the configured ``vectors_uri`` (flag, file or
+    ``REPOCTX_VECTORS_URI``), else the one the index recorded at build time, else
+    ``<index>/vectors.lance``."""
+    uri = config.vectors_uri or recorded or str(config.index_path / VECTORS_DIR)
+    return check_uri(uri, "vectors URI")
+
+
+def recorded_vectors_uri(conn) -> str | None:
+    """The vectors URI an index was built with (None: the default, next to the graph)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'vectors_uri'").fetchone()
+    return row[0] if row and row[0] else None
+
+
+def filesystem(uri: str, options: dict[str, str] | None = None) -> tuple[Any, str]:
+    """(Arrow filesystem, path in it) for a local path, ``file://`` or object-storage URI.
+    S3 endpoints and keys come from the environment or ``options`` (LanceDB's key names)."""
+    import pyarrow.fs as pafs
+
+    if not is_remote(uri):
+        path = Path(uri.removeprefix("file://")).expanduser().resolve()
+        return pafs.LocalFileSystem(), str(path)
+    check_uri(uri, "snapshot URI")
+    parts = urlsplit(uri)
+    if parts.scheme in ("s3", "s3a") and options:
+        kw: dict[str, Any] = {}
+        for key, value in options.items():
+            arg = _ARROW_S3.get(key.lower())
+            if arg:
+                kw[arg] = value
+        if str(options.get("allow_http", "")).lower() == "true":
+            kw["scheme"] = "http"
+        endpoint = kw.get("endpoint_override", "")
+        if "://" in endpoint:
+            scheme, kw["endpoint_override"] = endpoint.split("://", 1)
+            kw.setdefault("scheme", scheme)
+        return pafs.S3FileSystem(**kw), f"{parts.netloc}{parts.path}".rstrip("/")
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"Cannot open {uri}: {exc} — check the URI and the storage settings "
+                          "in the environment.") from exc
+    return fs, path.rstrip("/")
