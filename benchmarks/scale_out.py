@@ -70,7 +70,7 @@ def build(root: Path, index_dir: Path, env: dict, *, engine: str = "local", jobs
     if res.returncode != 0 or res.timed_out:
         raise SystemExit(f"build failed ({engine}, jobs {jobs}): {res.stderr[-3000:]}")
     out = json.loads(res.stdout)
-    return {"wall_s": round(res.wall, 2), "files": out["files_parsed"], "lines": out["lines"],
+    return {"wall_s": round(res.wall_s, 2), "files": out["files_parsed"], "lines": out["lines"],
             "phases": out.get("phases", {}), "embedding": out.get("embedding") or {}}
 
 
@@ -78,7 +78,7 @@ def cli_json(args: list[str], env: dict, timeout: float = 3600) -> tuple[dict, f
     res = run_cmd([*repoctx_command(), *args], env=env, timeout=timeout)
     if res.returncode != 0 or res.timed_out:
         raise SystemExit(f"`repoctx {' '.join(args)}` failed: {res.stderr[-3000:]}")
-    return json.loads(res.stdout), round(res.wall, 2)
+    return json.loads(res.stdout), round(res.wall_s, 2)
 
 
 def ray_start_overhead(runs: int) -> dict:
@@ -131,9 +131,12 @@ def embed_engines(repo: Path, tmp: Path, env: dict) -> dict:
 
 def snapshot_roundtrip(repo: Path, tmp: Path, env: dict, cold_index: Path) -> dict:
     """Push the index of commit A; at commit B (one file edited) in a fresh clone, pull vs cold."""
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
@@ -159,6 +162,7 @@ def snapshot_roundtrip(repo: Path, tmp: Path, env: dict, cold_index: Path) -> di
                                    str(tmp / "pulled"), "--json", "-q"], s3_env)
         log("cold build at commit B")
         cold = build(clone, tmp / "cold-B", env, embed=True)
+        pushed = {k: pushed.get(k) for k in ("bytes_uploaded", "files", "symbols", "chunks", "vectors", "graph")}
         return {"push_s": push_s, "pushed": pushed, "pull_s": pull_s, "pulled": pulled,
                 "cold_build_s": cold["wall_s"], "cold_chunks_embedded": cold["embedding"].get("embedded"),
                 "speedup": round(cold["wall_s"] / pull_s, 1) if pull_s else None,
@@ -172,6 +176,8 @@ def main() -> None:
     ap.add_argument("--corpus", choices=sorted(CORPORA), default="stdlib")
     ap.add_argument("--runs", type=int, default=1, help="graph builds per engine (median)")
     ap.add_argument("--skip", nargs="*", default=[], choices=["graph", "embed", "snapshot"])
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run on the `json` package only (checks the script, not a figure)")
     args = ap.parse_args()
     corpus = CORPORA[args.corpus]
     tmp = bench_tmpdir("scale")
@@ -182,8 +188,9 @@ def main() -> None:
         "load_avg_start": os.getloadavg()[0]}, "repoctx": git_revision()}
     try:
         log("copying the corpus into a git repository")
-        full = make_repo(corpus.root, tmp / "corpus", exclude=corpus.exclude)
-        result["ray_start"] = ray_start_overhead(3)
+        only = ("json",) if args.quick else ()
+        full = make_repo(corpus.root, tmp / "corpus", only=only, exclude=corpus.exclude)
+        result["ray_start"] = ray_start_overhead(1 if args.quick else 3)
         if "graph" not in args.skip:
             g = graph_engines(full, tmp, env, args.runs)
             result["graph_build"] = g
@@ -192,7 +199,7 @@ def main() -> None:
                 "ray_2_over_local_2": round(g["ray_2"]["wall_s"] / g["local_2"]["wall_s"], 2),
                 "ray_speedup_1_to_2_workers": round(g["ray_1"]["wall_s"] / g["ray_2"]["wall_s"], 2),
             }
-        subset = make_repo(corpus.root, tmp / "subset", only=EMBED_SUBSET)
+        subset = make_repo(corpus.root, tmp / "subset", only=only or EMBED_SUBSET)
         if "embed" not in args.skip:
             result["embedding"] = {"subset": list(EMBED_SUBSET), **embed_engines(subset, tmp, env)}
         if "snapshot" not in args.skip:

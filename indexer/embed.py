@@ -546,6 +546,8 @@ class _OpenVinoRuntime:
         threads = os.environ.get("REPOCTX_EMBED_THREADS")  # set per actor by the Ray engine
         if threads:
             config["INFERENCE_NUM_THREADS"] = int(threads)
+            # Pinning would put every such process's threads on the same first cores.
+            config["ENABLE_CPU_PINNING"] = False
         self._compiled = core.compile_model(model, "CPU", config)
         self._request = self._compiled.create_infer_request()
         self._output = self._compiled.output(0)
