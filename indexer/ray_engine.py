@@ -14,6 +14,7 @@ instance is started for the build and stopped after it.
 from __future__ import annotations
 
 import os
+import socket
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -69,6 +70,22 @@ def _import_ray() -> Any:
     return ray
 
 
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a cluster address nobody listens on: Ray itself retries for minutes."""
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():  # `auto`, `local` and the like: Ray resolves them
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"Cannot reach the Ray cluster at {address}: {exc} — check `--ray-address` "
+            "(`ray://head:10001` for Ray Client, `head:6379` from a cluster node, or `auto`) "
+            "or drop it to start a local Ray."
+        ) from exc
+
+
 class RaySession:
     """A connection to a Ray cluster for one build, made on first use (a no-op build never
     starts Ray). ``close()`` stops Ray if this session started it (no `--ray-address`), and
@@ -87,12 +104,13 @@ class RaySession:
         ray = _import_ray()
         address = config.ray_address or os.environ.get("RAY_ADDRESS")
         if not ray.is_initialized():
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                  "configure_logging": False}
+            kw: dict[str, Any] = {"log_to_driver": False}
             if address:
+                _check_reachable(address)
                 kw["address"] = address
             else:  # a private instance: never attach to some other local cluster by accident
-                kw.update(address="local", num_cpus=config.jobs or os.cpu_count() or 1)
+                kw.update(address="local", num_cpus=config.jobs or os.cpu_count() or 1,
+                          include_dashboard=False, configure_logging=False)
             try:
                 with warnings.catch_warnings():
                     # Ray starts its processes with fork+exec, which LanceDB's fork hook
