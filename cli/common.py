@@ -96,14 +96,13 @@ class ProgressLine:
         if now - self.t_last < interval and event.done < event.total:
             return
         self.t_last = now
-        elapsed = max(now - self.t_phase, 1e-6)
-        rate = event.done / elapsed
+        elapsed = now - self.t_phase
+        rate = event.done / elapsed if elapsed >= 0.2 else 0.0  # too soon for a rate to mean much
         eta = (event.total - event.done) / rate if rate > 0 else 0.0
         unit = {"parse": "files", "resolve": "refs", "embed": "chunks"}.get(event.phase, self.unit)
-        line = (
-            f"{event.phase:8} {event.done:>8}/{event.total:<8} "
-            f"{rate:8.0f} {unit}/s  ETA {eta:5.1f}s"
-        )
+        line = f"{event.phase:8} {event.done:>8}/{event.total:<8} "
+        if rate:
+            line += f"{rate:8.0f} {unit}/s  ETA {eta:5.1f}s"
         if self.tty:
             sys.stderr.write("\r" + line)
             self.dirty = True

@@ -3,6 +3,8 @@ imported inside the commands that need them so read commands start fast."""
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from . import agent_cmds, context_cmds, index_cmds, query_cmds, serve_cmds
@@ -26,4 +28,7 @@ for c in agent_cmds.COMMANDS:
 
 
 def main() -> None:
+    # LanceDB's Rust logger warns on stderr about routine events ("No existing dataset ...,
+    # it will be created"); errors still show. LANCEDB_LOG=warn (or debug) brings them back.
+    os.environ.setdefault("LANCEDB_LOG", "error")
     cli()

@@ -110,7 +110,8 @@ def pull_cmd(
     if as_json:
         echo_json(out)
         return
-    behind = "" if out["distance"] is None else f", {out['distance']} commits behind HEAD"
+    n = out["distance"]
+    behind = "" if n is None else f", {n} commit{'' if n == 1 else 's'} behind HEAD"
     emb = out["embedding"]
     vectors = f", {emb['embedded']} chunks embedded" if emb else ""
     secs = out["seconds"]
