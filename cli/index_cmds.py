@@ -112,6 +112,9 @@ def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
         f"Pending changes: {pend['changed']} changed, {pend['added']} added, {pend['deleted']} deleted"
         + (" — run `repoctx index build`" if any(pend.values()) else "")
     )
+    if st.get("vectors"):
+        v = st["vectors"]
+        click.echo(f"Vectors: {v['model']} at {v['uri']}, {100 * v['coverage']:.1f}% of {v['chunks']} chunks")
     if st.get("last_build"):
         lb = st["last_build"]
         click.echo(f"Last build: {lb.get('seconds', 0):.2f}s, {lb.get('files_parsed', 0)} files parsed")

@@ -31,6 +31,24 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
     return {"changed": changed, "added": added, "deleted": len(indexed.keys() - seen)}
 
 
+def _vectors(config: Config, db) -> dict[str, Any] | None:
+    """Model, location (where the index recorded it; never credentials) and coverage."""
+    from indexer.storage import recorded_vectors_uri, vectors_uri
+
+    model = store.get_meta(db, "embed_model")
+    if not model:
+        return None
+    done, total = db.conn.execute(
+        "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
+    ).fetchone()
+    return {
+        "model": model,
+        "uri": vectors_uri(config, recorded_vectors_uri(db.conn)),
+        "coverage": round(done / total, 4) if total else 1.0,
+        "chunks": total,
+    }
+
+
 def index_status(config: Config) -> dict[str, Any]:
     db = store.open_for_read(config.index_path)
     conn = db.conn
@@ -49,6 +67,7 @@ def index_status(config: Config) -> dict[str, Any]:
             "references": lb.get("references", 0),
             "resolved_pct": lb.get("resolved_pct", 0.0),
             "pending": pending_changes(config, conn),
+            "vectors": _vectors(config, db),
             "last_build": lb,
         }
     finally:

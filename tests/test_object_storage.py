@@ -64,6 +64,11 @@ def test_vectors_on_s3_build_search_and_no_secrets_in_index(s3_bucket, tmp_path,
     conn = store.open_for_read(root / ".repoctx").conn
     assert conn.execute("SELECT value FROM meta WHERE key = 'vectors_uri'").fetchone()[0] == uri
     conn.close()
+    status = CliRunner().invoke(cli, ["index", "status", str(root), "--json"])
+    assert status.exit_code == 0, status.output
+    vectors = json.loads(status.output)["vectors"]
+    assert vectors["uri"] == uri and vectors["coverage"] == 1.0
+    assert vectors["model"] == "hashing:64" and vectors["chunks"] == stats["embedding"]["chunks"]
 
 
 def test_uri_with_credentials_is_refused(tmp_path):
