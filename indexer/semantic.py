@@ -129,13 +129,13 @@ def embed_pending(
         from .embed import create_embedder
 
         embedder = create_embedder(config.embed_model, batch_size=config.embed_batch_size)
-    t_embed = time.perf_counter()
     try:
         options = storage_options(config)
         if reembed:
             vs = VectorStore.reset(uri, embedder.dim, embedder.name, options)
         else:
             vs = VectorStore.open(uri, embedder.dim, embedder.name, options)
+        t_embed = time.perf_counter()  # after loading lancedb (~2 s of imports) and the model
         with conn:
             store.set_meta(db, "embed_model", embedder.name)
             store.set_meta(db, "embed_dim", str(embedder.dim))
