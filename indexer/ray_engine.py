@@ -55,6 +55,12 @@ class _EmbedActor:
     def info(self) -> tuple[str, int, int]:
         return self.embedder.name, self.embedder.dim, self.embedder.max_tokens
 
+    def gpu_ids(self) -> list:
+        """The GPUs Ray gave this actor (it sets CUDA_VISIBLE_DEVICES to them)."""
+        import ray
+
+        return list(ray.get_gpu_ids())
+
     def embed(self, texts: list[str]) -> np.ndarray:
         return self.embedder.embed(texts)
 

@@ -95,3 +95,31 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path):
                       ray_address=f"127.0.0.1:{_free_port()}")
     with pytest.raises(ConfigError, match="Cannot reach the Ray cluster"):
         RaySession(cfg).connect()
+
+
+def test_embedding_actors_one_per_gpu(tmp_path):
+    """A cluster with GPUs gets one embedding actor per GPU, each holding one. The GPU here is
+    a declared resource (this machine has none): placement is what is checked, the model
+    falls back to the CPU inside the actor."""
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        root = make_repo(tmp_path / "repo", FILES)
+        cfg = load_config(root, env={}, engine="ray", embed_model="hashing:64")
+        session = RaySession(cfg).connect()
+        assert (session.gpus, session.workers) == (1, 2)
+        pool = session.embed_pool("hashing:64", 8)
+        assert len(pool.actors) == 1
+        assert ray.get(pool.actors[0].gpu_ids.remote()) == [0]
+        vectors = pool.result(pool.submit(["def alpha(): pass", "class Beta: pass"]))
+        assert vectors.shape == (2, 64)
+        pool.close()
+        from indexer.build import build
+
+        stats = build(cfg, embed=True)
+        assert stats.embedding["coverage"] == 1.0 and stats.embedding["embedded"] > 0
+        assert ray.is_initialized()  # not started by the build: left running
+    finally:
+        ray.shutdown()
