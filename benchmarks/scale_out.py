@@ -137,8 +137,9 @@ def embed_engines(repo: Path, tmp: Path, env: dict) -> dict:
     return out
 
 
-def snapshot_roundtrip(repo: Path, tmp: Path, env: dict, cold_index: Path) -> dict:
+def snapshot_roundtrip(repo: Path, tmp: Path, env: dict, cold_index: Path, embed: bool = True) -> dict:
     """Push the index of commit A; at commit B (one file edited) in a fresh clone, pull vs cold."""
+    tmp.mkdir(parents=True, exist_ok=True)
     import logging
 
     import boto3
@@ -169,7 +170,7 @@ def snapshot_roundtrip(repo: Path, tmp: Path, env: dict, cold_index: Path) -> di
         pulled, pull_s = cli_json(["index", "pull", str(clone), "--from", uri, "--index-dir",
                                    str(tmp / "pulled"), "--json", "-q"], s3_env)
         log("cold build at commit B")
-        cold = build(clone, tmp / "cold-B", env, embed=True)
+        cold = build(clone, tmp / "cold-B", env, embed=embed)
         pushed = {k: pushed.get(k) for k in ("bytes_uploaded", "files", "symbols", "chunks", "vectors", "graph")}
         return {"push_s": push_s, "pushed": pushed, "pull_s": pull_s, "pulled": pulled,
                 "cold_build_s": cold["wall_s"], "cold_chunks_embedded": cold["embedding"].get("embedded"),
@@ -214,7 +215,12 @@ def main() -> None:
             cold_a = tmp / "embed-local_2"
             if not cold_a.exists():
                 build(subset, cold_a, env, embed=True)
-            result["snapshot"] = snapshot_roundtrip(subset, tmp, env, cold_a)
+            result["snapshot"] = snapshot_roundtrip(subset, tmp / "snap-subset", env, cold_a)
+            log("graph-only snapshot of the whole corpus")
+            cold_full = tmp / "graph-full-A"
+            build(full, cold_full, env)
+            result["snapshot_graph_only"] = snapshot_roundtrip(
+                full, tmp / "snap-full", env, cold_full, embed=False)
         result["machine"]["load_avg_end"] = os.getloadavg()[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -52,6 +52,7 @@ MAX_WALK = 10_000
 #: Rows per batch when copying a vector table: memory stays flat whatever the table size.
 COPY_BATCH = 8192
 _IO_CHUNK = 1 << 20
+_DOWNLOAD_BUFFER = 16 << 20
 
 ProgressFn = Callable[[Progress], None]
 
@@ -464,7 +465,10 @@ def _check_compatible(manifest: dict, model: str | None, config: Config, uri: st
 
 def _download_graph(fs: Any, src: str, dest: Path, sha256: str, uri: str) -> None:
     digest = hashlib.sha256()
-    with fs.open_input_stream(src, compression="zstd") as inp, open(dest, "wb") as out:
+    # Buffered: on object storage every read of an unbuffered stream is a ranged GET, and the
+    # decompressor reads in 64 KB pieces (a 75 MB graph took 55 s through S3 that way).
+    with fs.open_input_stream(src, compression="zstd", buffer_size=_DOWNLOAD_BUFFER) as inp, \
+            open(dest, "wb") as out:
         while block := inp.read(_IO_CHUNK):
             digest.update(block)
             out.write(block)
