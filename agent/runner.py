@@ -65,6 +65,8 @@ _POLL_S = 0.05
 _WATCHDOG_POLL_S = 0.01
 _WATCHDOG_NICE = 10
 _AFTER_KILL_DRAIN_S = 2.0
+#: How long a command whose output has ended may take to exit before it is killed.
+_EXIT_GRACE_S = 1.0
 _REAP_S = 5.0
 
 
@@ -871,6 +873,13 @@ def _supervise(
         sel.close()
         proc.stdout.close()
         proc.stderr.close()
+    if kill_reason is None:
+        # Output ends when the last holder closes the pipes, which can be just before the
+        # command exits (coreutils close stdout and stderr in an atexit handler): let it
+        # finish, or its real exit status would be lost to the SIGKILL below.
+        deadline = time.monotonic() + _EXIT_GRACE_S
+        while not _exited(pgid) and time.monotonic() < deadline:
+            time.sleep(0.005)
     _kill_all(pgid, cgroup)
     exit_code = proc.wait()
     out, err = buffers[out_fd], buffers[err_fd]

@@ -78,6 +78,14 @@ def test_exit_codes_are_reported(tmp_path, code):
     assert run(f"exit {code}", tmp_path).exit_code == code
 
 
+def test_exit_status_survives_closing_output_before_exit(tmp_path):
+    """The pipes reach EOF before the command exits (as with coreutils' atexit close): the
+    real status is reported, not the SIGKILL that cleans up leftovers."""
+    code = "import os, time; os.close(1); os.close(2); time.sleep(0.3); raise SystemExit(7)"
+    result = run([PY, "-c", code], tmp_path)
+    assert result.exit_code == 7 and not result.killed
+
+
 def test_missing_program_is_exit_127(tmp_path):
     result = run(["repoctx-no-such-program-xyz"], tmp_path)
     assert result.exit_code == 127
