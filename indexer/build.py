@@ -474,7 +474,7 @@ def _build_locked(
     parsed = touched = 0
     failed: dict[str, str] = {}
     model = config.embed_model if chunks else None
-    if engine is not None and work:
+    if engine is not None and engine.worth_it(files=len(work)):
         batches = engine.parse_all(str(config.root), work, model, progress)
     else:
         batches = _parse_all(config, work, progress, model)

@@ -30,6 +30,11 @@ from .models import Progress
 INFLIGHT_PER_WORKER = 2
 #: Files per parse task when the batch size is not limited by the number of files.
 TASK_FILES = 64
+#: Below this many changed files, or chunks to embed, a build does the work in this process:
+#: starting Ray (~3 s) and loading the model in actors costs more than an edit's worth of work,
+#: and a watcher configured with `engine = "ray"` must stay as cheap as a local one.
+MIN_FILES = 64
+MIN_CHUNKS = 512
 
 
 def _parse_blobs(model: str | None, blobs: list[tuple]) -> list[FileResult]:
@@ -137,6 +142,14 @@ class RaySession:
         self._parse = ray.remote(num_cpus=1, max_retries=2)(_parse_blobs)
         self.ray = ray
         return self
+
+    def worth_it(self, files: int = 0, chunks: int = 0) -> bool:
+        """Whether this much work goes to the cluster rather than this process.
+        ``REPOCTX_RAY_MIN_WORK=1`` sends any work (for trying a cluster on a small tree)."""
+        forced = os.environ.get("REPOCTX_RAY_MIN_WORK")
+        if forced:
+            return max(files, chunks) >= int(forced)
+        return files >= MIN_FILES or chunks >= MIN_CHUNKS
 
     def close(self) -> None:
         if self.owned and self.ray is not None and self.ray.is_initialized():

@@ -123,7 +123,7 @@ def embed_pending(
         done, total = coverage(conn)
         return EmbedStats(total, 0, 0, 0, model_name, time.perf_counter() - t0, done / total if total else 1.0)
     pool = None
-    if engine is not None and embedder is None:  # the model runs in Ray actors
+    if engine is not None and embedder is None and engine.worth_it(chunks=pending_total):
         pool = embedder = engine.embed_pool(config.embed_model, config.embed_batch_size)
     elif embedder is None:
         from .embed import create_embedder

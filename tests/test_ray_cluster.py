@@ -3,6 +3,8 @@ on 127.0.0.1) equals a local build and leaves the cluster running."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import socket
 import subprocess
@@ -11,9 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from cli.main import cli
 from indexer.config import load_config
 from indexer.errors import ConfigError
 from indexer.ray_engine import RaySession
@@ -33,6 +33,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def small_work_goes_to_ray(monkeypatch):
+    """The fixture repository is small: send its files and chunks to Ray anyway."""
+    from indexer import ray_engine
+
+    monkeypatch.setattr(ray_engine, "MIN_FILES", 1)
+    monkeypatch.setattr(ray_engine, "MIN_CHUNKS", 1)
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +85,20 @@ def test_build_on_existing_cluster_equals_local_and_leaves_it_running(cluster, t
     from indexer.build import build
 
     build(local, embed=True)
-    result = CliRunner().invoke(cli, ["index", "build", str(root), "--engine", "ray", "--ray-address",
-                                      cluster, "--embed-model", "hashing:64", "--index-dir",
-                                      str(tmp_path / "remote"), "--json", "-q"])
-    assert result.exit_code == 0, result.output
+    # The command a user runs, in its own process (as on a cluster's driver); small work is
+    # sent to Ray anyway (REPOCTX_RAY_MIN_WORK=1), so parse tasks and actors run on the cluster.
+    env = {**os.environ, "REPOCTX_RAY_MIN_WORK": "1", "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "repoctx"), "index", "build", str(root), "--engine",
+         "ray", "--ray-address", cluster, "--embed-model", "hashing:64", "--index-dir",
+         str(tmp_path / "remote"), "--json", "-q"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["embedding"]["coverage"] == 1.0 and out["files_parsed"] == len(FILES)
     remote = load_config(root, env={}, index_dir=tmp_path / "remote")
     assert dump_graph(local) == dump_graph(remote)
-    assert not ray.is_initialized()  # the driver disconnected ...
     probe = subprocess.run([str(Path(sys.executable).parent / "ray"), "status",
                             f"--address={cluster}"], capture_output=True)
     assert probe.returncode == 0  # ... and the shared cluster is still up
@@ -97,29 +113,39 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path):
         RaySession(cfg).connect()
 
 
+GPU_CHECK = """
+import json, sys
+import ray
+from indexer.build import build
+from indexer.config import load_config
+from indexer.ray_engine import RaySession
+
+ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+         configure_logging=False)
+cfg = load_config(sys.argv[1], env={}, engine="ray", embed_model="hashing:64")
+session = RaySession(cfg).connect()
+pool = session.embed_pool("hashing:64", 8)
+out = {"gpus": session.gpus, "workers": session.workers, "actors": len(pool.actors),
+       "gpu_ids": ray.get(pool.actors[0].gpu_ids.remote()),
+       "shape": list(pool.result(pool.submit(["def alpha(): pass", "class Beta: pass"])).shape)}
+pool.close()
+stats = build(cfg, embed=True)
+out.update(coverage=stats.embedding["coverage"], embedded=stats.embedding["embedded"],
+           still_up=ray.is_initialized())
+print(json.dumps(out))
+"""
+
+
 def test_embedding_actors_one_per_gpu(tmp_path):
     """A cluster with GPUs gets one embedding actor per GPU, each holding one. The GPU here is
     a declared resource (this machine has none): placement is what is checked, the model
-    falls back to the CPU inside the actor."""
-    if ray.is_initialized():
-        pytest.skip("a Ray instance is already running in this process")
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    try:
-        root = make_repo(tmp_path / "repo", FILES)
-        cfg = load_config(root, env={}, engine="ray", embed_model="hashing:64")
-        session = RaySession(cfg).connect()
-        assert (session.gpus, session.workers) == (1, 2)
-        pool = session.embed_pool("hashing:64", 8)
-        assert len(pool.actors) == 1
-        assert ray.get(pool.actors[0].gpu_ids.remote()) == [0]
-        vectors = pool.result(pool.submit(["def alpha(): pass", "class Beta: pass"]))
-        assert vectors.shape == (2, 64)
-        pool.close()
-        from indexer.build import build
-
-        stats = build(cfg, embed=True)
-        assert stats.embedding["coverage"] == 1.0 and stats.embedding["embedded"] > 0
-        assert ray.is_initialized()  # not started by the build: left running
-    finally:
-        ray.shutdown()
+    falls back to the CPU inside the actor. Its own process: one Ray start per process."""
+    root = make_repo(tmp_path / "repo", FILES)
+    proc = subprocess.run([sys.executable, "-c", GPU_CHECK, str(root)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "REPOCTX_RAY_MIN_WORK": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (out["gpus"], out["workers"], out["actors"]) == (1, 2, 1)
+    assert out["gpu_ids"] == [0] and out["shape"] == [2, 64]
+    assert out["coverage"] == 1.0 and out["embedded"] > 0
+    assert out["still_up"]  # a Ray the build did not start is left running

@@ -3,7 +3,12 @@ references, chunk ids and vectors — on a real local Ray instance."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +34,30 @@ FILES = {
     "tool.py": "import pkg.a\n\n\ndef main():\n    pkg.a.beta()\n    gamma()\n",
     "broken.py": "def oops(:\n    return 1\n\n\ndef fine():\n    return oops()\n",
 }
+
+
+@pytest.fixture(autouse=True)
+def small_work_goes_to_ray(monkeypatch):
+    """These fixtures are small; send every changed file and chunk to Ray anyway, and record
+    that Ray did the work."""
+    from indexer import ray_engine
+
+    monkeypatch.setattr(ray_engine, "MIN_FILES", 1)
+    monkeypatch.setattr(ray_engine, "MIN_CHUNKS", 1)
+    calls = {"parse": 0, "embed": 0}
+    parse, pool = ray_engine.RaySession.parse_all, ray_engine.RaySession.embed_pool
+
+    def parse_all(self, *a, **kw):
+        calls["parse"] += 1
+        return parse(self, *a, **kw)
+
+    def embed_pool(self, *a, **kw):
+        calls["embed"] += 1
+        return pool(self, *a, **kw)
+
+    monkeypatch.setattr(ray_engine.RaySession, "parse_all", parse_all)
+    monkeypatch.setattr(ray_engine.RaySession, "embed_pool", embed_pool)
+    return calls
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +106,55 @@ def _same_index(a, b) -> None:
         np.testing.assert_allclose(vec, vb[cid], atol=1e-5)
 
 
+def _ray_processes() -> set[int]:
+    """pids of Ray's per-instance daemons (GCS server, raylet) on this machine."""
+    out = subprocess.run(["pgrep", "-f", "gcs_server|raylet"], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
 def test_ray_engine_starts_and_stops_its_own_ray(repo, tmp_path):
-    """Without a cluster address the build starts a private Ray and shuts it down after."""
+    """Without a cluster address the command starts a private Ray and stops it after: the
+    command a user runs, in its own process (one Ray start per process keeps Ray reliable)."""
+    before = _ray_processes()
+    env = {**os.environ, "REPOCTX_RAY_MIN_WORK": "1"}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "repoctx"), "index", "build", str(repo), "--engine",
+         "ray", "--jobs", "2", "--embed-model", "hashing:64", "--index-dir", str(tmp_path / "own"),
+         "--json", "-q"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["files_parsed"] > 10 and out["embedding"]["coverage"] == 1.0
+    deadline = time.monotonic() + 20
+    while _ray_processes() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _ray_processes() - before  # nothing of its Ray is left running
+
+
+def test_an_edit_with_engine_ray_stays_local(repo, tmp_path, monkeypatch, small_work_goes_to_ray):
+    """A few changed files (a watcher's usual build) never start Ray: same index, no ~3 s."""
+    from indexer import ray_engine
+
     if ray.is_initialized():
         pytest.skip("a Ray instance is already running in this process")
-    cfg, stats = _build(repo, tmp_path / "own", "ray")
-    assert stats.files_parsed > 10
-    assert not ray.is_initialized()
+    monkeypatch.setattr(ray_engine, "MIN_FILES", 64)
+    monkeypatch.setattr(ray_engine, "MIN_CHUNKS", 512)
+    local_cfg, _ = _build(repo, tmp_path / "local", "local")
+    ray_cfg, first = _build(repo, tmp_path / "ray", "ray")  # 20-odd files: below the threshold
+    write_files(repo, {"pkg/a.py": "def alpha():\n    return 3\n"})
+    _build(repo, tmp_path / "local", "local")
+    _, edit = _build(repo, tmp_path / "ray", "ray")
+    assert edit.files_parsed == 1 and edit.embedding["embedded"] > 0
+    assert small_work_goes_to_ray == {"parse": 0, "embed": 0} and not ray.is_initialized()
+    _same_index(local_cfg, ray_cfg)
 
 
-def test_ray_build_equals_local_build(ray_local, repo, tmp_path):
+def test_ray_build_equals_local_build(ray_local, repo, tmp_path, small_work_goes_to_ray):
     local_cfg, local = _build(repo, tmp_path / "local", "local")
+    assert small_work_goes_to_ray == {"parse": 0, "embed": 0}
     ray_cfg, remote = _build(repo, tmp_path / "ray", "ray")
+    assert small_work_goes_to_ray == {"parse": 1, "embed": 1}
     assert remote.files_parsed == local.files_parsed > 10
     assert (remote.symbols, remote.references, remote.resolved) == (
         local.symbols, local.references, local.resolved)
