@@ -192,6 +192,8 @@ def main() -> None:
     tmp = bench_tmpdir("scale")
     env = {**corpus.env(), "HF_HUB_OFFLINE": "1"}
     env.pop("REPOCTX_EXCLUDE", None)  # the copy holds only what the corpus indexes
+    if args.quick:  # a handful of files would otherwise stay in-process even with --engine ray
+        env["REPOCTX_RAY_MIN_WORK"] = "1"
     result: dict = {"benchmark": "scale_out", "corpus": corpus.name, "machine": {
         "cpus": os.cpu_count(), "python": platform.python_version(),
         "load_avg_start": os.getloadavg()[0]}, "repoctx": git_revision()}
