@@ -19,8 +19,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 
-import sqlite_utils
-
 from . import store
 from .chunking import Chunk, chunk_file
 from .config import Config
@@ -32,6 +30,7 @@ from .models import BuildStats, ParsedFile, Progress
 from .modules import module_name, package_dirs
 from .parser import parse_source
 from .resolve import Resolution, SymbolTable, resolve_refs
+from .store import WriteDB
 
 #: Below this many changed files, parse in-process: a pool costs more than it saves.
 POOL_THRESHOLD = 48
@@ -62,7 +61,7 @@ def content_hash(data: bytes) -> str:
 
 @cache
 def _tokenizer(model: str):
-    from .embed import load_tokenizer
+    from .tokenizer import load_tokenizer
 
     return load_tokenizer(model)
 
@@ -168,7 +167,7 @@ def _parse_all(
 
 
 def _write_results(
-    db: sqlite_utils.Database, results: Iterable[FileResult], existing: dict, gen: int,
+    db: WriteDB, results: Iterable[FileResult], existing: dict, gen: int,
     bulk: bool = False,
 ) -> None:
     """Replace the rows of each changed file; record names whose definitions moved."""
@@ -304,7 +303,7 @@ def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
         conn.execute("DELETE FROM files WHERE id = ?", [fid])
 
 
-def _delete_files(db: sqlite_utils.Database, existing: dict, paths: Iterable[str]) -> None:
+def _delete_files(db: WriteDB, existing: dict, paths: Iterable[str]) -> None:
     conn = db.conn
     names: set[str] = set()
     for path in paths:
@@ -317,7 +316,7 @@ def _delete_files(db: sqlite_utils.Database, existing: dict, paths: Iterable[str
     conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)", [(n,) for n in names])
 
 
-def _resolve_pending(db: sqlite_utils.Database, full: bool, progress: ProgressFn | None) -> None:
+def _resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None) -> None:
     """Resolve new references and those whose target names changed, inherit edges first
     (member lookups through base classes need them)."""
     conn = db.conn

