@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 
@@ -148,6 +146,10 @@ def _parse_all(
         return
     # Small batches at first keep every worker busy while results stream back.
     size = max(8, min(config.batch_size, len(work) // (jobs * 4) or 8))
+    # Imported here: ~25 ms that a one-file edit (parsed in-process) does not need.
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+
     # spawn, not fork: LanceDB (used by the same process for vectors) is not fork-safe.
     ctx = multiprocessing.get_context("spawn")
     pending = list(_batches(work, size))

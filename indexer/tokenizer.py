@@ -215,14 +215,15 @@ class ModelTokenizer:
         self._counter = None
         self._encoder = None
         self._bert: bool | None = None
+        self._padding: dict[str, Any] = {}
         if tokenizer is not None:
-            from tokenizers import Tokenizer
-
-            # tokenizer.json may carry fixed padding/truncation (128 for MiniLM): counting
-            # must use neither.
-            self._counter = Tokenizer.from_str(tokenizer.to_str())
-            self._counter.no_padding()
-            self._counter.no_truncation()
+            # tokenizer.json may carry fixed padding/truncation (128 for MiniLM): counting must
+            # use neither. The loaded tokenizer (this object's own) counts; the encoder, made
+            # on the first encode(), gets padding back. A copy here cost ~50 ms per build.
+            self._padding = dict(tokenizer.padding or {})
+            tokenizer.no_padding()
+            tokenizer.no_truncation()
+            self._counter = tokenizer
 
     def count_lines(self, text: str) -> list[int] | None:
         """Tokens on each line of ``text`` (no special tokens). BERT-style tokenizers split on
@@ -242,8 +243,7 @@ class ModelTokenizer:
 
     def _bert_like(self) -> bool:
         if self._bert is None:
-            pre = json.loads(self._counter.to_str()).get("pre_tokenizer") or {}
-            self._bert = pre.get("type") == "BertPreTokenizer"
+            self._bert = type(self._counter.pre_tokenizer).__name__ == "BertPreTokenizer"
             self._piece_cache: dict[str, int] = {}
         return self._bert
 
@@ -254,7 +254,7 @@ class ModelTokenizer:
         tok = self._tokenizer
         encoder = Tokenizer.from_str(tok.to_str())
         encoder.enable_truncation(self.max_tokens)
-        padding = tok.padding or {}
+        padding = self._padding
         pad_token = padding.get("pad_token") or self._pad_token or "[PAD]"
         pad_id = padding.get("pad_id", tok.token_to_id(pad_token))
         if pad_id is None:
