@@ -38,11 +38,9 @@ def _context_options(f):
 
 
 def _searcher(config, conn):
-    from indexer.storage import storage_options
     from retrieval.search import Searcher
 
-    return Searcher(conn, config.index_path, config.root, vectors_uri=config.vectors_uri,
-                    storage_options=storage_options(config))
+    return Searcher.from_config(conn, config)
 
 
 def _budget(flag: int | None, config) -> int:

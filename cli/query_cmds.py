@@ -121,10 +121,7 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
     from retrieval.search import Searcher
 
     config, conn = open_graph(root, index_dir)
-    from indexer.storage import storage_options
-
-    searcher = Searcher(conn, config.index_path, config.root, vectors_uri=config.vectors_uri,
-                        storage_options=storage_options(config))
+    searcher = Searcher.from_config(conn, config)
     result = searcher.search(query, mode, k, lang=lang, path_glob=path_glob)
     if as_json:
         echo_json(result)

@@ -44,37 +44,20 @@ class EmbedStats:
     coverage: float  # share of chunks with a vector, 0..1
 
 
-def vectors_uri(config: Config, conn=None) -> str:
-    """The vector table of this index (see ``storage.vectors_uri``)."""
-    from .storage import recorded_vectors_uri
-    from .storage import vectors_uri as resolve
-
-    return resolve(config, recorded_vectors_uri(conn) if conn is not None else None)
-
-
-def open_vectors(config: Config, conn, dim: int, model: str):
-    """The index's VectorStore, wherever its table lives."""
-    from .storage import storage_options
-    from .vectors import VectorStore
-
-    return VectorStore.open(vectors_uri(config, conn), dim, model, storage_options(config))
-
-
 def _follow_vectors_uri(config: Config, conn) -> str:
     """The URI this build writes vectors to. When it moved (`--vectors-uri` changed), every
     chunk is embedded again into the new table (vectors there are still reused by hash)."""
-    from .storage import check_uri, recorded_vectors_uri
-    from .storage import vectors_uri as resolve
+    from .storage import VECTORS_DIR, check_uri, locate_vectors, recorded_vectors_uri
 
     recorded = recorded_vectors_uri(conn) or ""
     wanted = check_uri(config.vectors_uri, "vectors URI") if config.vectors_uri else ""
-    if wanted and wanted == str(config.index_path / "vectors.lance"):
+    if wanted == str(config.index_path / VECTORS_DIR):
         wanted = ""
     if wanted != recorded:
         with conn:
             conn.execute("UPDATE chunks SET embedded = 0")
             conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_uri', ?)", [wanted])
-    return resolve(config, wanted or None)
+    return locate_vectors(wanted, None, config.index_path)
 
 
 def coverage(conn) -> tuple[int, int]:

@@ -40,13 +40,20 @@ from .config import Config
 from .errors import RepoctxError
 from .lock import WriteLock
 from .models import Progress
-from .storage import check_uri, filesystem, is_remote, storage_options
+from .storage import (
+    check_uri,
+    filesystem,
+    is_remote,
+    open_vectors,
+    storage_options,
+    vectors_uri,
+)
+from .vectors import TABLE
 
 FORMAT = 1
 MANIFEST = "manifest.json"
 GRAPH = "graph.db.zst"
 VECTORS = "vectors"
-TABLE = "chunks"
 #: Commits of history searched for a snapshot before giving up.
 MAX_WALK = 10_000
 #: Rows per batch when copying a vector table: memory stays flat whatever the table size.
@@ -157,7 +164,7 @@ def _read_manifest(fs: Any, path: str) -> dict:
 
 def list_snapshots(uri: str, options: dict[str, str] | None = None) -> list[dict]:
     """The manifests of every complete snapshot under ``uri``, newest first."""
-    fs, base = filesystem(check_uri(uri.rstrip("/"), "snapshot URI"), options)
+    fs, base = filesystem(uri.rstrip("/"), options)  # filesystem() refuses credentials in it
     manifests = [_read_manifest(fs, f"{base}/{c}/{MANIFEST}") for c in _complete_commits(fs, base)]
     return sorted(manifests, key=lambda m: m.get("created", ""), reverse=True)
 
@@ -251,8 +258,6 @@ def _recorded_model(config: Config) -> str | None:
 def _open_vectors(config: Config) -> tuple[Any, int]:
     """The index's vector table and its current version."""
     import lancedb
-
-    from .semantic import vectors_uri
 
     db = store.open_for_read(config.index_path)
     try:
@@ -485,8 +490,6 @@ def _install_vectors(config: Config, src_uri: str | None, progress: ProgressFn |
     old one and renamed into place; a remote one is overwritten (a new Lance version)."""
     import lancedb
 
-    from .semantic import vectors_uri
-
     dest = vectors_uri(config)
     options = storage_options(config)
     source = None
@@ -513,12 +516,7 @@ def _install_vectors(config: Config, src_uri: str | None, progress: ProgressFn |
 
 def _index_vectors(config: Config, manifest: dict) -> None:
     """A copied table has no ANN index: build it now if the table is large enough to need one."""
-    from .semantic import vectors_uri
-    from .vectors import VectorStore
-
-    vs = VectorStore.open(vectors_uri(config), manifest["embed_dim"], manifest["embed_model"],
-                          storage_options(config))
-    vs.maybe_index()
+    open_vectors(config, None, manifest["embed_dim"], manifest["embed_model"]).maybe_index()
 
 
 def _swap_graph(new_db: Path, db_path: Path) -> None:

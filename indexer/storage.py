@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 from .config import Config, check_uri, is_remote
 from .errors import ConfigError
 
-__all__ = ["check_uri", "filesystem", "is_remote", "storage_options", "vectors_uri"]
+__all__ = ["check_uri", "filesystem", "is_remote", "open_vectors", "storage_options",
+           "vectors_uri"]
 
 VECTORS_DIR = "vectors.lance"
 #: LanceDB storage-option keys and the Arrow S3FileSystem arguments they map to.
@@ -37,18 +38,29 @@ def storage_options(config: Config) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in opts.items()} or None
 
 
-def vectors_uri(config: Config, recorded: str | None = None) -> str:
-    """Where the vector table lives: the configured ``vectors_uri`` (flag, file or
-    ``REPOCTX_VECTORS_URI``), else the one the index recorded at build time, else
-    ``<index>/vectors.lance``."""
-    uri = config.vectors_uri or recorded or str(config.index_path / VECTORS_DIR)
-    return check_uri(uri, "vectors URI")
+def locate_vectors(configured: str | None, recorded: str | None, index_dir: Path) -> str:
+    """Where a vector table lives: the configured URI (flag, file or ``REPOCTX_VECTORS_URI``),
+    else the one the index recorded at build time, else ``<index>/vectors.lance``."""
+    return check_uri(configured or recorded or str(Path(index_dir) / VECTORS_DIR), "vectors URI")
 
 
 def recorded_vectors_uri(conn) -> str | None:
     """The vectors URI an index was built with (None: the default, next to the graph)."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'vectors_uri'").fetchone()
     return row[0] if row and row[0] else None
+
+
+def vectors_uri(config: Config, conn=None) -> str:
+    """The vector table of this index; ``conn`` (the graph) supplies the recorded location."""
+    recorded = recorded_vectors_uri(conn) if conn is not None else None
+    return locate_vectors(config.vectors_uri, recorded, config.index_path)
+
+
+def open_vectors(config: Config, conn, dim: int, model: str):
+    """The index's VectorStore, wherever its table lives."""
+    from .vectors import VectorStore
+
+    return VectorStore.open(vectors_uri(config, conn), dim, model, storage_options(config))
 
 
 def filesystem(uri: str, options: dict[str, str] | None = None) -> tuple[Any, str]:

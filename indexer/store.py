@@ -106,12 +106,12 @@ REF_INDEXES = {
 }
 
 
-def drop_ref_indexes(db: sqlite_utils.Database) -> None:
+def drop_ref_indexes(db: WriteDB) -> None:
     for name in REF_INDEXES:
         db.execute(f"DROP INDEX IF EXISTS {name}")
 
 
-def ensure_ref_indexes(db: sqlite_utils.Database) -> None:
+def ensure_ref_indexes(db: WriteDB) -> None:
     for name, spec in REF_INDEXES.items():
         db.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {spec}")
 
@@ -185,13 +185,13 @@ _COUNTER_TRIGGERS = {
 }
 
 
-def drop_counters(db: sqlite_utils.Database) -> None:
+def drop_counters(db: WriteDB) -> None:
     """Bulk loads go without the per-row triggers; `ensure_counters` recounts afterwards."""
     for name in _COUNTER_TRIGGERS:
         db.execute(f"DROP TRIGGER IF EXISTS {name}")
 
 
-def ensure_counters(db: sqlite_utils.Database) -> None:
+def ensure_counters(db: WriteDB) -> None:
     """Create the counting triggers; when any was missing (after a bulk load or a crash during
     one), recount from the tables first so the totals are exact."""
     present = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
@@ -210,7 +210,7 @@ def ensure_counters(db: sqlite_utils.Database) -> None:
         db.execute(f"CREATE TRIGGER {name} {body}")
 
 
-def counts(db: sqlite_utils.Database) -> dict[str, int]:
+def counts(db: ReadDB) -> dict[str, int]:
     return dict(db.execute("SELECT key, n FROM counts").fetchall())
 
 
@@ -256,7 +256,7 @@ def _connect(path: Path, readonly: bool = False):
     return ReadDB(conn) if readonly else WriteDB(conn)
 
 
-def schema_version(db: sqlite_utils.Database) -> int:
+def schema_version(db: ReadDB) -> int:
     if "meta" not in db.table_names():
         return 0
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -285,9 +285,9 @@ def open_for_write(index_dir: Path) -> WriteDB:
         with db.conn:
             migrate(mdb)
             db.execute(
-                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                    [str(version)],
-                )
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                [str(version)],
+            )
     with db.conn:
         ensure_ref_indexes(db)
         ensure_counters(db)
@@ -309,10 +309,10 @@ def open_for_read(index_dir: Path) -> ReadDB:
     return db
 
 
-def get_meta(db: sqlite_utils.Database, key: str, default: str | None = None) -> str | None:
+def get_meta(db: ReadDB, key: str, default: str | None = None) -> str | None:
     row = db.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
     return row[0] if row else default
 
 
-def set_meta(db: sqlite_utils.Database, key: str, value: str) -> None:
+def set_meta(db: WriteDB, key: str, value: str) -> None:
     db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", [key, value])

@@ -287,8 +287,7 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
 def _vector_rows(config: Config, conn) -> tuple[str, int, list[str], list[str]] | None:
     """(model, dim, chunk id per row, model per row) read from the raw table, so duplicate rows
     (which `VectorStore.chunk_ids()` folds into a set) show; None when there is no table."""
-    from .semantic import vectors_uri
-    from .storage import storage_options
+    from .storage import storage_options, vectors_uri
     from .vectors import TABLE, VectorStore
 
     db = VectorStore._connect(vectors_uri(config, conn), storage_options(config))
@@ -451,7 +450,7 @@ def _repair_vectors(config: Config, db, found: _Findings) -> tuple[list[str], bo
         | set(ids.get("wrong_model_vector", []))
     )
     if drop:
-        from .semantic import open_vectors
+        from .storage import open_vectors
 
         model = store.get_meta(db, "embed_model") or ""
         dim = int(store.get_meta(db, "embed_dim", "0") or 0)

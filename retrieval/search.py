@@ -187,6 +187,14 @@ class Searcher:
         self._vectors_uri = vectors_uri  # None: where the index says (see _vector_store)
         self._storage_options = storage_options
 
+    @classmethod
+    def from_config(cls, conn: sqlite3.Connection, config, embedder=None) -> Searcher:
+        """A searcher for ``config``'s index, with its vectors location and storage options."""
+        from indexer.storage import storage_options
+
+        return cls(conn, config.index_path, config.root, embedder=embedder,
+                   vectors_uri=config.vectors_uri, storage_options=storage_options(config))
+
     def _meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
         return row[0] if row else None
@@ -202,9 +210,10 @@ class Searcher:
             model, dim = self._meta("embed_model"), self._meta("embed_dim")
             if not model:
                 return None
+            from indexer.storage import locate_vectors
             from indexer.vectors import VectorStore
 
-            uri = self._vectors_uri or self._meta("vectors_uri") or str(self.index_dir / "vectors.lance")
+            uri = locate_vectors(self._vectors_uri, self._meta("vectors_uri"), self.index_dir)
             self._vectors = VectorStore.open(uri, int(dim), model, self._storage_options)
         return self._vectors
 

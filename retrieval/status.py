@@ -33,7 +33,7 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
 
 def _vectors(config: Config, db) -> dict[str, Any] | None:
     """Model, location (where the index recorded it; never credentials) and coverage."""
-    from indexer.storage import recorded_vectors_uri, vectors_uri
+    from indexer.storage import vectors_uri
 
     model = store.get_meta(db, "embed_model")
     if not model:
@@ -43,7 +43,7 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
     ).fetchone()
     return {
         "model": model,
-        "uri": vectors_uri(config, recorded_vectors_uri(db.conn)),
+        "uri": vectors_uri(config, db.conn),
         "coverage": round(done / total, 4) if total else 1.0,
         "chunks": total,
     }

@@ -15,7 +15,7 @@ from indexer import store
 from indexer.build import build
 from indexer.config import load_config
 from indexer.embed import create_embedder
-from indexer.semantic import vectors_uri
+from indexer.storage import vectors_uri
 from indexer.vectors import VectorRow, VectorStore
 from indexer.verify import repair, verify
 from tests.conftest import dump_graph, make_repo, write_files

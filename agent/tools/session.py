@@ -69,17 +69,8 @@ class ToolSession:
     def searcher(self, config: Config, *, semantic: bool) -> Searcher:
         """A searcher over the index; with ``semantic`` the embedder is loaded (once per run)
         first, so later searchers reuse it. Cheap to make: the vector table opens lazily."""
-        from indexer.storage import storage_options
-
         embedder = self.embedder(config) if semantic else self._embedder
-        return Searcher(
-            self.conn(config),
-            config.index_path,
-            config.root,
-            embedder=embedder,
-            vectors_uri=config.vectors_uri,
-            storage_options=storage_options(config),
-        )
+        return Searcher.from_config(self.conn(config), config, embedder=embedder)
 
     def reindex(self, config: Config) -> ReindexReport:
         """Bring the index up to date with the tree: only changed files are parsed, and their
