@@ -45,12 +45,14 @@ class EmbedStats:
 
 
 def _follow_vectors_uri(config: Config, conn) -> str:
-    """The URI this build writes vectors to. When it moved (`--vectors-uri` changed), every
-    chunk is embedded again into the new table (vectors there are still reused by hash)."""
+    """The URI this build writes vectors to: the configured one, else where the index keeps
+    them (a build or watcher without the flag must not move them). When it moved, every
+    chunk is embedded again into the new table (vectors there are still reused by hash);
+    `--vectors-uri <index>/vectors.lance` brings them back next to the graph."""
     from .storage import VECTORS_DIR, check_uri, locate_vectors, recorded_vectors_uri
 
     recorded = recorded_vectors_uri(conn) or ""
-    wanted = check_uri(config.vectors_uri, "vectors URI") if config.vectors_uri else ""
+    wanted = check_uri(config.vectors_uri, "vectors URI") if config.vectors_uri else recorded
     if wanted == str(config.index_path / VECTORS_DIR):
         wanted = ""
     if wanted != recorded:

@@ -128,3 +128,21 @@ def test_moving_the_vectors_reembeds_into_the_new_place(s3_bucket, tmp_path):
     assert moved.embedding["coverage"] == 1.0
     again = build(remote, embed=True)
     assert again.embedding["embedded"] == 0
+
+
+def test_a_build_without_the_flag_keeps_the_vectors_where_they_are(s3_bucket, tmp_path):
+    """The index remembers its vectors URI: a later build (or a watcher) without
+    `--vectors-uri` updates the table on S3 instead of moving every vector back to disk."""
+    root = make_repo(tmp_path / "repo", FILES)
+    uri = f"{s3_bucket}/kept"
+    first = build(load_config(root, env={}, jobs=1, embed_model="hashing:64", vectors_uri=uri),
+                  embed=True)
+    (root / "text" / "render.py").write_text(
+        'def render_markdown_table(rows):\n    """Rows as a markdown table."""\n    return ""\n')
+    again = build(load_config(root, env={}, jobs=1, embed_model="hashing:64"), embed=True)
+    assert 0 < again.embedding["embedded"] < first.embedding["embedded"]
+    assert again.embedding["coverage"] == 1.0
+    assert not (root / ".repoctx" / "vectors.lance").exists()
+    conn = store.open_for_read(root / ".repoctx").conn
+    assert conn.execute("SELECT value FROM meta WHERE key = 'vectors_uri'").fetchone()[0] == uri
+    conn.close()
