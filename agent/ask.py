@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from retrieval.context import FULL, ContextPack, PackPolicy, assemble_context
 
 from .models import Message, ModelClient, Usage
+from .redact import redact_pack
+from .workspace import Workspace
 
 SYSTEM_PROMPT = """\
 You answer questions about a code repository using only the context given with the question.
@@ -130,9 +132,14 @@ def ask(
     tokenizer=None,
     index_dir: str | Path | None = None,
     max_tokens: int = 1024,
+    is_secret: Callable[[str], bool] | None = None,
 ) -> Answer:
     """Answer ``question``: with ``model``, from the assembled context with checked
-    citations; without, the ranked locations of that context and a hint to configure one."""
+    citations; without, the ranked locations of that context and a hint to configure one.
+
+    Files ``is_secret`` names (default: the agent's built-in deny list; pass
+    ``Workspace.from_config(config).is_secret`` to add `agent.deny`) are left out of the
+    context, and tokens and keys in the rest are redacted, as in every tool result."""
     root = Path(root)
     policy = replace(PackPolicy(), line_numbers=model is not None)
     pack = assemble_context(
@@ -146,6 +153,8 @@ def ask(
         index_dir=index_dir,
         policy=policy,
     )
+    # The pack goes into the model's prompt directly, not through the tools.
+    pack = redact_pack(pack, is_secret or Workspace(root).is_secret)
     locations = tuple(_location(item) for item in pack.items)
     if model is None:
         return Answer(question, "", "", (), locations, pack, hint=MODEL_HINT)

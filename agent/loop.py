@@ -46,6 +46,7 @@ from .plan import (
     fallback_plan,
     parse_plan,
 )
+from .redact import redact, redact_pack
 from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, fail, ok, run_originals
 from .trace import (
     TRACE_FORMAT,
@@ -314,7 +315,7 @@ class AgentRun:
             system=system,
             tools_tokens=self.tools_tokens if tools_tokens is None else tools_tokens,
             task=self.task,
-            notes="\n\n".join([*notes, self.instructions.text]).strip(),
+            notes=redact("\n\n".join([*notes, self.instructions.text]).strip()),
             plan=plan_text or "",
             history=self.history,
             observation=obs,
@@ -331,11 +332,12 @@ class AgentRun:
         key = (query, budget, generation(conn))
         if key not in self._packs:
             searcher = session.searcher(cfg, semantic=session.embed_model(cfg) is not None)
-            self._packs = {
-                key: assemble_context(
-                    conn, cfg.root, query, budget, searcher=searcher, tokenizer=self.counter
-                )
-            }
+            pack = assemble_context(
+                conn, cfg.root, query, budget, searcher=searcher, tokenizer=self.counter
+            )
+            # The pack enters the prompt directly, not through the tools: the same deny list
+            # and the same redaction as every tool result.
+            self._packs = {key: redact_pack(pack, self.ctx.workspace.is_secret)}
         return self._packs[key]
 
     def complete(

@@ -25,6 +25,7 @@ import contextlib
 import os
 import re
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
+from indexer import store
 from indexer.build import build, index_exists
 from indexer.config import Config
 from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
@@ -44,6 +46,7 @@ from indexer.watch import event_filter
 from retrieval.freshness import generation, stale_paths
 from retrieval.status import index_status
 
+from .redact import detectors
 from .tools.core import Tool, ToolContext, ToolRegistry, ToolResult, fail, ok
 from .tools.read_tools import FIND_REFERENCES, FIND_SYMBOL, READ_SPAN, SEARCH_CODE
 from .tools.session import ToolSession
@@ -283,8 +286,11 @@ class LiveIndex:
     def _build(self) -> RefreshReport:
         t0 = time.perf_counter()
         config = self.config
-        model = self.session.embed_model(config)
-        embedder = self.session.embedder(config) if model else None
+        try:
+            model = self.session.embed_model(config)
+            embedder = self.session.embedder(config) if model else None
+        except (RepoctxError, sqlite3.DatabaseError) as exc:  # a damaged index, a lost model
+            return RefreshReport(note=f"the index could not be refreshed: {_message(config, exc)}")
         if model:
             # Chunks are sized with the tokenizer of the model that embeds them.
             config = replace(config, embed_model=model)
@@ -316,6 +322,14 @@ class LiveIndex:
             "changes_pending": dirty if self.options.refresh else None,
             "last_refresh": asdict(self.last_refresh) if self.last_refresh else None,
         }
+
+
+def _message(config: Config, exc: BaseException) -> str:
+    """What to tell the client about ``exc``: SQLite's word for a damaged file becomes the
+    one-line IndexDamagedError naming the repair."""
+    if isinstance(exc, sqlite3.DatabaseError) and store.is_damage(exc):
+        return str(store.damaged(config.index_path, exc))
+    return str(exc)
 
 
 def _remove_dead_markers(index_dir: str) -> None:
@@ -485,6 +499,9 @@ class RepoctxMCP:
                 f"No index at {config.index_path} — run `repoctx index build {config.root}` "
                 "first, then start the server again."
             )
+        # A damaged or foreign graph refuses to serve at once (IndexDamagedError); an older
+        # schema is fine: the first refresh migrates it.
+        store.open_for_read(config.index_path, check_version=False).conn.close()
         self.config = config
         self.options = options or ServeOptions()
         self.session = ToolSession()
@@ -518,6 +535,7 @@ class RepoctxMCP:
             except (RepoctxError, OSError):
                 return  # the first call meets the same problem and reports it
         try:
+            detectors()  # detect-secrets, which redacts every answer (~0.2 s to import)
             import indexer.vectors  # noqa: F401  (lancedb)
             from retrieval.tokens import get_tokenizer
 
@@ -565,7 +583,17 @@ class RepoctxMCP:
         with self._lock:
             report = self.live.refresh()
             result = self.registry.call(name, arguments if arguments is not None else {}, self.ctx)
-            fresh = self._freshness(report, result.data)
+            if not result.ok and result.data.get("exception") == "DatabaseError":
+                # sqlite3 raises exactly DatabaseError for a damaged file (not Operational...)
+                damaged = store.damaged(self.config.index_path, result.error or "")
+                result = fail(str(damaged), exception="IndexDamagedError")
+            try:
+                fresh = self._freshness(report, result.data)
+            except (RepoctxError, sqlite3.DatabaseError) as exc:
+                fresh = {"generation": None, "refreshed": report.refreshed,
+                         "files_reindexed": report.files_parsed + report.files_deleted,
+                         "stale_files": [], "auto_refresh": self.options.refresh,
+                         "note": _message(self.config, exc)}
         data = {**result.data, "ok": result.ok, "freshness": fresh}
         if result.error is not None:
             data["error"] = result.error
@@ -598,7 +626,8 @@ def _paths(data: dict[str, Any]) -> set[str]:
 
 
 def _stamp(fresh: dict[str, Any]) -> str:
-    parts = [f"[index generation {fresh['generation']}"]
+    gen = fresh["generation"]
+    parts = [f"[index generation {gen}" if gen is not None else "[index unreadable"]
     n = fresh["files_reindexed"]
     if n:
         parts.append(

@@ -14,10 +14,16 @@ root or with CAP_SYS_RESOURCE / CAP_SYS_ADMIN); otherwise a /proc watchdog that 
 when it holds more than ``max_processes`` processes. In every case the whole process group is
 killed at the end, so nothing outlives the call unless it left the session with setsid(2) — and
 inside a cgroup even those are killed.
+
+With ``sandbox=SandboxPolicy(...)`` the command also runs in the kernel sandbox of
+agent/sandbox.py (Landlock, mount/network/user namespaces) and with git's repository-configured
+programs neutralised; ``CommandResult.sandbox`` says which layers applied. The allowlist stays a
+second layer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -28,12 +34,14 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from . import sandbox as _sandbox
 from .errors import CommandNotAllowedError, InvalidCommandError, PathNotFoundError
+from .sandbox import SandboxError, SandboxPolicy
 
 DEFAULT_ENV_ALLOW: tuple[str, ...] = (
     "PATH",
@@ -108,6 +116,12 @@ class CommandResult:
     stderr_bytes: int = 0
     #: Which guard bounded the number of processes.
     containment: Containment = "none"
+    #: Sandbox layers that applied, e.g. ("landlock-7", "mountns", "netns"); () when none did.
+    sandbox: tuple[str, ...] = ()
+    #: What the sandbox did not cover for this command ("" when every layer applied).
+    sandbox_note: str = ""
+    #: A one-time warning that the sandbox is weaker than usual here (first command only).
+    sandbox_warning: str = ""
 
 
 # -- command parsing ------------------------------------------------------------------------------
@@ -528,7 +542,10 @@ def _pids_cgroup_bases() -> list[Path]:
 
 
 def _child_setup(
-    procs_file: str | None, limits: list[tuple[int, tuple[int, int]]], nice: int
+    procs_file: str | None,
+    limits: list[tuple[int, tuple[int, int]]],
+    nice: int,
+    sandbox: Callable[[], None] | None = None,
 ) -> None:
     """Runs in the child between fork and exec; kept to syscalls."""
     if procs_file is not None:
@@ -542,6 +559,8 @@ def _child_setup(
         resource.setrlimit(which, values)
     if nice:
         os.nice(nice)
+    if sandbox is not None:
+        sandbox()
 
 
 def _rlimits(limits: ResourceLimits, nproc: int | None) -> list[tuple[int, tuple[int, int]]]:
@@ -689,6 +708,7 @@ def _spawn(
     cgroup: _PidsCgroup | None,
     setup_limits: list[tuple[int, tuple[int, int]]],
     watchdog: bool,
+    prepared: _sandbox.Prepared,
 ) -> subprocess.Popen[bytes]:
     procs_file = cgroup.procs_file if cgroup is not None else None
     # Under the watchdog the command runs at lower priority, so a fork bomb cannot starve the
@@ -703,7 +723,8 @@ def _spawn(
         stderr=subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
-        preexec_fn=lambda: _child_setup(procs_file, setup_limits, nice),
+        pass_fds=prepared.pass_fds,
+        preexec_fn=lambda: _child_setup(procs_file, setup_limits, nice, prepared.child),
     )
 
 
@@ -717,12 +738,17 @@ def run_command(
     allowlist: tuple[str, ...] | None = None,
     extra_env: Mapping[str, str] | None = None,
     limits: ResourceLimits = ResourceLimits(),  # noqa: B008 - frozen, safe to share
+    sandbox: SandboxPolicy | None = None,
 ) -> CommandResult:
     """Run ``argv`` in ``cwd`` and return its exit status and (capped) output.
 
     ``max_output_bytes`` applies to stdout and stderr separately. Output beyond it is read and
     discarded (the first and last halves are kept), so memory stays bounded however much the
     command prints. Processes the command leaves behind are killed when it exits.
+
+    ``sandbox`` confines the command (see agent/sandbox.py); None runs it unconfined, which the
+    agent's tools never do. Raises SandboxError when the policy requires a sandbox the kernel
+    cannot give, or when setting it up failed (the command then did not run).
     """
     exec_argv = plan_command(argv, allowlist)
     cwd = Path(cwd)
@@ -730,7 +756,27 @@ def run_command(
         raise PathNotFoundError(
             f"Working directory {cwd} does not exist — pass the workspace root."
         )
-    env = build_env(env_allow, extra_env)
+    base_env = build_env(env_allow, extra_env)
+    prepared = _sandbox.prepare(sandbox, cwd, base_env)
+    try:
+        return _run(
+            exec_argv, cwd, base_env, prepared, sandbox, timeout_s, max_output_bytes, limits
+        )
+    finally:
+        prepared.cleanup()
+
+
+def _run(
+    exec_argv: tuple[str, ...],
+    cwd: Path,
+    base_env: dict[str, str],
+    prepared: _sandbox.Prepared,
+    policy: SandboxPolicy | None,
+    timeout_s: float,
+    max_output_bytes: int,
+    limits: ResourceLimits,
+) -> CommandResult:
+    env = prepared.env
     started = time.monotonic()
 
     cgroup = None
@@ -746,20 +792,43 @@ def run_command(
     )
     spawn_error: OSError | None = None
     try:
-        try:
-            proc = _spawn(exec_argv, cwd, env, cgroup, setup_limits, cgroup is None and guarded)
-        except subprocess.SubprocessError:
-            if cgroup is None:
-                raise
-            # Joining the cgroup failed in the child (no permission to move it); go without.
-            cgroup.remove()
-            cgroup = None
-            proc = _spawn(exec_argv, cwd, env, None, setup_limits, guarded)
+        while True:
+            try:
+                proc = _spawn(
+                    exec_argv, cwd, env, cgroup, setup_limits, cgroup is None and guarded, prepared
+                )
+                prepared.spawned()
+                break
+            except subprocess.SubprocessError:
+                prepared.spawned()
+                failed = prepared.failure()
+                if failed is not None:
+                    # The child could not set up the sandbox; it ran nothing.
+                    retry = None
+                    if policy is not None:
+                        retry = _sandbox.after_failure(policy, prepared, *failed, cwd, base_env)
+                    prepared.cleanup()
+                    if retry is None:
+                        raise SandboxError(_sandbox.failure_message(*failed)) from None
+                    prepared = retry
+                    env = prepared.env
+                    continue
+                if cgroup is None:
+                    raise
+                # Joining the cgroup failed in the child (no permission to move it); go without.
+                cgroup.remove()
+                cgroup = None
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         spawn_error = exc
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        prepared.cleanup()
+        raise
     if spawn_error is not None:
         if cgroup is not None:
             cgroup.remove()
+        prepared.cleanup()
         code = 127 if isinstance(spawn_error, FileNotFoundError) else 126
         return CommandResult(
             exec_argv,
@@ -770,6 +839,9 @@ def run_command(
             False,
             time.monotonic() - started,
             False,
+            sandbox=prepared.layers,
+            sandbox_note=prepared.note,
+            sandbox_warning=prepared.warning,
         )
 
     pgid = proc.pid
@@ -781,7 +853,7 @@ def run_command(
     elif guarded:
         containment = "watchdog"
     try:
-        return _supervise(
+        result = _supervise(
             proc, exec_argv, started, timeout_s, max_output_bytes, limits, cgroup, containment
         )
     finally:
@@ -789,6 +861,13 @@ def run_command(
         proc.wait()
         if cgroup is not None:
             cgroup.remove()
+        prepared.cleanup()
+    return dataclasses.replace(
+        result,
+        sandbox=prepared.layers,
+        sandbox_note=prepared.note,
+        sandbox_warning=prepared.warning,
+    )
 
 
 def _supervise(

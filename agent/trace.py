@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from indexer.gitsafe import git_env
+
 from .errors import AgentError
 from .models.base import Message, ToolCall
 
@@ -258,10 +260,17 @@ def diff_stats(root: Path, originals: Mapping[str, bytes | None]) -> list[FileSt
 
 
 def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """git in ``root`` with the user's own environment (identity, hooks)."""
+    """git in ``root`` with the user's own environment (identity), but nothing the repository
+    configures runs: no hooks, fsmonitor, filters or external diff (indexer.gitsafe)."""
     try:
         return subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=check, timeout=120
+            ["git", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+            env=git_env(root, read_only=False),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)

@@ -12,7 +12,7 @@ from typing import Literal, Protocol
 
 import pathspec
 
-from indexer.config import Config
+from indexer.config import Config, section_settings
 
 from .errors import (
     BinaryFileError,
@@ -22,24 +22,85 @@ from .errors import (
     SecretPathError,
 )
 
-#: Never read or written by the agent. gitignore syntax; a pattern without "/" matches at any depth.
+#: Never read or written by the agent, listed, searched or put in a context pack. gitignore
+#: syntax: a pattern without "/" matches at any depth, the last pattern that matches wins, and
+#: "!" re-allows (so `agent.deny = ["!.env.example"]` re-allows what these deny). Files are
+#: denied by what they are for, never by a word in a source file's name: `key.py`, `keys.go`
+#: and `credentials.py` stay readable. Secrets inside readable files (a token in code, a
+#: remote URL with a password in `.git/config`) are redacted by content: agent/redact.py.
 DEFAULT_DENY: tuple[str, ...] = (
+    # environment files: dotenv (templates too, until re-allowed) and direnv
     ".env",
     ".env.*",
+    ".envrc",
+    # SSH private keys under any suffix (id_rsa.bak, id_ed25519_sk, id_ecdsa-work), not .pub
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "id_xmss*",
+    "!id_*.pub",
+    "**/.ssh/**",  # after the .pub re-allow: nothing under .ssh
+    # private keys and key stores
     "*.pem",
     "*.key",
-    "id_rsa*",
-    "id_ed25519*",
-    "**/.ssh/**",
-    "**/.aws/**",
-    "credentials*",
     "*.p12",
     "*.pfx",
-    ".netrc",
-    ".npmrc",
-    ".pypirc",
-    "secrets.*",
+    "*.jks",
     "*.keystore",
+    "*.ppk",
+    "secring.*",
+    "**/.gnupg/**",
+    # tools' credential and token files
+    ".git-credentials",
+    ".netrc",
+    "_netrc",
+    ".pgpass",
+    ".my.cnf",
+    ".pypirc",
+    ".npmrc",
+    ".dockercfg",
+    "**/.docker/config.json",
+    ".vault-token",
+    ".s3cfg",
+    ".boto",
+    ".htpasswd",
+    ".terraformrc",
+    "terraform.rc",
+    "**/.config/gh/**",
+    # cloud credentials
+    "**/.aws/**",
+    "**/.azure/**",
+    "**/.config/gcloud/**",
+    "application_default_credentials.json",
+    "*service-account*.json",
+    "client_secret*.json",
+    "**/.kube/**",
+    "kubeconfig",
+    "*.kubeconfig",
+    # terraform state and variables hold provider secrets in plain text
+    "*.tfstate",
+    "*.tfstate.*",
+    "*.tfvars",
+    "*.tfvars.json",
+    # files named for secrets: any `secrets.*` (re-allow a module with `!secrets.py`), and
+    # `credentials` as data, not as code (credentials.py implements credential providers)
+    "secrets.*",
+    "credentials",
+    "credentials.json",
+    "credentials.yaml",
+    "credentials.yml",
+    "credentials.toml",
+    "credentials.ini",
+    "credentials.cfg",
+    "credentials.conf",
+    "credentials.xml",
+    "credentials.csv",
+    "credentials.txt",
+    "credentials.db",
+    "credentials.tfrc.json",
+    "*_credentials.json",
+    "*-credentials.json",
 )
 
 #: Readable but never written: git's own data (a `.git` file or directory at any depth) and the index.
@@ -127,7 +188,7 @@ class Workspace:
     @classmethod
     def from_config(cls, config: Config, *, recorder: WriteRecorder | None = None) -> Workspace:
         """Workspace over ``config.root`` with ``agent.deny`` / ``agent.write_deny`` from config."""
-        agent = config.extra.get("agent", {}) if isinstance(config.extra, dict) else {}
+        agent = section_settings(config, "agent")  # checked: lists of strings
         return cls(
             config.root,
             deny=tuple(agent.get("deny", ())),

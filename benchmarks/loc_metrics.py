@@ -11,8 +11,6 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from indexer.models import CLASS_KINDS, FUNCTION_KINDS
-
 FILE_KS = (1, 5, 10)
 FUNC_KS = (5, 10)
 
@@ -26,49 +24,10 @@ class Unit:
 
 
 def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
-    """The units of one indexed file, in line order."""
-    row = conn.execute(
-        "SELECT id, coalesce(module, '') FROM files WHERE path = ?", [path]
-    ).fetchone()
-    if row is None:
-        return []
-    fid, module = row
-    syms = conn.execute(
-        "SELECT id, qualname, kind, start_line, end_line, parent_id FROM symbols "
-        "WHERE file_id = ? AND kind != 'module' ORDER BY start_line",
-        [fid],
-    ).fetchall()
-    by_id = {s[0]: s for s in syms}
-    prefix = module + "." if module else ""
+    """The units of one indexed file, in line order (`retrieval.units` defines them)."""
+    from retrieval.units import file_units as units_of
 
-    def local(qual: str) -> str:
-        return qual[len(prefix) :] if prefix and qual.startswith(prefix) else qual
-
-    units: dict[int, tuple[str, int, int, str]] = {}
-    for sid, _qual, kind, _start, _end, parent in syms:
-        if kind not in FUNCTION_KINDS and kind not in CLASS_KINDS:
-            continue
-        chain = [by_id[sid]]
-        p = parent
-        while p is not None and p in by_id:
-            chain.append(by_id[p])
-            p = by_id[p][5]
-        chain.reverse()  # outermost first
-        outer_fn = next((s for s in chain if s[2] in FUNCTION_KINDS), None)
-        owner = outer_fn if outer_fn is not None else chain[-1]
-        units.setdefault(owner[0], (local(owner[1]), owner[3], owner[4], owner[2]))
-    spans = sorted(units.values(), key=lambda u: (u[1], -u[2]))
-    out = []
-    for name, start, end, kind in spans:
-        own = None
-        if kind in CLASS_KINDS:
-            lines = set(range(start, end + 1))
-            for _, s2, e2, _k in spans:
-                if (s2, e2) != (start, end) and start <= s2 and e2 <= end:
-                    lines.difference_update(range(s2, e2 + 1))
-            own = frozenset(lines)
-        out.append(Unit(f"{path}::{name}", start, end, own))
-    return out
+    return [Unit(f"{path}::{u.local}", u.start, u.end, u.own) for u in units_of(conn, path)]
 
 
 def chunk_units(units: Sequence[Unit], start: int, end: int) -> list[str]:

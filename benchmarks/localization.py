@@ -1,27 +1,35 @@
-"""Localization benchmark: given a repository at a commit and an issue text, does search rank
-the files and functions that the fix changed?
+"""Localization benchmark: given a repository at a commit and an issue (or commit message), does
+repoctx rank the files and functions that the fix changed, and does the context pack hold them?
 
 Each repository is materialized once (outside the project) and moved from task commit to task
-commit in commit-date order, with an incremental ``build`` before every task — so the
-benchmark also exercises the incremental path. For every task and mode the ranked files are
-the files of the ranked chunks (first occurrence, test files dropped) and the ranked units are
-the definitions those chunks overlap. A BM25 baseline over whole files runs on the same trees.
+commit in commit-date order, with an incremental ``build`` (graph, lexical, history, and vectors
+unless ``--no-vectors``) before every task — so the benchmark also exercises the incremental path.
+For every task it runs every signal once (`retrieval.pipeline`), then scores:
 
-    .venv/bin/python -m benchmarks.localization --tasks /work/shared/bench/localization/tasks.jsonl \
-        --modes lexical,hybrid --out results.json
+- each signal alone (its hits projected to files and units, in its own order);
+- the fusion with each model given (``--models``: ``rrf`` = equal-weight reciprocal rank fusion,
+  ``shipped`` = `retrieval/fusion_weights.json`, or a path to a weights file);
+- with ``--ablation``, the first model with each signal removed;
+- context recall of `retrieval.context.assemble_context` at 4k/8k/16k tokens;
+- BM25 over whole files (bm25s, every non-test .py file) on the same tree.
 
-Without embeddings (no ``semantic`` mode and no ``--embed-model``) ``hybrid`` fuses lexical
-and exact-symbol hits only; the output says so (``vectors: false``).
-Prints one JSON object to stdout; progress goes to stderr.
+Rows are appended to ``--out`` (JSONL) as each task finishes, with the top-50 files and units of
+every ranking, so a crash keeps what was measured and anything can be re-scored; ``--resume``
+skips tasks already there. ``--dump`` writes each task's raw signal hits and candidate units for
+`benchmarks/fit_fusion.py`. A task whose commit cannot be checked out is skipped and counted.
+The summary (one JSON object) goes to stdout, progress to stderr.
+
+    .venv/bin/python -m benchmarks.localization --tasks ../shared/bench/localization/tasks.jsonl \
+        --out loc.jsonl --dump loc-dump.jsonl --ablation > loc-summary.json
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
+import traceback
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,19 +39,10 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and the proj
 
 from benchmarks._common import git_revision, log, median  # noqa: E402
 from benchmarks.loc_bm25 import FileBM25  # noqa: E402
-from benchmarks.loc_metrics import (  # noqa: E402
-    FILE_KS,
-    FUNC_KS,
-    by_source,
-    chunk_units,
-    file_units,
-    first_unique,
-    task_scores,
-)
-from benchmarks.loc_repos import DEFAULT_CACHE, DEFAULT_MIRRORS, is_test_path, materialize  # noqa: E402
+from benchmarks.loc_metrics import FILE_KS, FUNC_KS, by_source, task_scores  # noqa: E402
+from benchmarks.loc_repos import DEFAULT_CACHE, DEFAULT_MIRRORS, materialize  # noqa: E402
 
-#: Chunks retrieved per query: deeper than 10 so that files and units can be ranked to 10.
-DEPTH = 50
+TOP = 50
 CONTEXT_BUDGETS = (4000, 8000, 16000)
 SMALL_REPOS = (
     "psf/requests",
@@ -61,245 +60,330 @@ def load_tasks(path: Path, repos: set[str] | None, limit: int | None) -> list[di
     return tasks[:limit] if limit else tasks
 
 
-def rank(conn, hits) -> tuple[list[str], list[str], int]:
-    """(ranked files, ranked units, hits dropped as tests) from search hits."""
-    from retrieval.search import rank_files
-
-    kept = [h for h in hits if not is_test_path(h.path)]
-    files = [path for path, _ in rank_files(kept)]
-    cache: dict[str, list] = {}
-    units = []
-    for h in kept:
-        if h.path not in cache:
-            cache[h.path] = file_units(conn, h.path)
-        units.extend(chunk_units(cache[h.path], h.start_line, h.end_line))
-    return files, first_unique(units), len(hits) - len(kept)
+def unit_name(u) -> str:
+    return f"{u.path}::{u.local}"
 
 
-def missing_gold_units(conn, task: dict) -> list[str]:
-    """Gold units the index does not define under that name (checks the unit mapping)."""
-    known = set()
-    for path in {g.split("::", 1)[0] for g in task["gold_functions"]}:
-        known.update(u.name for u in file_units(conn, path))
-    return [g for g in task["gold_functions"] if g not in known]
+def lists(ranking) -> tuple[list[str], list[str]]:
+    return (
+        [f.path for f in ranking.files[:TOP]],
+        [unit_name(r.unit) for r in ranking.units if r.unit.kind != "module"][:TOP],
+    )
 
 
-# --- context recall hook ---------------------------------------------------------------
-
-
-def _context_module():
-    if importlib.util.find_spec("retrieval.context") is None:
-        return None
-    import retrieval.context as ctx
-
-    return getattr(ctx, "assemble_context", None)
-
-
-def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: Path):
+def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: Path, cache,
+                   policy=None, suffix: str = "") -> dict | None:
     """Share of gold units whose whole definition lies inside one full block of the context
-    assembled for the task, per budget; None without gold units or `retrieval.context`."""
+    assembled for the task, per budget; None without gold units."""
     if assemble is None or not task["gold_functions"]:
         return None
     gold = []
     for g in task["gold_functions"]:
         path = g.split("::", 1)[0]
-        span = next(((u.start, u.end) for u in file_units(conn, path) if u.name == g), None)
+        span = next(((u.start, u.end) for u in cache.of(path) if unit_name(u) == g), None)
         gold.append((path, span))
     out = {}
     for budget in CONTEXT_BUDGETS:
-        pack = assemble(
-            conn, root, task["problem_statement"], budget, searcher=searcher, index_dir=index_dir
-        )
+        pack = assemble(conn, root, task["problem_statement"], budget, searcher=searcher,
+                        index_dir=index_dir, policy=policy)
         hit = sum(span is not None and pack.covers(path, *span) for path, span in gold)
-        out[f"ctx@{budget // 1000}k"] = hit / len(gold)
-        out[f"ctx@{budget // 1000}k_ms"] = pack.timings.get("total")
+        out[f"ctx@{budget // 1000}k{suffix}"] = hit / len(gold)
+        out[f"ctx@{budget // 1000}k{suffix}_ms"] = pack.timings.get("total")
     return out
 
 
-# --- main loop --------------------------------------------------------------------------
+def dump_row(task: dict, runs, cache) -> dict:
+    """Raw material for refitting the fusion offline: every hit, and the units of every file hit."""
+    paths = sorted({h.path for hs in runs.hits.values() for h in hs})
+    units = {}
+    for p in paths:
+        units[p] = [
+            [u.qualname, u.local, u.kind, u.start, u.end,
+             None if u.own is None else _ranges(sorted(u.own))]
+            for u in cache.of(p)
+        ]
+    return {
+        "instance_id": task["instance_id"],
+        "source": task["source"],
+        "repo": task["repo"],
+        "gold_files": task["gold_files"],
+        "gold_functions": task["gold_functions"],
+        "hits": {
+            name: [[h.level, h.path, h.score, h.symbol, h.chunk_id, h.start_line, h.end_line]
+                   for h in hs]
+            for name, hs in runs.hits.items()
+        },
+        "units": units,
+    }
+
+
+def _ranges(lines: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for ln in lines:
+        if out and out[-1][1] == ln - 1:
+            out[-1][1] = ln
+        else:
+            out.append([ln, ln])
+    return out
+
+
+def load_models(spec: str):
+    from retrieval.fusion import FusionModel
+
+    models = {}
+    for name in [s for s in spec.split(",") if s]:
+        if name == "rrf":
+            models[name] = FusionModel.rrf()
+        elif name == "shipped":
+            models[name] = FusionModel.load()
+        else:
+            models[Path(name).stem] = FusionModel.load(name)
+    return models
 
 
 def run(args) -> dict:
     from indexer import store
     from indexer.build import build
     from indexer.config import load_config
+    from retrieval.context import assemble_context
+    from retrieval.fusion import FusionModel, fuse
+    from retrieval.pipeline import default_signals, run_signals
     from retrieval.search import Searcher
+    from retrieval.signals import Scope, SignalContext
+    from retrieval.units import UnitCache
 
-    modes = [m for m in args.modes.split(",") if m]
-    embed = "semantic" in modes or bool(args.embed_model)
-    model = args.embed_model or "all-MiniLM-L6-v2"
+    embed = not args.no_vectors
+    model_name = args.embed_model or "all-MiniLM-L6-v2"
     embedder = None
     if embed:
-        if importlib.util.find_spec("indexer.vectors") is None:
-            raise SystemExit("indexer/vectors.py is missing: semantic search cannot run yet.")
         from indexer.embed import create_embedder
 
-        embedder = create_embedder(model)
-    label = f"embed-{model.replace('/', '_').replace(':', '_')}" if embed else "lexical"
-    weights = None
-    if args.weights:
-        weights = {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
-    tasks = load_tasks(
-        Path(args.tasks), set(args.repos.split(",")) if args.repos else None, args.limit
-    )
+        embedder = create_embedder(model_name)
+    label = f"embed-{model_name.replace('/', '_').replace(':', '_')}" if embed else "lexical"
+    models = load_models(args.models)
+    first_model = next(iter(models.values()), FusionModel.load())
+    tasks = load_tasks(Path(args.tasks), set(args.repos.split(",")) if args.repos else None, args.limit)
+    done: set[str] = set()
+    out_path = Path(args.out) if args.out else None
+    if out_path and args.resume and out_path.exists():
+        for line in out_path.read_text().splitlines():
+            if line.strip():
+                done.add(json.loads(line)["instance_id"])
+    elif out_path:
+        out_path.write_text("")
+    dump_fh = open(args.dump, "a" if args.resume else "w") if args.dump else None  # noqa: SIM115
     by_repo: dict[str, list[dict]] = defaultdict(list)
     for t in tasks:
-        by_repo[t["repo"]].append(t)
-    assemble = _context_module() if args.context else None
+        if t["instance_id"] not in done:
+            by_repo[t["repo"]].append(t)
+    signals = default_signals(vectors=embed, history=not args.no_history)
     bm25 = FileBM25()
-    rows: list[dict] = []
-    builds: dict[str, dict] = {}
-    errors: dict[str, dict] = {}
+    skipped: list[dict] = []
+    builds: dict[str, list[float]] = defaultdict(list)
     latencies: dict[str, list[float]] = defaultdict(list)
     t_start = time.perf_counter()
+    n_done = 0
     for repo, rtasks in by_repo.items():
-        tree = materialize(repo, rtasks[0]["base_commit"], Path(args.cache), Path(args.mirrors))
-        rtasks.sort(key=lambda t: tree.commit_time(t["base_commit"]))
+        try:
+            tree = materialize(repo, rtasks[0]["base_commit"], Path(args.cache), Path(args.mirrors))
+            rtasks.sort(key=lambda t: tree.commit_time(t["base_commit"]))
+        except (RuntimeError, SystemExit, OSError) as exc:
+            for t in rtasks:
+                skipped.append({"instance_id": t["instance_id"], "reason": f"materialize: {exc}"})
+            log(f"{repo}: cannot materialize ({exc}); {len(rtasks)} tasks skipped")
+            continue
         index_dir = tree.index_dir(label)
-        config = load_config(tree.tree, index_dir=index_dir, jobs=args.jobs, embed_model=model)
-        per_build = []
+        config = load_config(tree.tree, index_dir=index_dir, jobs=args.jobs, embed_model=model_name)
         for i, task in enumerate(rtasks):
-            tree.checkout(task["base_commit"])
-            t0 = time.perf_counter()
-            stats = build(config, chunks=True, embed=embed, embedder=embedder)
-            secs = time.perf_counter() - t0
-            per_build.append(
-                {
-                    "instance_id": task["instance_id"],
-                    "seconds": round(secs, 3),
-                    "files_parsed": stats.files_parsed,
-                    "files_deleted": stats.files_deleted,
-                    "embedded": (stats.embedding or {}).get("embedded") if embed else None,
-                }
-            )
-            if stats.failed:
-                errors.setdefault(repo, {}).update(stats.failed)
-            db = store.open_for_read(index_dir)
-            conn = db.conn
-            searcher = Searcher(conn, index_dir, tree.tree, embedder=embedder)
-            row = {
-                "instance_id": task["instance_id"],
-                "source": task["source"],
-                "repo": repo,
-                "build_seconds": round(secs, 3),
-                "files_parsed": stats.files_parsed,
-                "gold_units_missing": missing_gold_units(conn, task),
-            }
-            for mode in modes:
-                q0 = time.perf_counter()
-                res = searcher.search(
-                    task["problem_statement"], mode=mode, k=DEPTH, lang="python", weights=weights,
-                    exclude_tests=True,
-                )
-                latencies[mode].append(time.perf_counter() - q0)
-                files, units, dropped = rank(conn, res.hits)
-                scores = task_scores(files, units, task)
-                scores["test_hits_dropped"] = dropped
-                scores["top_files"] = files[:5]
-                scores["top_units"] = units[:5]
-                row[mode] = scores
-            if assemble is not None:
-                row["context"] = context_recall(
-                    assemble, conn, searcher, task, tree.tree, index_dir
-                )
-            conn.close()
-            b0 = time.perf_counter()
-            bfiles = bm25.rank(tree, task["problem_statement"], k=10)
-            latencies["bm25_files"].append(time.perf_counter() - b0)
-            row["bm25_files"] = {**task_scores(bfiles, None, task), "top_files": bfiles[:5]}
-            rows.append(row)
-            short = " ".join(f"{m}:{int(row[m]['file@1'])}{int(row[m]['file@5'])}" for m in modes)
+            try:
+                tree.checkout(task["base_commit"])
+            except RuntimeError as exc:
+                skipped.append({"instance_id": task["instance_id"], "reason": f"checkout: {exc}"[:500]})
+                log(f"{repo} {task['instance_id']}: checkout failed, skipped")
+                continue
+            try:
+                row = _one_task(task, tree, config, index_dir, embed, embedder, signals, models,
+                                first_model, args, bm25, builds, latencies, dump_fh,
+                                build, store, Searcher, SignalContext, Scope, run_signals, fuse,
+                                FusionModel, UnitCache, assemble_context)
+            except Exception as exc:  # noqa: BLE001 - one bad task must not end the run
+                skipped.append({"instance_id": task["instance_id"], "reason": f"error: {exc!r}"[:500]})
+                log(f"{repo} {task['instance_id']}: failed: {exc!r}\n{traceback.format_exc()}")
+                continue
+            n_done += 1
+            if out_path:
+                with out_path.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+            fused = next(iter(models))
+            r = row["fused"][fused]
             log(
-                f"{repo} {i + 1}/{len(rtasks)} {task['instance_id']} build {secs:.2f}s "
-                f"parsed {stats.files_parsed} | {short} bm25:{int(row['bm25_files']['file@1'])}"
-                f"{int(row['bm25_files']['file@5'])}"
+                f"{repo} {i + 1}/{len(rtasks)} {task['instance_id']} build {row['build_seconds']:.1f}s"
+                f" | {fused} f@1 {int(r['file@1'])} f@5 {int(r['file@5'])} "
+                f"fn@10 {int(bool(r.get('func@10')))} | bm25 f@1 {int(row['bm25_files']['file@1'])} "
+                f"f@5 {int(row['bm25_files']['file@5'])}"
             )
-        first, rest = per_build[0], per_build[1:]
-        builds[repo] = {
-            "tasks": len(rtasks),
-            "initial": first,
-            "incremental_median_seconds": median([b["seconds"] for b in rest]),
-            "incremental_max_seconds": max((b["seconds"] for b in rest), default=None),
-            "incremental_median_files_parsed": median([b["files_parsed"] for b in rest]),
-            "incremental_max_files_parsed": max((b["files_parsed"] for b in rest), default=None),
-            "per_task": per_build,
+    if dump_fh:
+        dump_fh.close()
+    rows = []
+    if out_path:
+        rows = [json.loads(line) for line in out_path.read_text().splitlines() if line.strip()]
+    return summarize(rows, args, embed, model_name, models, skipped, builds, latencies,
+                     time.perf_counter() - t_start, n_done)
+
+
+def _one_task(task, tree, config, index_dir, embed, embedder, signals, models, first_model, args,
+              bm25, builds, latencies, dump_fh, build, store, Searcher, SignalContext, Scope,
+              run_signals, fuse, FusionModel, UnitCache, assemble_context) -> dict:
+    t0 = time.perf_counter()
+    stats = build(config, chunks=True, embed=embed, embedder=embedder)
+    secs = time.perf_counter() - t0
+    builds[task["repo"]].append(secs)
+    db = store.open_for_read(index_dir)
+    conn = db.conn
+    try:
+        searcher = Searcher(conn, index_dir, tree.tree, embedder=embedder) if embed else None
+        scope = Scope(lang="python", exclude_tests=True)
+        ctx = SignalContext(conn, tree.tree, index_dir, scope=scope, searcher=searcher)
+        ctx.cache["model"] = first_model
+        q0 = time.perf_counter()
+        runs = run_signals(ctx, task["problem_statement"], signals, TOP)
+        for name, ms in runs.timings.items():
+            latencies[name].append(ms / 1000)
+        row: dict = {
+            "instance_id": task["instance_id"],
+            "source": task["source"],
+            "repo": task["repo"],
+            "build_seconds": round(secs, 3),
+            "files_parsed": stats.files_parsed,
+            "signals": {},
+            "fused": {},
+            "ablation": {},
         }
+        cache = UnitCache(conn)
+        for name, hits in runs.hits.items():
+            ranking = fuse({name: hits}, conn, FusionModel.rrf())
+            files, units = lists(ranking)
+            row["signals"][name] = {**task_scores(files, units, task), "hits": len(hits),
+                                    "files": files, "units": units}
+        for mname, model in models.items():
+            f0 = time.perf_counter()
+            ranking = fuse(runs.hits, conn, model)
+            latencies[f"fuse:{mname}"].append(time.perf_counter() - f0)
+            files, units = lists(ranking)
+            row["fused"][mname] = {**task_scores(files, units, task), "files": files, "units": units}
+        latencies["signals+fusion"].append(time.perf_counter() - q0)
+        if args.ablation:
+            for name in runs.hits:
+                rest = {k: v for k, v in runs.hits.items() if k != name}
+                files, units = lists(fuse(rest, conn, first_model))
+                row["ablation"][name] = task_scores(files, units, task)
+        if args.context:
+            row["context"] = context_recall(assemble_context, conn, searcher, task, tree.tree,
+                                            index_dir, cache)
+            if args.context_nograph and row["context"] is not None:
+                from retrieval.context import PackPolicy
+
+                row["context"].update(context_recall(
+                    assemble_context, conn, searcher, task, tree.tree, index_dir, cache,
+                    PackPolicy(use_graph=False), "_nograph"))
+        if dump_fh is not None:
+            dump_fh.write(json.dumps(dump_row(task, runs, cache)) + "\n")
+            dump_fh.flush()
+    finally:
+        conn.close()
+    b0 = time.perf_counter()
+    bfiles = bm25.rank(tree, task["problem_statement"], k=TOP)
+    latencies["bm25_files"].append(time.perf_counter() - b0)
+    row["bm25_files"] = {**task_scores(bfiles, None, task), "files": bfiles}
+    return row
+
+
+def _metric_rows(rows, pick):
+    out = []
+    for r in rows:
+        got = pick(r)
+        if got is not None:
+            out.append({"source": r["source"], "repo": r["repo"], **got})
+    return out
+
+
+def _table(mrows, keys) -> dict:
+    table = by_source(mrows, keys)
+    repos = sorted({r["repo"] for r in mrows})
+    table["by_repo"] = {
+        repo: by_source([{**r, "source": "all"} for r in mrows if r["repo"] == repo], keys)["all"]
+        for repo in repos
+    }
+    return table
+
+
+def summarize(rows, args, embed, model_name, models, skipped, builds, latencies, seconds, n_done) -> dict:
     file_keys = [f"file@{k}" for k in FILE_KS]
     func_keys = [f"func@{k}" for k in FUNC_KS]
     ctx_keys = [f"ctx@{b // 1000}k" for b in CONTEXT_BUDGETS]
-    metrics = {}
-    for mode in modes:
-        mrows = [{"source": r["source"], **r[mode]} for r in rows]
-        metrics[mode] = by_source(mrows, file_keys + func_keys)
-    # Context recall is per task, not per mode: the assembler seeds itself (lexical, exact
-    # names, and vectors when the index has them); units are weighted 1/len(gold) per task.
-    crows = [{"source": r["source"], **r["context"]} for r in rows if r.get("context")]
+    metrics: dict = {"bm25_files": _table(_metric_rows(rows, lambda r: r["bm25_files"]), file_keys)}
+    for mname in models:
+        metrics[f"fused:{mname}"] = _table(
+            _metric_rows(rows, lambda r, m=mname: r["fused"].get(m)), file_keys + func_keys
+        )
+    names = sorted({n for r in rows for n in r["signals"]})
+    metrics["signals"] = {
+        n: by_source(_metric_rows(rows, lambda r, n=n: r["signals"].get(n)), file_keys + func_keys)["overall"]
+        for n in names
+    }
+    if args.ablation:
+        metrics["ablation"] = {
+            n: by_source(_metric_rows(rows, lambda r, n=n: r["ablation"].get(n)), file_keys + func_keys)
+            for n in names
+        }
+    crows = _metric_rows(rows, lambda r: r.get("context"))
     metrics["context"] = by_source(crows, ctx_keys) if crows else None
-    for key in ctx_keys:
-        latencies[key] = [r[f"{key}_ms"] / 1000 for r in crows if r.get(f"{key}_ms") is not None]
-    metrics["bm25_files"] = by_source(
-        [{"source": r["source"], **r["bm25_files"]} for r in rows], file_keys
-    )
+    if any("ctx@8k_nograph" in r for r in crows):
+        metrics["context_nograph"] = by_source(crows, [f"{k}_nograph" for k in ctx_keys])
     return {
         "benchmark": "localization",
         "revision": git_revision(),
         "tasks_file": str(args.tasks),
         "tasks": len(rows),
-        "modes": modes,
+        "tasks_run_now": n_done,
+        "skipped": skipped,
         "vectors": embed,
-        "embed_model": model if embed else None,
-        "weights": weights,
-        "depth": DEPTH,
-        "lang": "python",
-        "notes": (
-            "hybrid = lexical + symbol (no vectors)" if not embed and "hybrid" in modes else ""
-        ),
-        "context_recall": "retrieval.context.assemble_context" if assemble else None,
+        "embed_model": model_name if embed else None,
+        "models": list(models),
+        "depth": TOP,
         "metrics": metrics,
         "median_latency_seconds": {m: median(v) for m, v in latencies.items()},
-        "builds": builds,
-        "indexer_errors": errors,
-        "gold_units_missing": [g for r in rows for g in r["gold_units_missing"]],
-        "seconds": round(time.perf_counter() - t_start, 1),
-        "per_task": rows,
+        "build_seconds": {
+            repo: {"first": round(v[0], 2), "incremental_median": median(v[1:])}
+            for repo, v in builds.items()
+        },
+        "seconds": round(seconds, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", required=True, help="tasks.jsonl")
-    p.add_argument(
-        "--repos",
-        default="",
-        help=f"comma-separated owner/name filter (e.g. {','.join(SMALL_REPOS)})",
-    )
+    p.add_argument("--repos", default="", help=f"comma-separated owner/name filter (e.g. {','.join(SMALL_REPOS)})")
     p.add_argument("--limit", type=int, default=None)
-    p.add_argument("--modes", default="lexical,hybrid")
-    p.add_argument(
-        "--embed-model", default=None, help="embed with this model (implied by semantic)"
-    )
-    p.add_argument(
-        "--weights", default="", help="RRF weights, e.g. lexical=1,symbol=1.5,semantic=1"
-    )
+    p.add_argument("--no-vectors", action="store_true", help="graph, lexical and history only")
+    p.add_argument("--no-history", action="store_true", help="leave the git-history signal out")
+    p.add_argument("--embed-model", default=None, help="embedding model (default all-MiniLM-L6-v2)")
+    p.add_argument("--models", default="shipped,rrf",
+                   help="fusion models: shipped, rrf, or weights files (comma-separated)")
+    p.add_argument("--ablation", action="store_true", help="fuse with each signal left out")
     p.add_argument("--jobs", type=int, default=1, help="parser processes")
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help="work trees and indexes")
     p.add_argument("--mirrors", default=str(DEFAULT_MIRRORS), help="fetched bare mirrors")
-    p.add_argument(
-        "--no-context",
-        dest="context",
-        action="store_false",
-        help="skip context recall (retrieval.context.assemble_context at 4k/8k/16k tokens)",
-    )
-    p.add_argument("--out", default=None, help="also write the full result (with per-task rows)")
+    p.add_argument("--no-context", dest="context", action="store_false",
+                   help="skip context recall (assemble_context at 4k/8k/16k tokens)")
+    p.add_argument("--context-nograph", action="store_true",
+                   help="also measure context recall without graph expansion (seeds in fused order)")
+    p.add_argument("--out", default=None, help="per-task rows (JSONL, appended as tasks finish)")
+    p.add_argument("--resume", action="store_true", help="skip tasks already in --out")
+    p.add_argument("--dump", default=None, help="raw hits per task for benchmarks/fit_fusion.py")
     args = p.parse_args(argv)
-    result = run(args)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    summary = {k: v for k, v in result.items() if k != "per_task"}
-    summary["builds"] = {
-        r: {k: v for k, v in b.items() if k != "per_task"} for r, b in result["builds"].items()
-    }
-    print(json.dumps(summary, indent=1))
+    print(json.dumps(run(args), indent=1))
 
 
 if __name__ == "__main__":

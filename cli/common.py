@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -41,12 +42,21 @@ def root_option(f: Callable) -> Callable:
     )(f)
 
 
+#: The index of the configuration a command loaded last: named when SQLite reports a damaged
+#: file in the middle of a query, where the error itself does not say which file.
+_index_dir: Path | None = None
+
+
 def make_config(root: Path | str, **overrides: Any) -> Config:
-    return load_config(root, **overrides)
+    global _index_dir
+    config = load_config(root, **overrides)
+    _index_dir = config.index_path
+    return config
 
 
 def handle_errors(f: Callable) -> Callable:
-    """Library errors become a clean message and exit status 1."""
+    """Library errors become a clean message and exit status 1; so does a damaged index met in
+    the middle of a query (one line naming the repair, not a traceback)."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -54,6 +64,12 @@ def handle_errors(f: Callable) -> Callable:
             return f(*args, **kwargs)
         except RepoctxError as exc:
             raise click.ClickException(str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            from indexer import store
+
+            if not store.is_damage(exc):
+                raise
+            raise click.ClickException(str(store.damaged(_index_dir, exc))) from exc
 
     return wrapper
 

@@ -44,12 +44,9 @@ def _searcher(config, conn):
 
 
 def _budget(flag: int | None, config) -> int:
-    if flag is not None:
-        return flag
-    try:
-        return int(config.extra.get("context_budget", DEFAULT_BUDGET))
-    except (TypeError, ValueError) as exc:
-        raise click.UsageError(f"`context_budget` in the config must be a number: {exc}") from exc
+    from indexer.config import setting  # checked, with its default
+
+    return flag if flag is not None else setting(config, "context_budget")
 
 
 @click.command("context")
@@ -153,6 +150,7 @@ def ask_cmd(
 ) -> None:
     """Answer QUESTION about the code, citing path:line locations that are checked to exist."""
     from agent.ask import ask, model_spec
+    from agent.workspace import Workspace
 
     config, conn = open_graph(root, index_dir)
     spec = model_spec(model_flag, config.extra)
@@ -171,6 +169,7 @@ def ask_cmd(
         searcher=_searcher(config, conn),
         tokenizer=tokenizer or config.extra.get("tokenizer"),
         max_tokens=max_tokens,
+        is_secret=Workspace.from_config(config).is_secret,  # with `agent.deny`
     )
     if as_json:
         echo_json(answer.to_dict())

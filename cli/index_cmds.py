@@ -58,24 +58,34 @@ def build_cmd(
                          embed_model=embed_model, engine=engine, ray_address=ray_address,
                          vectors_uri=vectors_uri)
     progress = ProgressLine(quiet=quiet)
+    notices: list[str] = []
+
+    def notify(line: str) -> None:  # e.g. a damaged index set aside: said at once, on stderr
+        notices.append(line)
+        progress.finish()
+        if not quiet:
+            click.echo(line, err=True)
+
     stats = build(config, full=full, progress=progress, wait_lock=wait_s, embed=not no_embed,
-                  reembed=reembed)
+                  reembed=reembed, notify=notify)
     progress.finish()
     if as_json:
-        echo_json({"index_dir": str(config.index_path), **stats_dict(stats)})
+        echo_json({"index_dir": str(config.index_path), **stats_dict(stats), "notices": notices})
         return
     langs = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_language.items(), key=lambda kv: -kv[1]))
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats.skipped.items())) or "none"
+    # files_total = files_parsed + files_unchanged; every other file found is under "Skipped".
     click.echo(
-        f"Indexed {stats.files_total} files ({langs}) in {stats.seconds:.2f}s: "
-        f"{stats.files_parsed} parsed, {stats.files_unchanged} unchanged, {stats.files_deleted} removed."
+        f"Indexed {stats.files_total} files ({langs or 'none'}) in {stats.seconds:.2f}s: "
+        f"{stats.files_parsed} parsed by this build, {stats.files_unchanged} unchanged; "
+        f"{stats.files_deleted} removed."
     )
     click.echo(
         f"{stats.symbols} symbols, {stats.references} references, "
         f"{stats.resolved_pct:.1f}% resolved ({stats.ambiguous} ambiguous); "
         f"{stats.files_with_errors} files with syntax errors."
     )
-    click.echo(f"Skipped: {skipped}.")
+    click.echo(f"Skipped (not indexed): {skipped}.")
     if stats.embedding:
         e = stats.embedding
         click.echo(
@@ -114,10 +124,31 @@ def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
     )
     if st.get("vectors"):
         v = st["vectors"]
-        click.echo(f"Vectors: {v['model']} at {v['uri']}, {100 * v['coverage']:.1f}% of {v['chunks']} chunks")
+        if v.get("state") == "missing":
+            click.echo(f"Vectors: {v['model']} at {v['uri']}: missing — {v['fix']}")
+        else:
+            click.echo(f"Vectors: {v['model']} at {v['uri']}, {100 * v['coverage']:.1f}% of "
+                       f"{v['chunks']} chunks" + (f" — {v['fix']}" if v.get("fix") else ""))
+    else:
+        click.echo("Vectors: none (built with --no-embed) — `repoctx index build` embeds the chunks")
+    h = st.get("history") or {}
+    click.echo(f"History: {h.get('commits', 0)} commits to {h.get('head', '')[:10] or '-'} ({h.get('state')})"
+               + (f" — {h['note']}" if h.get("note") else ""))
     if st.get("last_build"):
         lb = st["last_build"]
         click.echo(f"Last build: {lb.get('seconds', 0):.2f}s, {lb.get('files_parsed', 0)} files parsed")
+    g = st.get("graph") or {}
+    if g.get("file"):
+        extra = "".join(
+            f"; {_mb(g[key])} {what}" for key, what in (
+                ("previous_bytes", "previous generation (kept for readers until the next --full)"),
+                ("damaged_bytes", "damaged graph set aside (delete graph.db.damaged-* when done)"),
+            ) if g.get(key))
+        click.echo(f"Graph: {g['file']}, {_mb(g['bytes'])}{extra}")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
 
 
 from .snapshot_cmds import pull_cmd, push_cmd  # noqa: E402

@@ -114,21 +114,25 @@ def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
 @click.option("-k", "k", default=10, show_default=True, help="Number of results.")
 @click.option("--lang", default=None, help="Only this language (python, go, …).")
 @click.option("--path", "path_glob", default=None, help="Only paths matching this glob (or prefix).")
+@click.option("--history", "history", is_flag=True,
+              help="List past commits similar to QUERY, with the files they changed.")
 @read_options
-def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str | None, root: Path,
-               index_dir: Path | None, as_json: bool) -> None:
+def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str | None, history: bool,
+               root: Path, index_dir: Path | None, as_json: bool) -> None:
     """Search code by words or identifiers: lexical, semantic or both fused."""
     from retrieval.search import Searcher
 
     config, conn = open_graph(root, index_dir)
+    if history:
+        _history_search(config, conn, query, k, as_json)
+        return
     searcher = Searcher.from_config(conn, config)
     result = searcher.search(query, mode, k, lang=lang, path_glob=path_glob)
+    for warning in result.warnings:  # also in --json, as "warnings"
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         echo_json(result)
         return
-    if mode != "lexical" and result.semantic_coverage < 1.0:
-        click.echo(f"(semantic coverage {100 * result.semantic_coverage:.0f}% — "
-                   "`repoctx index build` fills in the rest)", err=True)
     for h in result.hits:
         srcs = ", ".join(f"{s}#{r}" for s, r in h.ranks.items())
         click.echo(click.style(f"{h.path}:{h.start_line}-{h.end_line}", bold=True)
@@ -137,6 +141,34 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
             click.echo("    " + line)
     if not result.hits:
         click.echo("No results.")
+
+
+def _history_search(config, conn, query: str, k: int, as_json: bool) -> None:
+    """`search --history`: similar past commits (reachable from the indexed HEAD)."""
+    from indexer.history import history_status
+    from retrieval.history import similar_commits
+    from retrieval.signals import SignalContext
+
+    status = history_status(config.index_path)
+    if status["state"] != "ok":
+        raise click.ClickException(
+            f"No git history in the index ({status['state']}: {status['note'] or 'not built'}) — "
+            "run `repoctx index build` in a git work tree with `history = true`."
+        )
+    hits = similar_commits(SignalContext(conn, config.root, config.index_path), query, k)
+    if as_json:
+        echo_json({"query": query, "head": status["head"], "commits": hits})
+        return
+    for c in hits:
+        click.echo(click.style(f"{c.sha[:10]}  {c.date[:10]}", bold=True) + f"  {c.subject}  "
+                   f"({c.score:.2f}{'' if c.votes else ', no vote'})")
+        more = c.files_total - len(c.files)
+        for path in c.files[:8]:
+            click.echo(f"    {path}")
+        if more > 0 or len(c.files) > 8:
+            click.echo(f"    … {c.files_total - min(8, len(c.files))} more files")
+    if not hits:
+        click.echo("No similar commits.")
 
 
 COMMANDS = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -21,8 +22,9 @@ from . import store
 from .chunking import Chunk, chunk_file
 from .config import Config
 from .discovery import classify_content, discover
+from .errors import IndexDamagedError
 from .languages import language_for_path
-from .lexical import index_terms
+from .lexical import index_files, index_terms
 from .lock import WriteLock
 from .models import BuildStats, ParsedFile, Progress
 from .modules import module_name, package_dirs
@@ -101,16 +103,18 @@ def parse_content(
         return FileResult(path, size, mtime_ns, digest, f"skipped:{reason}")
     try:
         parsed = parse_source(path, data, language, module)
-    except (ValueError, RecursionError, UnicodeError) as exc:  # a grammar or query failure
+        status = "syntax_error" if parsed.has_errors else "ok"
+        chunks: tuple[Chunk, ...] = ()
+        if model is not None:
+            tok = _tokenizer(model)
+            text = data.decode("utf-8", "replace")
+            fast = getattr(tok, "count_lines", None)
+            line_counts = fast(text) if fast is not None else None
+            chunks = tuple(chunk_file(path, text, parsed, tok.count, tok.max_tokens, line_counts))
+    except RecursionError as exc:  # nesting deeper than the parser's depth cap accounts for
+        return FileResult(path, size, mtime_ns, digest, "skipped:too_deep", error=repr(exc))
+    except (ValueError, UnicodeError) as exc:  # a grammar or query failure
         return FileResult(path, size, mtime_ns, digest, "failed", error=repr(exc))
-    status = "syntax_error" if parsed.has_errors else "ok"
-    chunks: tuple[Chunk, ...] = ()
-    if model is not None:
-        tok = _tokenizer(model)
-        text = data.decode("utf-8", "replace")
-        fast = getattr(tok, "count_lines", None)
-        line_counts = fast(text) if fast is not None else None
-        chunks = tuple(chunk_file(path, text, parsed, tok.count, tok.max_tokens, line_counts))
     return FileResult(path, size, mtime_ns, digest, status, parsed, chunks=chunks)
 
 
@@ -154,7 +158,12 @@ def _parse_all(
     ctx = multiprocessing.get_context("spawn")
     pending = list(_batches(work, size))
     pending.reverse()
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    from .lifetime import die_with_parent
+
+    # Workers (and so the resource tracker, which waits for them) exit if this process is
+    # killed: a kill -9 of `index build` leaves no orphans.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         inflight: set[Future] = set()
         while pending or inflight:
             while pending and len(inflight) < jobs * 2:
@@ -214,6 +223,17 @@ def _write_results(
     if pending_names:
         conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
                          [(n,) for n in pending_names])
+
+
+def _changed_file_ids(conn, results: Iterable[FileResult]) -> list[int]:
+    """Ids of the files a batch rewrote (their whole-file lexical documents follow)."""
+    paths = [r.path for r in results if r.status != "unchanged"]
+    ids = []
+    for path in paths:
+        row = conn.execute("SELECT id FROM files WHERE path = ?", [path]).fetchone()
+        if row is not None:
+            ids.append(row[0])
+    return ids
 
 
 def _touch_importers(conn, modules: set[str]) -> None:
@@ -298,6 +318,7 @@ def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
     conn.execute("DELETE FROM symbols WHERE file_id = ?", [fid])
     conn.execute("DELETE FROM imports WHERE file_id = ?", [fid])
     if not keep_file:
+        conn.execute("DELETE FROM files_fts WHERE rowid = ?", [fid])
         ids = [(row[0],) for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])]
         conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ids)
         conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", ids)
@@ -382,11 +403,17 @@ def build(
     embed: bool = False,
     reembed: bool = False,
     embedder=None,
+    notify: Callable[[str], None] | None = None,
 ) -> BuildStats:
     """Bring the index at ``config.index_path`` up to date with the tree at ``config.root``.
 
     With ``chunks``, changed files are also chunked for lexical search; with ``embed``, chunks
-    without a vector then get one (after the graph is committed, so it is usable meanwhile)."""
+    without a vector then get one (after the graph is committed, so it is usable meanwhile).
+
+    With ``full``, everything is rebuilt into a new generation file that replaces the current
+    one atomically when it is complete, vectors included: until then readers get the old index.
+    A damaged index is set aside (kept, renamed) and rebuilt from scratch; ``notify`` receives
+    one line saying so. Without ``full`` a damaged index raises IndexDamagedError."""
     t0 = time.perf_counter()
     if config.vectors_uri:  # refuse a bad URI before the graph changes, not after
         from .storage import check_uri
@@ -398,7 +425,8 @@ def build(
 
         engine = RaySession(config)  # connects on first use: a no-op build never starts Ray
     with WriteLock(config.index_path).acquire(wait_lock):
-        db = store.open_for_write(config.index_path)
+        db, staged, aside = _open_target(config, full, notify)
+        published = not staged
         try:
             if embed:
                 from .semantic import canonical_model_name, check_model
@@ -406,21 +434,106 @@ def build(
                 name = embedder.name if embedder else canonical_model_name(config.embed_model)
                 check_model(db, name, reembed)
             stats = _build_locked(db, config, full, progress, t0, chunks, engine)
+            from .history import build_phase  # commit history: history.db, its own store
+
+            stats = build_phase(config, stats, progress)
+            if staged:
+                store.inherit_embedded(db)
+            elif aside is not None:
+                _tombstone_stray_vectors(config, db)
             if embed:
                 from .semantic import embed_pending
 
-                es = embed_pending(config, db, embedder=embedder, reembed=reembed, progress=progress,
-                                   engine=engine)
+                try:
+                    es = embed_pending(config, db, embedder=embedder, reembed=reembed,
+                                       progress=progress, engine=engine)
+                except Exception:
+                    if staged:  # the graph is complete: swap it in; the next build embeds the rest
+                        store.inherit_tombstones(db)
+                        store.publish(config.index_path, db)
+                        published = True
+                    raise
                 stats = replace(stats, embedding=asdict(es), seconds=time.perf_counter() - t0,
                                 phases={**stats.phases, "embed": round(es.seconds, 3)})
                 with db.conn:
                     store.set_meta(db, "last_build", json.dumps(stats_dict(stats)))
+            if staged:
+                store.inherit_tombstones(db)
+                store.publish(config.index_path, db)
+                published = True
             return stats
+        except sqlite3.DatabaseError as exc:
+            if store.is_damage(exc):
+                raise store.damaged(config.index_path, exc) from exc
+            raise
         finally:
-            db.conn.close()
+            if published:
+                db.conn.close()
+            else:  # a full rebuild that failed: the old generation keeps serving
+                store.discard(config.index_path, db)
             if engine is not None:
                 engine.close()
 
+
+def _open_target(
+    config: Config, full: bool, notify: Callable[[str], None] | None
+) -> tuple[WriteDB, bool, store.SetAside | None]:
+    """The database this build writes; whether it is a new generation to publish when done (a
+    full rebuild of an existing index); and the damaged file set aside, if one was."""
+    index_dir = config.index_path
+    if not full or store.graph_file(index_dir) is None:
+        return store.open_for_write(index_dir), False, None
+    try:
+        return store.begin_generation(index_dir), True, None
+    except IndexDamagedError as exc:
+        # Nothing sound to serve meanwhile: rebuild in place, resumable like a first build.
+        aside, db = store.set_aside(index_dir, exc.reason)
+        if notify is not None:
+            extra = [p.name for p in aside.files if p != aside.path]
+            notify(
+                f"The index at {index_dir} was damaged ({exc.reason}): set it aside as "
+                f"{aside.path}" + (f" (with {', '.join(extra)})" if extra else "")
+                + "; rebuilding the index from scratch."
+            )
+        if not store.get_meta(db, "embed_model"):  # unreadable: the vector table still knows
+            found = vector_table_model(config, db.conn)
+            if found is not None:
+                with db.conn:
+                    store.set_meta(db, "embed_model", found[0])
+                    store.set_meta(db, "embed_dim", str(found[1]))
+        return db, False, aside
+
+
+def vector_table_model(config: Config, conn=None) -> tuple[str, int] | None:
+    """(model, dimension) recorded in the index's vector table itself, None without a table:
+    what a graph too damaged to read its own meta was embedded with."""
+    from .storage import storage_options, vectors_uri
+    from .vectors import TABLE, VectorStore
+
+    lance = VectorStore._connect(vectors_uri(config, conn), storage_options(config))
+    if not VectorStore._has_table(lance):
+        return None
+    return VectorStore._recorded(lance.open_table(TABLE))
+
+
+def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
+    """After a damaged graph was set aside, its chunk ids are lost: tombstone the vectors of
+    chunks the rebuilt graph lacks (the embedding phase deletes them after reusing by hash)."""
+    model, dim = store.get_meta(db, "embed_model"), store.get_meta(db, "embed_dim")
+    if not model or not (dim or "").isdigit():
+        return
+    from .storage import storage_options, vectors_uri
+    from .vectors import TABLE, VectorStore
+
+    lance = VectorStore._connect(vectors_uri(config, db.conn), storage_options(config))
+    if not VectorStore._has_table(lance):
+        return
+    ids = lance.open_table(TABLE).search().select(["chunk_id"]).limit(None).to_arrow()
+    known = {row[0] for row in db.conn.execute("SELECT id FROM chunks")}
+    stray = {int(i) for i in ids["chunk_id"].to_pylist() if i.isdigit()} - known
+    with db.conn:
+        db.conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)",
+                            [(i,) for i in sorted(stray)])
 
 
 def _build_locked(
@@ -429,12 +542,9 @@ def _build_locked(
     conn = db.conn
     gen = int(store.get_meta(db, "generation", "0")) + 1
     if full:
+        # A full build writes a new, empty generation (see build): nothing to delete first.
         with conn:
-            store.drop_counters(db)  # recounted at the end, not decremented row by row
-            conn.execute("INSERT OR IGNORE INTO vector_tombstones SELECT id FROM chunks")
-            for table in ("ref_candidates", "refs", "symbols", "imports", "files", "pending_names",
-                          "chunks", "chunks_fts"):
-                conn.execute(f"DELETE FROM {table}")
+            store.drop_counters(db)  # recounted at the end, not incremented row by row
     marks = {"start": time.perf_counter()}
     disc = discover(config)
     skipped = Counter(disc.skipped)
@@ -484,14 +594,20 @@ def _build_locked(
         tw = time.perf_counter()
         with conn:
             _write_results(db, results, existing, gen, bulk or full)
+            if chunks:
+                index_files(conn, _changed_file_ids(conn, results))
         write_s += time.perf_counter() - tw
         for r in results:
             if r.status == "unchanged":
                 touched += 1
-            else:
-                parsed += 1
+            elif r.status in ("ok", "syntax_error"):  # skipped and failed files are counted
+                parsed += 1  # by reason in `skipped`, not as parsed
             if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
                 failed[r.path] = r.error
+    if chunks and store.get_meta(db, "files_fts_pending") == "1":  # an index from before m004
+        with conn:
+            index_files(conn, [row[0] for row in conn.execute("SELECT id FROM files")])
+            conn.execute("DELETE FROM meta WHERE key = 'files_fts_pending'")
     pending = conn.execute(
         "SELECT EXISTS(SELECT 1 FROM pending_names) OR EXISTS(SELECT 1 FROM refs WHERE resolution = 'pending')"
     ).fetchone()[0]
@@ -515,9 +631,12 @@ def _build_locked(
         base = BuildStats(**prev)
         # Nothing changed: the counts stored by the last build still hold, and counting
         # millions of references again would cost more than the whole no-op build.
-        return replace(base, files_parsed=0, files_deleted=0, files_unchanged=unchanged + touched,
+        # Only what this build did: no parse, and no embedding unless build() runs it next.
+        # Skipped files are this tree's, though: one no build indexes (a name that is not
+        # UTF-8, a file of no known language) may have appeared or gone since.
+        return replace(base, files_parsed=0, files_deleted=0, files_unchanged=base.files_total,
                        failed={}, seconds=time.perf_counter() - t0, generation=gen - 1, full=False,
-                       phases=phases)
+                       phases=phases, embedding={}, skipped=dict(skipped + _skipped_in_index(conn)))
     with conn:
         store.set_meta(db, "generation", str(gen))
         store.set_meta(db, "root", str(config.root))
@@ -525,7 +644,6 @@ def _build_locked(
         db,
         files_parsed=parsed,
         files_deleted=len(deleted),
-        files_unchanged=unchanged + touched,
         discovery_skipped=dict(skipped),
         failed=failed,
         seconds=time.perf_counter() - t0,
@@ -539,18 +657,20 @@ def _build_locked(
 
 
 def collect_stats(db, **kw) -> BuildStats:
+    """The index's totals after a build. ``files_total`` (files indexed now) is always
+    ``files_parsed`` (indexed by this build) + ``files_unchanged`` (indexed before, kept);
+    every other file found is in ``skipped`` by reason (``failed`` among them)."""
     conn = db.conn
     by_lang = dict(conn.execute(
         "SELECT language, count(*) FROM files WHERE status IN ('ok', 'syntax_error') GROUP BY language"
     ).fetchall())
-    skipped = Counter(kw.pop("discovery_skipped", {}))
-    for status, n in conn.execute("SELECT status, count(*) FROM files WHERE status LIKE 'skipped:%' "
-                                  "OR status = 'failed' GROUP BY status"):
-        skipped[status.removeprefix("skipped:")] += n
+    skipped = Counter(kw.pop("discovery_skipped", {})) + _skipped_in_index(conn)
     totals = store.counts(db)
     refs, resolved, ambiguous = totals["refs"], totals["resolved"], totals["ambiguous"]
+    files_total = sum(by_lang.values())
     return BuildStats(
-        files_total=sum(by_lang.values()),
+        files_total=files_total,
+        files_unchanged=files_total - kw.get("files_parsed", 0),
         files_with_errors=conn.execute("SELECT count(*) FROM files WHERE status = 'syntax_error'").fetchone()[0],
         lines=conn.execute("SELECT coalesce(sum(lines), 0) FROM files").fetchone()[0],
         symbols=totals["symbols"],
@@ -561,6 +681,15 @@ def collect_stats(db, **kw) -> BuildStats:
         skipped=dict(skipped),
         **kw,
     )
+
+
+def _skipped_in_index(conn) -> Counter:
+    """Files the index holds but does not index, by reason (``failed`` among them)."""
+    out: Counter = Counter()
+    for status, n in conn.execute("SELECT status, count(*) FROM files WHERE status LIKE 'skipped:%' "
+                                  "OR status = 'failed' GROUP BY status"):
+        out[status.removeprefix("skipped:")] += n
+    return out
 
 
 def stats_dict(stats: BuildStats) -> dict:

@@ -22,17 +22,37 @@ GITIGNORE = ".gitignore"
 REPOCTXIGNORE = ".repoctxignore"
 #: Bundled or minified assets, recognised by name alone (reason ``minified``).
 MINIFIED_SUFFIXES = (".min.js", ".min.css", ".bundle.js", ".map")
+#: Where minification is practised: only these are ever ``minified`` by content. Elsewhere a
+#: very long line is data (a table, an embedded blob) and the file is indexed.
+MINIFIABLE_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")
 #: How many example paths ``Discovery.skipped_paths`` keeps per reason.
 MAX_EXAMPLES = 20
 
 _SNIFF_BYTES = 8192
 _MAX_NON_TEXT = 0.30
 _MINIFIED_LINE = 1000
-_MINIFIED_AVERAGE = 300
+#: Minified: lines over _MINIFIED_LINE bytes hold at least this share of the file...
+_MINIFIED_SHARE = 0.5
+#: ...and, string literals left out, are code: at least this many `;` per byte (real bundles:
+#: 0.7-2.4 %; a long data literal, a number table or 10k nested brackets: ~0).
+_MINIFIED_SEMICOLONS = 0.003
+# A string literal on one line ("...", '...', `...`), escapes included; unrolled-loop form.
+_STRING_LITERAL = re.compile(
+    rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|\'[^\'\\\n]*(?:\\.[^\'\\\n]*)*\'|`[^`\\]*(?:\\.[^`\\]*)*`'
+)
+#: Legacy 8-bit text (Latin-1 and the like) is mostly printable ASCII; noise is not.
+_MIN_ASCII_TEXT = 0.7
+_ASCII_TEXT = bytes([*range(0x20, 0x7F), 0x09, 0x0A, 0x0C, 0x0D, 0x1B])
+#: UTF-16 text without a byte-order mark: NUL in every other byte (ASCII code points).
+_MIN_WIDE_NULS = 0.7
 _GENERATED_MARKERS = (b"@generated", b"DO NOT EDIT")
 _GENERATED_LINES = 5
 # Whitespace and ESC are legitimate in text files; other C0 controls are not.
 _CONTROL = re.compile("[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
+# C1 controls (U+0080-U+009F) almost never occur in real text, but make up 1/8 of random bytes
+# decoded as Latin-1 and saved as UTF-8 (noise that is valid UTF-8).
+_C1 = re.compile("[\x80-\x9f]")
+_MAX_C1 = 0.05
 # Inherited from hooks or scripts these would make git describe another tree than config.root.
 _GIT_ENV_OVERRIDES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"})
 
@@ -57,6 +77,30 @@ class Discovery:
 
 
 _by_path = attrgetter("path")
+
+#: Skip reason of a name that is not valid UTF-8 (see ``decodable``).
+UNDECODABLE_NAME = "undecodable_name"
+
+
+def decodable(path: str) -> bool:
+    """Whether ``path`` (as ``os.fsdecode`` gives it) was valid UTF-8. File names are bytes
+    on Linux; one that is not UTF-8 decodes to lone surrogates, which no text store (SQLite,
+    FTS, LanceDB, JSON) accepts, so discovery skips it (reason ``undecodable_name``)."""
+    if path.isascii():
+        return True
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable_path(path: str) -> str:
+    """``path`` as text that can be printed and stored: bytes that are not UTF-8 are written
+    as ``\\xNN`` (``latin1_\\xe9.py``)."""
+    if decodable(path):
+        return path
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 # --------------------------------------------------------------------------- gitignore rules
 
@@ -284,6 +328,13 @@ class _Scan:
     def skip(self, reason: str, rel: str) -> None:
         self.skipped.setdefault(reason, []).append(rel)
 
+    def undecodable(self, rel: str) -> bool:
+        """Counts and returns True when ``rel`` is not valid UTF-8 (see ``decodable``)."""
+        if decodable(rel):
+            return False
+        self.skip(UNDECODABLE_NAME, rel)
+        return True
+
     def hidden(self, rel: str) -> bool:
         """Paths never indexed whatever the ignore files say: ``.git`` and the index itself."""
         ix = self.index_rel
@@ -329,7 +380,7 @@ class _Scan:
             files=tuple(self.files),
             skipped={reason: len(paths) for reason, paths in sorted(self.skipped.items())},
             skipped_paths={
-                reason: tuple(sorted(paths)[:MAX_EXAMPLES])
+                reason: tuple(printable_path(p) for p in sorted(paths)[:MAX_EXAMPLES])
                 for reason, paths in sorted(self.skipped.items())
             },
             git=git,
@@ -399,10 +450,14 @@ def _scan_dirs(
                         continue
                     if check and _ignored(groups, rel, name, True):
                         continue
+                    if scan.undecodable(rel):  # counted once; nothing below it is readable
+                        continue
                     pending.append((rel, entry.path, real_dir + sep + name, groups))
                     continue
                 if entry.is_file(follow_symlinks=False):
                     if name == ".git" or (check and _ignored(groups, rel, name, False)):
+                        continue
+                    if scan.undecodable(rel):
                         continue
                     if name.endswith(MINIFIED_SUFFIXES):
                         scan.skip("minified", rel)
@@ -441,6 +496,8 @@ def _walk_symlink(
         is_dir = False
     if check and _ignored(groups, rel, name, is_dir):
         return
+    if scan.undecodable(rel):
+        return
     if not is_dir and name.endswith(MINIFIED_SUFFIXES):
         scan.skip("minified", rel)
         return
@@ -460,7 +517,9 @@ def _walk_symlink(
 
 
 def _git(root: str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_OVERRIDES}
+    from .gitsafe import git_env  # nothing the repository configures runs (fsmonitor, filters)
+
+    env = git_env(root, {k: v for k, v in os.environ.items() if k not in _GIT_ENV_OVERRIDES})
     return subprocess.run(
         ["git", *args], cwd=root, input=stdin, capture_output=True, env=env, check=False
     )
@@ -529,6 +588,8 @@ def _from_git(scan: _Scan, paths: list[str]) -> None:
             groups = groups_for(d)
             if groups is None or _ignored(groups, path, name, False):
                 continue
+        if scan.undecodable(path):
+            continue
         if name.endswith(MINIFIED_SUFFIXES):
             scan.skip("minified", path)
             continue
@@ -574,15 +635,17 @@ def discover(config: Config) -> Discovery:
 def is_ignored_path(config: Config, rel_path: str) -> bool:
     """Whether ``rel_path`` (POSIX, relative to the root) is excluded by discovery's path rules.
 
-    Ignore files, ``Config.exclude``, ``.git``, the index directory and minified names are
-    applied. Stat-dependent skips (size, symlinks, permissions) are not: a change to such a
-    file must still reach the builder, which rediscovers it.
+    Ignore files, ``Config.exclude``, ``.git``, the index directory, minified names and names
+    that are not UTF-8 are applied. Stat-dependent skips (size, symlinks, permissions) are
+    not: a change to such a file must still reach the builder, which rediscovers it.
     """
     rel = rel_path.replace(os.sep, "/").strip("/")
     while rel.startswith("./"):
         rel = rel[2:]
     if rel in ("", "."):
         return False
+    if not decodable(rel):
+        return True
     scan = _Scan(config)
     if scan.hidden(rel):
         return True
@@ -609,19 +672,58 @@ def is_ignored_path(config: Config, rel_path: str) -> bool:
 
 
 def classify_content(path: str, data: bytes) -> str | None:
-    """Return a skip reason ('binary', 'minified', 'generated') for file content, or None."""
+    """Return a skip reason for file content, or None to index it: 'binary', 'utf16' (UTF-16
+    or UTF-32 text: the index reads and shows files as UTF-8), 'generated' or 'minified'.
+
+    A very long line alone is no reason: outside JavaScript/TypeScript, and in them unless the
+    long lines are most of the file and read as code (not one string, table or bracket nest),
+    the file is indexed — its definitions after the long line are found like any others."""
     if path.endswith(MINIFIED_SUFFIXES):
         return "minified"
     if not data:
         return None
-    if _looks_binary(data[:_SNIFF_BYTES], truncated=len(data) > _SNIFF_BYTES):
+    sample = data[:_SNIFF_BYTES]
+    truncated = len(data) > _SNIFF_BYTES
+    if _looks_wide_text(sample, truncated):
+        return "utf16"
+    if _looks_binary(sample, truncated):
         return "binary"
     head = data.split(b"\n", _GENERATED_LINES)[:_GENERATED_LINES]
     if any(marker in line for line in head for marker in _GENERATED_MARKERS):
         return "generated"
-    if _looks_minified(data):
+    if path.endswith(MINIFIABLE_SUFFIXES) and _looks_minified(data):
         return "minified"
     return None
+
+
+def _text_ok(text: str) -> bool:
+    return not text or len(_CONTROL.findall(text)) <= _MAX_NON_TEXT * len(text)
+
+
+def _looks_wide_text(sample: bytes, truncated: bool) -> bool:
+    """UTF-16 or UTF-32 text: a byte-order mark, or (UTF-16 without one) NUL bytes in every
+    other position, and the sample decodes to text."""
+    if sample.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        encoding = "utf-32"
+    elif sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"
+    elif len(sample) >= 4 and b"\0" in sample:
+        even, odd = sample[0::2], sample[1::2]
+        half = len(sample) // 2
+        if odd.count(0) >= _MIN_WIDE_NULS * half and even.count(0) < (1 - _MIN_WIDE_NULS) * half:
+            encoding = "utf-16-le"
+        elif even.count(0) >= _MIN_WIDE_NULS * half and odd.count(0) < (1 - _MIN_WIDE_NULS) * half:
+            encoding = "utf-16-be"
+        else:
+            return False
+    else:
+        return False
+    decoder = codecs.getincrementaldecoder(encoding)("strict")
+    try:
+        text = decoder.decode(sample, final=not truncated)
+    except UnicodeDecodeError:
+        return False
+    return "\0" not in text and _text_ok(text)
 
 
 def _looks_binary(sample: bytes, truncated: bool) -> bool:
@@ -631,18 +733,24 @@ def _looks_binary(sample: bytes, truncated: bool) -> bool:
     # error, the decoder just holds its first bytes back.
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     try:
-        decoder.decode(sample, final=not truncated)
-        return False
+        text = decoder.decode(sample, final=not truncated)
     except UnicodeDecodeError:
         pass
-    text = codecs.getincrementaldecoder("utf-8")("replace").decode(sample, final=not truncated)
-    if not text:
-        return False
-    return len(_CONTROL.findall(text)) > _MAX_NON_TEXT * len(text)
+    else:
+        return len(_C1.findall(text)) > _MAX_C1 * len(text)
+    # Not UTF-8: legacy 8-bit text (Latin-1, cp1252) is mostly printable ASCII; noise is not.
+    return len(sample.translate(None, _ASCII_TEXT)) > (1 - _MIN_ASCII_TEXT) * len(sample)
 
 
 def _looks_minified(data: bytes) -> bool:
-    lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-    if len(data) / lines <= _MINIFIED_AVERAGE:
+    """Most of the file is in very long lines, and they are code: string literals left out,
+    what remains is long and dense with statement separators."""
+    long_lines = [line for line in data.split(b"\n") if len(line) > _MINIFIED_LINE]
+    if sum(map(len, long_lines)) < _MINIFIED_SHARE * len(data):
         return False
-    return any(len(line) > _MINIFIED_LINE for line in data.split(b"\n"))
+    code_bytes = semicolons = 0
+    for line in long_lines:
+        code = _STRING_LITERAL.sub(b"", line)
+        code_bytes += len(code)
+        semicolons += code.count(b";")
+    return code_bytes > _MINIFIED_LINE and semicolons >= _MINIFIED_SEMICOLONS * code_bytes

@@ -30,6 +30,19 @@ class IndexLockedError(RepoctxError):
     """Another process is writing this index — wait for it or stop it."""
 
 
+class IndexDamagedError(RepoctxError):
+    """The index is damaged — run `repoctx index build --full` to set it aside and rebuild."""
+
+    def __init__(self, index_dir: object = None, reason: str = "") -> None:
+        self.index_dir = index_dir
+        self.reason = " ".join(reason.split()) or "unreadable"  # one line, whatever SQLite said
+        where = f"The index at {index_dir}" if index_dir is not None else "The index"
+        super().__init__(
+            f"{where} is damaged ({self.reason}) — run `repoctx index build --full` to set it "
+            "aside and rebuild."
+        )
+
+
 class ModelMismatchError(RepoctxError):
     """The index was embedded with another model — rerun with `--reembed` to rebuild vectors."""
 
@@ -37,3 +50,8 @@ class ModelMismatchError(RepoctxError):
 class EmbeddingModelError(RepoctxError):
     """The embedding model could not be loaded — check `embed_model` (a sentence-transformers
     name or a local model directory) and that the model is downloaded."""
+
+
+class VectorsMissingError(RepoctxError):
+    """This index has no vectors to search — run `repoctx index build` to embed the chunks, or
+    search with `--mode lexical`."""

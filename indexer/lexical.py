@@ -112,3 +112,48 @@ def query_terms(query: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
 def fts_match(terms: list[str]) -> str:
     """An FTS5 MATCH expression: any term, ranked by BM25."""
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+# -- whole files -------------------------------------------------------------------------------
+#
+# `files_fts` (rowid = files.id) holds every chunked file as one document: its path, the names
+# it defines, and its text as `index_terms` sees it (docstrings and comments included). BM25 over
+# whole files sees a file whose relevance is spread over many chunks at once, where a ranking of
+# chunks would need each chunk to collect votes; the two are separate signals (retrieval/).
+
+
+def index_files(conn, file_ids) -> None:
+    """(Re)write the whole-file lexical documents of ``file_ids`` from their chunks and symbols;
+    a file without chunks gets no document. Run in the transaction that wrote the chunks."""
+    ids = list(file_ids)
+    if not ids:
+        return
+    conn.executemany("DELETE FROM files_fts WHERE rowid = ?", [(i,) for i in ids])
+    rows = []
+    for fid in ids:
+        found = conn.execute("SELECT path FROM files WHERE id = ?", [fid]).fetchone()
+        if found is None:
+            continue
+        bodies = conn.execute(
+            "SELECT t.body FROM chunks c JOIN chunks_fts t ON t.rowid = c.id "
+            "WHERE c.file_id = ? ORDER BY c.start_line",
+            [fid],
+        ).fetchall()
+        if not bodies:
+            continue
+        names = conn.execute(
+            "SELECT name FROM symbols WHERE file_id = ? AND kind != 'module'", [fid]
+        ).fetchall()
+        rows.append(
+            (
+                fid,
+                index_terms(found[0]),
+                index_terms(" ".join(dict.fromkeys(n for (n,) in names))),
+                " ".join(b for (b,) in bodies),
+            )
+        )
+    conn.executemany("INSERT INTO files_fts(rowid, path, names, body) VALUES (?,?,?,?)", rows)
+
+
+def unindex_files(conn, file_ids) -> None:
+    conn.executemany("DELETE FROM files_fts WHERE rowid = ?", [(i,) for i in file_ids])

@@ -20,6 +20,11 @@ _COMMENT_TYPES = frozenset({"comment", "line_comment", "block_comment"})
 _BODY_FIELDS = ("body", "declarator_body")
 _METHOD_OWNERS = CLASS_KINDS - {"namespace"}
 _WRAPPERS = frozenset({"decorated_definition", "export_statement", "template_declaration"})
+#: Definitions nested deeper than this are not symbols of their own: their code stays in the
+#: deepest enclosing definition kept (its chunk, its references). Real code nests a handful of
+#: levels; 10k nested functions would otherwise cost quadratic qualnames (hundreds of MB) and
+#: overflow the chunker's recursion.
+MAX_DEFINITION_DEPTH = 100
 
 
 def parse_source(path: str, source: bytes, language: str, module: str) -> ParsedFile:
@@ -134,6 +139,8 @@ def _definitions(
     for node, name_node, kind in items:
         while stack and nodes[stack[-1]].end_byte < node.end_byte:
             stack.pop()
+        if len(stack) >= MAX_DEFINITION_DEPTH:
+            continue
         parent = stack[-1] if stack else -1
         name = _text(source, name_node)
         if parent >= 0 and out[parent].kind in _METHOD_OWNERS and kind == "function":

@@ -97,6 +97,19 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         ) from exc
 
 
+def _reap_private_ray(ray: Any):
+    """A reaper for the daemons of the Ray this process just started. Ray ties GCS, raylet
+    and its workers to the driver, but its agents outlive a `kill -9` of it by a minute or
+    more. Their pids come from Ray's node object (not public API): without it, no reaper."""
+    from .lifetime import start_reaper
+
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    procs = getattr(node, "all_processes", None) or {}
+    roots = [info.process.pid for infos in procs.values() for info in infos
+             if getattr(getattr(info, "process", None), "pid", None)]
+    return start_reaper(roots)
+
+
 class RaySession:
     """A connection to a Ray cluster for one build, made on first use (a no-op build never
     starts Ray). ``close()`` stops Ray if this session started it (no `--ray-address`), and
@@ -107,6 +120,7 @@ class RaySession:
         self.ray: Any = None
         self.owned = False
         self.workers = self.gpus = 0
+        self._reaper = None  # kills a private Ray's processes if this one is killed
 
     def connect(self) -> RaySession:
         if self.ray is not None:
@@ -135,6 +149,8 @@ class RaySession:
                     "a local Ray."
                 ) from exc
             self.owned = True
+            if not address:
+                self._reaper = _reap_private_ray(ray)
         resources = ray.cluster_resources()
         cpus = max(1, int(resources.get("CPU", 1)))
         self.workers = min(config.jobs, cpus) if config.jobs else cpus
@@ -154,6 +170,10 @@ class RaySession:
     def close(self) -> None:
         if self.owned and self.ray is not None and self.ray.is_initialized():
             self.ray.shutdown()
+        from .lifetime import stop_reaper
+
+        stop_reaper(self._reaper)
+        self._reaper = None
         self.owned = False
         self.ray = None
 

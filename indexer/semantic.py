@@ -49,22 +49,30 @@ def _follow_vectors_uri(config: Config, conn) -> str:
     them (a build or watcher without the flag must not move them). When it moved, every
     chunk is embedded again into the new table (vectors there are still reused by hash);
     `--vectors-uri <index>/vectors.lance` brings them back next to the graph."""
-    from .storage import VECTORS_DIR, check_uri, locate_vectors, recorded_vectors_uri
+    from .storage import (
+        VECTORS_DIR,
+        check_uri,
+        locate_vectors,
+        record_vectors_uri,
+        recorded_vectors_uri,
+    )
 
     recorded = recorded_vectors_uri(conn) or ""
-    wanted = check_uri(config.vectors_uri, "vectors URI") if config.vectors_uri else recorded
+    wanted = check_uri(config.vectors_uri, "vectors URI") if config.vectors_uri else \
+        locate_vectors(None, recorded, config.index_path)  # refuses a recorded credential
     if wanted == str(config.index_path / VECTORS_DIR):
         wanted = ""
     if wanted != recorded:
         with conn:
             conn.execute("UPDATE chunks SET embedded = 0")
-            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_uri', ?)", [wanted])
+            record_vectors_uri(conn, wanted)
     return locate_vectors(wanted, None, config.index_path)
 
 
 def coverage(conn) -> tuple[int, int]:
     """(chunks with a vector, all chunks)."""
-    done, total = conn.execute("SELECT coalesce(sum(embedded), 0), count(*) FROM chunks").fetchone()
+    # embedded is -1 for a chunk whose file could not be read back: not a vector either.
+    done, total = conn.execute("SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks").fetchone()
     return int(done), int(total)
 
 
@@ -102,6 +110,8 @@ def embed_pending(
     if reembed:
         with conn:
             conn.execute("UPDATE chunks SET embedded = 0")
+    else:
+        _forget_lost_vectors(conn, uri)
     pending_total = conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
     tombstones = [r[0] for r in conn.execute("SELECT chunk_id FROM vector_tombstones")]
     if not pending_total and not tombstones and not reembed:
@@ -120,6 +130,9 @@ def embed_pending(
             vs = VectorStore.reset(uri, embedder.dim, embedder.name, options)
         else:
             vs = VectorStore.open(uri, embedder.dim, embedder.name, options)
+            if _forget_missing_rows(conn, vs):
+                pending_total = conn.execute(
+                    "SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
         t_embed = time.perf_counter()  # after loading lancedb (~2 s of imports) and the model
         with conn:
             store.set_meta(db, "embed_model", embedder.name)
@@ -153,6 +166,33 @@ def embed_pending(
         seconds=time.perf_counter() - t_embed,
         coverage=done_n / total_n if total_n else 1.0,
     )
+
+
+def _forget_lost_vectors(conn, uri: str) -> None:
+    """A deleted local table (checked with one stat: a no-op build stays cheap) leaves every
+    chunk marked embedded without a vector: mark them pending so this build embeds them."""
+    from .vectors import table_missing
+
+    if table_missing(uri) and conn.execute("SELECT EXISTS(SELECT 1 FROM chunks WHERE embedded = 1)"
+                                           ).fetchone()[0]:
+        with conn:
+            conn.execute("UPDATE chunks SET embedded = 0 WHERE embedded = 1")
+
+
+def _forget_missing_rows(conn, vs) -> int:
+    """Chunks marked embedded whose vector is not in the table (a table recreated or restored
+    from an older copy) become pending again; returns how many. Checked when the table is
+    open anyway: one row count, and a scan of ids only when it falls short."""
+    marked = conn.execute("SELECT count(*) FROM chunks WHERE embedded = 1").fetchone()[0]
+    if not marked or vs.count() >= marked:
+        return 0
+    present = vs.chunk_ids()
+    lost = [(cid,) for (cid,) in conn.execute("SELECT id FROM chunks WHERE embedded = 1")
+            if str(cid) not in present]
+    if lost:
+        with conn:
+            conn.executemany("UPDATE chunks SET embedded = 0 WHERE id = ?", lost)
+    return len(lost)
 
 
 class _Inline:

@@ -38,6 +38,7 @@ from . import store
 from .build import build, content_hash
 from .config import Config
 from .errors import RepoctxError
+from .gitsafe import git_env
 from .lock import WriteLock
 from .models import Progress
 from .storage import (
@@ -45,6 +46,7 @@ from .storage import (
     filesystem,
     is_remote,
     open_vectors,
+    record_vectors_uri,
     storage_options,
     vectors_uri,
 )
@@ -73,7 +75,9 @@ class SnapshotError(RepoctxError):
 
 def _git(root: Path, *args: str) -> str:
     try:
-        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, env=git_env(root)
+        )
     except FileNotFoundError:
         raise SnapshotError("git is not installed — snapshots are keyed by git commit.") from None
     if proc.returncode != 0:
@@ -110,7 +114,7 @@ def _ancestors(root: Path, limit: int = MAX_WALK) -> Iterator[str]:
     """HEAD and its ancestors, newest first, streamed: the walk stops at the first snapshot."""
     proc = subprocess.Popen(
         ["git", "rev-list", f"--max-count={limit}", "HEAD"],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=git_env(root),
     )
     try:
         assert proc.stdout is not None
@@ -124,7 +128,7 @@ def _ancestors(root: Path, limit: int = MAX_WALK) -> Iterator[str]:
 def _distance(root: Path, commit: str) -> int | None:
     """Commits in HEAD's history that the snapshot's commit lacks; None if not an ancestor."""
     check = subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=root,
-                           capture_output=True)
+                           capture_output=True, env=git_env(root))
     if check.returncode != 0:
         return None
     return int(_git(root, "rev-list", "--count", f"{commit}..HEAD"))
@@ -141,7 +145,7 @@ def snapshot_uri(config: Config, given: str | None = None, flag: str = "--to") -
             f"No snapshot location — pass `{flag} URI` (a directory or s3://bucket/prefix) or "
             "set `snapshot_uri` in .repoctx.toml (or REPOCTX_SNAPSHOT_URI)."
         )
-    return check_uri(uri.rstrip("/"), "snapshot URI")
+    return check_uri(uri.rstrip("/"), "snapshot URI", f"from {flag}" if given else "")
 
 
 def _complete_commits(fs: Any, base: str) -> set[str]:
@@ -214,7 +218,7 @@ def push(
         copy = Path(tmp) / "graph.db"
         with WriteLock(config.index_path).acquire():
             # Graph and vector version are captured together, while no build can commit.
-            _backup_graph(config.db_path, copy)
+            _backup_graph(store.graph_file(config.index_path) or config.db_path, copy)
             table, version = _open_vectors(config) if model else (None, None)
         graph = _upload_compressed(copy, fs, f"{target}/{GRAPH}")
         summary = _graph_summary(copy)
@@ -386,7 +390,7 @@ def pull(
         new_db = Path(tmp) / "graph.db"
         _download_graph(fs, f"{base}/{chosen}/{GRAPH}", new_db, manifest["graph"]["sha256"], uri)
         _install_vectors(config, f"{uri}/{chosen}/{VECTORS}" if has_vectors else None, progress)
-        _swap_graph(new_db, config.db_path)
+        _swap_graph(new_db, config.index_path)
         if has_vectors:
             _index_vectors(config, manifest)
         t1 = time.perf_counter()
@@ -394,7 +398,7 @@ def pull(
         try:
             with db.conn:
                 store.set_meta(db, "root", str(config.root))
-                store.set_meta(db, "vectors_uri", config.vectors_uri or "")
+                record_vectors_uri(db.conn, config.vectors_uri or "")
             adopted = adopt(db.conn, config.root, progress)
         finally:
             db.conn.close()
@@ -519,18 +523,11 @@ def _index_vectors(config: Config, manifest: dict) -> None:
     open_vectors(config, None, manifest["embed_dim"], manifest["embed_model"]).maybe_index()
 
 
-def _swap_graph(new_db: Path, db_path: Path) -> None:
-    """Put ``new_db`` in place of the graph. The old WAL is emptied first: left behind, it
-    would be replayed into the new file."""
-    if db_path.exists():
-        conn = sqlite3.connect(db_path)
-        try:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            conn.close()
-    os.replace(new_db, db_path)
-    for suffix in ("-wal", "-shm"):
-        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+def _swap_graph(new_db: Path, index_dir: Path) -> None:
+    """Put ``new_db`` in as the index's next generation file, swapped in atomically like a full
+    rebuild: readers of the old graph finish on it, and nothing of it (a WAL that could be
+    replayed into the new file, a damaged page) is read or reused."""
+    store.install(index_dir, new_db)
 
 
 def adopt(conn: sqlite3.Connection, root: Path, progress: ProgressFn | None = None) -> int:

@@ -6,18 +6,25 @@ WAL mode lets any number of readers query while one writer builds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import re
+import signal
 import sqlite3
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 if TYPE_CHECKING:  # imported by writers only: it costs ~130 ms, more than a whole `symbol` query
     import sqlite_utils
 
-from .errors import NoIndexError, SchemaError
+from .errors import IndexDamagedError, NoIndexError, SchemaError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _m001_initial(db: sqlite_utils.Database) -> None:
@@ -153,10 +160,25 @@ def _m003_counts(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m004_file_text(db: sqlite_utils.Database) -> None:
+    """Whole-file lexical documents (see indexer/lexical.py `index_files`); an index that had
+    chunks gets them on the next build (its files are re-indexed lexically, not re-parsed)."""
+    db.executescript(
+        """
+        CREATE VIRTUAL TABLE files_fts USING fts5(
+            path, names, body, tokenize = 'porter unicode61'
+        );
+        INSERT INTO meta(key, value) SELECT 'files_fts_pending', '1' WHERE EXISTS (SELECT 1 FROM files)
+            ON CONFLICT(key) DO UPDATE SET value = '1';
+        """
+    )
+
+
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (1, _m001_initial),
     (2, _m002_chunks),
     (3, _m003_counts),
+    (4, _m004_file_text),
 ]
 
 _COUNTER_TRIGGERS = {
@@ -222,10 +244,12 @@ def stable_id(*parts: str) -> int:
 
 
 class ReadDB:
-    """A read-only connection with the small part of sqlite_utils.Database readers use."""
+    """A read-only connection with the small part of sqlite_utils.Database readers use.
+    ``file`` is the generation file it reads (a full rebuild swaps in another one)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, file: Path | None = None) -> None:
         self.conn = conn
+        self.file = file
 
     def execute(self, sql: str, params=()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
@@ -236,24 +260,419 @@ class ReadDB:
 
 class WriteDB(ReadDB):
     """The writer's connection. Builds need only ``execute``/``executescript``; sqlite_utils
-    (~0.3 s of imports, numpy included: half of a one-file edit) is loaded to run migrations."""
+    (~0.3 s of imports, numpy included: half of a one-file edit) is loaded to run migrations.
+    ``previous`` is, for a generation being built by a full rebuild, the one it will replace."""
+
+    previous: Path | None = None
 
     def executescript(self, sql: str) -> sqlite3.Cursor:
         return self.conn.executescript(sql)
 
 
-def _connect(path: Path, readonly: bool = False):
-    if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+# --------------------------------------------------------------------------- generations
+#
+# `graph.db` is a symlink to the current generation's file, `graph.<n>.db`. SQLite resolves
+# the link when it opens the file, so each generation has its own -wal and -shm
+# (`graph.<n>.db-wal`). An incremental build writes the current generation in place, one
+# transaction per batch. A full rebuild writes `graph.<n+1>.db` beside it and swaps the link
+# (`os.replace`, atomic): a connection keeps reading the file it opened, so readers see the old
+# index or the new one, never a half-built one. The replaced generation is kept until the next
+# full rebuild (for readers that resolved the link just before the swap); older ones are
+# deleted. File numbers only grow, so a name (and its WAL) is never reused. An index from
+# before generations has a plain `graph.db`: it is read and written as it is until the next full
+# rebuild replaces it with the link.
+
+GRAPH = "graph.db"
+_GENERATION = re.compile(r"graph\.(\d+)\.db")
+_SIDECARS = ("-wal", "-shm", "-journal")
+#: A damaged graph is renamed to this prefix plus a timestamp (with its -wal/-shm), never deleted.
+DAMAGED_PREFIX = "graph.db.damaged-"
+#: Primary SQLite result codes that mean the file is not a sound database (not a busy or
+#: missing one): SQLITE_CORRUPT, SQLITE_FORMAT, SQLITE_NOTADB.
+_DAMAGE_CODES = frozenset({11, 24, 26})
+#: Meta keys a new generation does not inherit: its migrations or its own build write them.
+#: Every other key (generation counter, embedding model and dimension, vectors location, …)
+#: describes the index rather than one file, and carries over.
+_OWN_META = frozenset({"schema_version", "last_build"})
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A damaged graph moved out of the way (kept for inspection, never deleted)."""
+
+    path: Path  # the database file's new name
+    files: tuple[Path, ...]  # everything moved: the file and its -wal/-shm
+    reason: str
+
+
+def graph_file(index_dir: Path) -> Path | None:
+    """The database file `graph.db` names now (`graph.<n>.db`, or `graph.db` itself in an index
+    from before generations), whether or not it exists; None when there is no `graph.db`."""
+    link = Path(index_dir) / GRAPH
+    try:
+        target = os.readlink(link)
+    except FileNotFoundError:
+        return None
+    except OSError:  # not a symlink: the plain file of an older index
+        return link
+    return link.parent / target
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a SQLite error says the database file is damaged or not a database at all."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and (
+        code & 0xFF) in _DAMAGE_CODES
+
+
+def damaged(index_dir: Path, exc: BaseException | str) -> IndexDamagedError:
+    """The error to raise for a damaged index, from SQLite's error or a reason."""
+    return IndexDamagedError(index_dir, exc if isinstance(exc, str) else str(exc) or type(exc).__name__)
+
+
+def _number(name: str) -> int | None:
+    m = _GENERATION.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def _generation_files(index_dir: Path) -> dict[int, list[Path]]:
+    """Every generation file and sidecar in ``index_dir``, by generation number."""
+    out: dict[int, list[Path]] = {}
+    try:
+        names = os.listdir(index_dir)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        n = _number(_base(name))
+        if n is not None:
+            out.setdefault(n, []).append(Path(index_dir) / name)
+    return out
+
+
+def _unlink_all(paths) -> None:
+    for p in paths:
+        Path(p).unlink(missing_ok=True)
+
+
+def _link(index_dir: Path, name: str) -> None:
+    """Point `graph.db` at ``name`` atomically (a symlink renamed over the old one)."""
+    tmp = Path(index_dir) / f".{GRAPH}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    os.symlink(name, tmp)
+    os.replace(tmp, Path(index_dir) / GRAPH)
+    fd = os.open(index_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself survives a crash of the machine, not only of repoctx
+    finally:
+        os.close(fd)
+
+
+def _crash_point(name: str) -> None:
+    """For tests only: ``REPOCTX_CRASH_AT=<name>`` kills this process here, as kill -9 would,
+    to show that a full rebuild interrupted at that point leaves the old index serving."""
+    if os.environ.get("REPOCTX_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _remove_unpublished(index_dir: Path) -> None:
+    """Delete what crashed full rebuilds left: generations newer than the current one (never
+    linked, so never read) and temporary links. Under the write lock only."""
+    current = graph_file(index_dir)
+    # No index, or a plain graph.db: every generation file is a leftover.
+    n = (_number(current.name) if current is not None else None) or 0
+    for k, paths in _generation_files(index_dir).items():
+        if k > n:
+            _unlink_all(paths)
+    for name in os.listdir(index_dir):
+        if name.startswith(f".{GRAPH}.") and name.endswith(".tmp"):
+            (Path(index_dir) / name).unlink(missing_ok=True)
+
+
+def _next_file(index_dir: Path) -> Path:
+    """The name of the next generation's file. Numbers only grow: a published name (and so
+    its -wal) is never used again. (A crashed rebuild's number comes back once its file is
+    removed: no reader ever opened that one.)"""
+    numbers = set(_generation_files(index_dir))
+    current = graph_file(index_dir)
+    if current is not None and _number(current.name) is not None:
+        numbers.add(_number(current.name))
+    return Path(index_dir) / f"graph.{max(numbers, default=0) + 1}.db"
+
+
+def unpublished_chunk_ids(index_dir: Path) -> set[int]:
+    """Chunk ids of generations newer than the current one: a full rebuild running, or one
+    that was killed (the next build removes its file). Their vectors may already be in the
+    shared vector table."""
+    current = graph_file(index_dir)
+    n = (_number(current.name) if current is not None else None) or 0
+    out: set[int] = set()
+    for k, paths in _generation_files(index_dir).items():
+        db_file = Path(index_dir) / f"graph.{k}.db"
+        if k <= n or db_file not in paths:
+            continue
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(db_file))}?mode=ro", uri=True)
+            try:
+                out.update(r[0] for r in conn.execute("SELECT id FROM chunks"))
+            finally:
+                conn.close()
+        except sqlite3.Error:  # just created (no tables yet), or being removed
+            continue
+    return out
+
+
+def _new_generation(index_dir: Path, meta: dict[str, str]) -> WriteDB:
+    """A new, migrated generation file (not linked yet) with ``meta`` carried over."""
+    path = _next_file(index_dir)
+    _unlink_all(Path(f"{path}{s}") for s in ("", *_SIDECARS))
+    db = _open_writer(path, index_dir)
+    if meta:
+        with db.conn:  # keys the migrations wrote win
+            db.conn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
+                                sorted(meta.items()))
+    return db
+
+
+def _read_meta(path: Path) -> dict[str, str]:
+    """The meta of a repoctx graph file, without the keys a new generation writes itself;
+    empty when the file is not a repoctx graph (raises sqlite3.Error when unreadable)."""
+    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            return {}
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    finally:
+        conn.close()
+    if "schema_version" not in rows:
+        return {}
+    return {k: v for k, v in rows.items() if k not in _OWN_META and isinstance(k, str)}
+
+
+def disk_usage(index_dir: Path) -> dict[str, object]:
+    """Bytes on disk of the graph: the current generation file (with its -wal); the other
+    generation files (the previous one, kept for readers until the next full rebuild, and a
+    full rebuild's while it runs); damaged files set aside (until the user deletes them)."""
+    current = graph_file(index_dir)
+    own = {current.name} if current is not None else set()
+
+    def size(p: Path) -> int:
+        try:
+            return p.stat().st_size
+        except FileNotFoundError:  # deleted by a rebuild meanwhile
+            return 0
+
+    used = kept = damaged_bytes = 0
+    try:
+        names = os.listdir(index_dir)
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        base = _base(name)
+        if base in own and not os.path.islink(Path(index_dir) / name):
+            used += size(Path(index_dir) / name)
+        elif _number(base) is not None:
+            kept += size(Path(index_dir) / name)
+        elif name.startswith(DAMAGED_PREFIX):
+            damaged_bytes += size(Path(index_dir) / name)
+    return {"file": current.name if current is not None else None, "bytes": used,
+            "previous_bytes": kept, "damaged_bytes": damaged_bytes}
+
+
+def readable_meta(index_dir: Path) -> dict[str, str]:
+    """What can still be read of the current graph's meta (empty when nothing can): a repair
+    of a damaged index learns from it which embedding model to use."""
+    path = graph_file(index_dir)
+    if path is None or not path.exists():
+        return {}
+    try:
+        return _read_meta(path)
+    except sqlite3.Error:
+        return {}
+
+
+def quick_check(db: ReadDB, index_dir: Path) -> None:
+    """IndexDamagedError unless SQLite's `PRAGMA quick_check` finds the file sound (every page
+    read and its b-tree structure checked: ~1 s on a 220 MB graph, so full rebuilds and
+    `index verify` run it, queries do not — they report damage when they meet it)."""
+    try:
+        rows = db.execute("PRAGMA quick_check(5)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise damaged(index_dir, exc) from exc
+        raise
+    problems = [line.strip() for r in rows if r[0] != "ok" for line in str(r[0]).splitlines()
+                if line.strip() and not line.startswith("*** in database")]
+    if problems:
+        more = f" and {len(problems) - 1} more problems" if len(problems) > 1 else ""
+        raise damaged(index_dir, f"quick_check: {problems[0][:150]}{more}")
+
+
+def begin_generation(index_dir: Path) -> WriteDB:
+    """The file a full rebuild writes: `graph.<n+1>.db`, migrated, with the current
+    generation's meta carried over, invisible to readers until `publish`. The current file is
+    checked first (`quick_check`): IndexDamagedError when it is damaged (see `set_aside`),
+    SchemaError when a newer repoctx wrote it. Under the write lock only."""
+    _remove_unpublished(index_dir)
+    old = graph_file(index_dir)
+    meta: dict[str, str] = {}
+    if old is not None and old.exists():
+        current = open_for_read(index_dir, check_version=False)
+        try:
+            version = _check_ours(current, index_dir)
+            if version > SCHEMA_VERSION:
+                raise _newer(index_dir, version)
+            quick_check(current, index_dir)
+            old = current.file
+        finally:
+            current.conn.close()
+        meta = _read_meta(old)
     else:
-        conn = sqlite3.connect(str(path), check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 10000")
-    if not readonly:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA cache_size = -65536")
-    conn.execute("PRAGMA temp_store = MEMORY")
-    return ReadDB(conn) if readonly else WriteDB(conn)
+        old = None
+    db = _new_generation(index_dir, meta)
+    db.previous = old
+    _crash_point("generation_created")
+    return db
+
+
+def publish(index_dir: Path, db: WriteDB) -> None:
+    """Swap the generation ``db`` holds in: readers that open the index from now on read it,
+    readers of the one it replaces finish on that (kept until the next full rebuild), older
+    generations are deleted (unlinking a file a reader still holds is safe for the reader)."""
+    _publish(index_dir, db.file.name)
+
+
+def install(index_dir: Path, src: Path) -> None:
+    """Swap a complete graph file made elsewhere (a pulled snapshot) in as the next generation,
+    like a full rebuild: ``src`` is moved (same file system) and published. Under the write lock."""
+    _remove_unpublished(index_dir)
+    dest = _next_file(index_dir)
+    _unlink_all(Path(f"{dest}{s}") for s in _SIDECARS)
+    os.replace(src, dest)
+    _publish(index_dir, dest.name)
+
+
+def _publish(index_dir: Path, name: str) -> None:
+    previous = graph_file(index_dir)
+    _crash_point("before_swap")
+    _link(index_dir, name)
+    _crash_point("after_swap")
+    keep = {name} | ({previous.name} if previous is not None else set())
+    for _, paths in _generation_files(index_dir).items():
+        _unlink_all(p for p in paths if _base(p.name) not in keep)
+    if GRAPH not in keep:  # the -wal/-shm of a plain graph.db that an earlier rebuild replaced
+        _unlink_all(Path(index_dir) / f"{GRAPH}{s}" for s in _SIDECARS)
+
+
+def _base(name: str) -> str:
+    return next((name[: -len(s)] for s in _SIDECARS if name.endswith(s)), name)
+
+
+def discard(index_dir: Path, db: WriteDB) -> None:
+    """Close and delete a generation that was never published (a failed full rebuild)."""
+    db.conn.close()
+    if db.file is None or graph_file(index_dir) == db.file:
+        return
+    _unlink_all(Path(f"{db.file}{s}") for s in ("", *_SIDECARS))
+
+
+def set_aside(index_dir: Path, reason: str) -> tuple[SetAside, WriteDB]:
+    """Rename the damaged current graph to `graph.db.damaged-<timestamp>` (with its -wal and
+    -shm) and link an empty, migrated generation in its place that carries the meta still
+    readable (embedding model, vectors location, generation counter). Returns what was moved
+    and the writer of the new generation, for a build from scratch. Under the write lock only."""
+    bad = graph_file(index_dir)
+    try:
+        meta = _read_meta(bad) if bad is not None and bad.exists() else {}
+    except sqlite3.Error:  # too damaged to read even that: start without it
+        meta = {}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest = Path(index_dir) / f"{DAMAGED_PREFIX}{stamp}"
+    i = 1
+    while any(Path(f"{dest}{s}").exists() for s in ("", *_SIDECARS)):
+        i += 1
+        dest = Path(index_dir) / f"{DAMAGED_PREFIX}{stamp}-{i}"
+    moved = []
+    for suffix in ("", *_SIDECARS):
+        src = Path(f"{bad}{suffix}") if bad is not None else None
+        if src is not None and src.exists():
+            os.replace(src, f"{dest}{suffix}")
+            moved.append(Path(f"{dest}{suffix}"))
+    db = _new_generation(index_dir, meta)
+    _link(index_dir, db.file.name)
+    return SetAside(dest, tuple(moved), reason), db
+
+
+@contextlib.contextmanager
+def _previous_attached(db: WriteDB) -> Iterator[bool]:
+    """The previous generation attached read-only as ``prev`` (False: none to read)."""
+    prev = db.previous
+    if prev is None or not prev.exists():
+        yield False
+        return
+    db.conn.execute("ATTACH DATABASE ? AS prev", [f"file:{quote(str(prev))}?mode=ro"])
+    try:
+        tables = db.conn.execute(
+            "SELECT count(*) FROM prev.sqlite_master WHERE name IN ('chunks', 'vector_tombstones')"
+        ).fetchone()[0]
+        yield tables == 2  # an index from before chunks has no vectors to carry
+    finally:
+        db.conn.execute("DETACH DATABASE prev")
+
+
+def inherit_embedded(db: WriteDB) -> int:
+    """Mark embedded the chunks of a new generation whose vector the previous one had: chunk
+    ids are stable (path, span and content) and the vector table is shared, so a full rebuild
+    embeds only chunks that are new. Returns how many were marked."""
+    with _previous_attached(db) as ok:
+        if not ok:
+            return 0
+        with db.conn:
+            return db.conn.execute(
+                "UPDATE main.chunks SET embedded = 1 WHERE embedded = 0 "
+                "AND id IN (SELECT id FROM prev.chunks WHERE embedded = 1)"
+            ).rowcount
+
+
+def inherit_tombstones(db: WriteDB) -> int:
+    """Tombstone the vectors of the previous generation's chunks that the new one lacks (and
+    those the previous one still had to remove). Run after the rebuild's own embedding phase,
+    just before `publish`: the next build deletes them, so readers still on the previous
+    generation keep their vectors meanwhile. Returns how many."""
+    with _previous_attached(db) as ok:
+        if not ok:
+            return 0
+        with db.conn:
+            return db.conn.execute(
+                "INSERT OR IGNORE INTO main.vector_tombstones(chunk_id) "
+                "SELECT id FROM prev.chunks WHERE id NOT IN (SELECT id FROM main.chunks) UNION "
+                "SELECT chunk_id FROM prev.vector_tombstones "
+                "WHERE chunk_id NOT IN (SELECT id FROM main.chunks)"
+            ).rowcount
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def _connect(path: Path, readonly: bool = False):
+    # A URI for both modes: the path is quoted (a `?` or `#` in a directory name stays part of
+    # it), read-only opens never create a file, and the writer can ATTACH a file read-only.
+    uri = f"file:{quote(str(path))}" + ("?mode=ro" if readonly else "")
+    # A reader is in autocommit mode: a write to a TEMP table (a query's scratch space) must
+    # not open a transaction that pins a long-lived connection (agent, MCP server) to the
+    # snapshot of that moment, blind to every later build.
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False,
+                           isolation_level=None if readonly else "")
+    try:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        if not readonly:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute("PRAGMA temp_store = MEMORY")
+    except BaseException:
+        conn.close()
+        raise
+    return ReadDB(conn, Path(path)) if readonly else WriteDB(conn, Path(path))
 
 
 def schema_version(db: ReadDB) -> int:
@@ -263,45 +682,111 @@ def schema_version(db: ReadDB) -> int:
     return int(row[0]) if row else 0
 
 
+def _check_ours(db: ReadDB, index_dir: Path) -> int:
+    """The schema version of a repoctx graph (0: an empty file); IndexDamagedError for a SQLite
+    database that is something else."""
+    tables = db.table_names()
+    if not tables:
+        return 0
+    row = None
+    if "meta" in tables:
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None or not str(row[0]).isdigit():
+        shown = ", ".join(sorted(tables)[:4]) + (", …" if len(tables) > 4 else "")
+        raise damaged(index_dir, f"not a repoctx index: a SQLite database of tables {shown}")
+    return int(row[0])
+
+
+def _newer(index_dir: Path, version: int) -> SchemaError:
+    return SchemaError(
+        f"The index at {index_dir} has schema {version}, newer than this repoctx "
+        f"({SCHEMA_VERSION}) — upgrade repoctx or delete the index and rebuild."
+    )
+
+
+def _open_writer(path: Path, index_dir: Path) -> WriteDB:
+    """Connect to ``path`` for writing and migrate it; damage becomes IndexDamagedError."""
+    try:
+        db = _connect(path)
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise damaged(index_dir, exc) from exc
+        raise
+    try:
+        current = _check_ours(db, index_dir)
+        if current > SCHEMA_VERSION:
+            raise _newer(index_dir, current)
+        pending = [(v, m) for v, m in MIGRATIONS if v > current]
+        if pending:
+            import sqlite_utils
+
+            mdb = sqlite_utils.Database(db.conn)
+        for version, migrate in pending:
+            with db.conn:
+                migrate(mdb)
+                db.execute(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                    [str(version)],
+                )
+        with db.conn:
+            ensure_ref_indexes(db)
+            ensure_counters(db)
+    except sqlite3.DatabaseError as exc:
+        db.conn.close()
+        if is_damage(exc):
+            raise damaged(index_dir, exc) from exc
+        raise
+    except BaseException:
+        db.conn.close()
+        raise
+    return db
+
+
 def open_for_write(index_dir: Path) -> WriteDB:
-    """Open (creating and migrating as needed) the graph for a writer."""
+    """Open the current generation for a writer (incremental builds write it in place),
+    creating and migrating as needed; what a crashed full rebuild left is removed first.
+    Under the write lock (tests may poke at an index without it)."""
     index_dir.mkdir(parents=True, exist_ok=True)
     gitignore = index_dir / ".gitignore"
     if not gitignore.exists():
         gitignore.write_text("# repoctx index: never commit\n*\n")
-    db = _connect(index_dir / "graph.db")
-    current = schema_version(db)
-    if current > SCHEMA_VERSION:
-        raise SchemaError(
-            f"The index at {index_dir} has schema {current}, newer than this repoctx "
-            f"({SCHEMA_VERSION}) — upgrade repoctx or delete the index and rebuild."
-        )
-    pending = [(v, m) for v, m in MIGRATIONS if v > current]
-    if pending:
-        import sqlite_utils
-
-        mdb = sqlite_utils.Database(db.conn)
-    for version, migrate in pending:
-        with db.conn:
-            migrate(mdb)
-            db.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                [str(version)],
-            )
-    with db.conn:
-        ensure_ref_indexes(db)
-        ensure_counters(db)
-    return db
+    _remove_unpublished(index_dir)
+    path = graph_file(index_dir)
+    if path is None or not path.exists():  # no index yet (or its file was set aside)
+        db = _new_generation(index_dir, {})
+        _link(index_dir, db.file.name)
+        return db
+    return _open_writer(path, index_dir)
 
 
-def open_for_read(index_dir: Path) -> ReadDB:
-    """Open the graph for queries; a missing index says how to build one."""
-    path = index_dir / "graph.db"
-    if not path.exists():
-        raise NoIndexError(f"No index at {index_dir} — run `repoctx index build` first.")
-    db = _connect(path, readonly=True)
-    version = schema_version(db)
-    if version != SCHEMA_VERSION:
+def open_for_read(index_dir: Path, *, check_version: bool = True) -> ReadDB:
+    """Open the graph for queries: the generation `graph.db` names now, which the connection
+    keeps reading after a full rebuild swaps in the next one. Never creates a database file
+    (`mode=ro`); if the file vanishes between reading the link and opening it (a rebuild
+    finished meanwhile), the link is read once more. A missing index says how to build one, a
+    damaged one how to repair it."""
+    for attempt in (1, 2):
+        path = graph_file(index_dir)
+        if path is None or not path.exists():
+            if attempt == 1 and path is not None:
+                continue
+            raise NoIndexError(f"No index at {index_dir} — run `repoctx index build` first.")
+        try:
+            db = _connect(path, readonly=True)
+            try:
+                version = _check_ours(db, index_dir)
+            except BaseException:
+                db.conn.close()
+                raise
+        except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                raise damaged(index_dir, exc) from exc
+            if attempt == 1 and getattr(exc, "sqlite_errorcode", 0) & 0xFF == 14:  # CANTOPEN
+                continue
+            raise
+        break
+    if check_version and version != SCHEMA_VERSION:
+        db.conn.close()
         raise SchemaError(
             f"The index at {index_dir} has schema {version}, this repoctx reads {SCHEMA_VERSION} "
             "— run `repoctx index build` to migrate it."

@@ -15,6 +15,7 @@ IVF_HNSW_SQ reached recall 0.1-0.4 with default settings).
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,23 @@ def _schema(dim: int, model: str) -> pa.Schema:
         ],
         metadata={_META_MODEL: model.encode(), _META_DIM: str(dim).encode()},
     )
+
+
+def local_table_dir(uri: str) -> str | None:
+    """The directory holding the table of a local vectors ``uri``; None for object storage.
+    Lets a no-op build or `index status` see a deleted table without importing LanceDB."""
+    from .storage import is_remote
+
+    if is_remote(uri):
+        return None
+    return os.path.join(os.path.expanduser(uri.removeprefix("file://")), f"{TABLE}.lance")
+
+
+def table_missing(uri: str) -> bool | None:
+    """True when the local table at ``uri`` does not exist; None when it cannot be told
+    without connecting (object storage)."""
+    path = local_table_dir(uri)
+    return None if path is None else not os.path.isdir(path)
 
 
 def sql_str(value: str) -> str:
@@ -152,6 +170,10 @@ class VectorStore:
         db = cls._connect(uri, storage_options)
         if not cls._has_table(db):
             return cls(db, db.create_table(TABLE, schema=_schema(dim, model)), uri, dim, model)
+        return cls._existing(db, uri, dim, model)
+
+    @classmethod
+    def _existing(cls, db: Any, uri: str, dim: int, model: str) -> VectorStore:
         table = db.open_table(TABLE)
         old_model, old_dim = cls._recorded(table)
         if (old_model, old_dim) != (model, dim):
@@ -161,6 +183,19 @@ class VectorStore:
                 f"them with {model}."
             )
         return cls(db, table, uri, dim, model)
+
+    @classmethod
+    def open_existing(
+        cls, uri: str, dim: int, model: str, storage_options: dict | None = None
+    ) -> VectorStore | None:
+        """Like ``open`` but never creates the table: None when there is none (readers must not
+        write, and an empty new table would hide that the vectors are gone)."""
+        if table_missing(uri):
+            return None
+        db = cls._connect(uri, storage_options)
+        if not cls._has_table(db):
+            return None
+        return cls._existing(db, uri, dim, model)
 
     @classmethod
     def reset(

@@ -9,21 +9,31 @@ embedded chunk has exactly one vector of the recorded model and that no vector i
 incremental path (a file to re-parse, a reference to re-resolve, a chunk to re-embed, a vector
 to delete) and runs a build, so a repaired index is what a build would have produced.
 
+Damage below that level is detected too: a graph file SQLite cannot read (`PRAGMA quick_check`,
+and any SQLite "malformed"/"not a database" error on the way) or one that is not a repoctx
+index makes `verify` raise IndexDamagedError, and `repair` set the file aside and rebuild from
+scratch (vectors are reused by content hash); a vector table LanceDB cannot read is reported as
+`vector_table_damaged`, and `repair` sets it aside and embeds every chunk again.
+
 Run against a live index, findings can be transient (a build in progress, a file saved a moment
 ago); each check reads one consistent SQLite snapshot, but the tree moves on its own.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import store
-from .build import build
+from .build import build, vector_table_model
 from .config import Config
 from .discovery import discover
+from .errors import IndexDamagedError
 from .languages import language_for_path
 from .lock import WriteLock
 from .models import BuildStats
@@ -107,9 +117,21 @@ _TEXT = {
     "duplicate_vector": ("chunks have more than one vector", "replace them with one"),
     "wrong_model_vector": ("vectors of another model than the index records", "re-embed them"),
     "orphan_vector": ("vectors of chunks that do not exist", "delete them"),
+    "vector_table_damaged": (
+        "the vector table cannot be read",
+        "set it aside and embed every chunk again",
+    ),
+    "damaged_index": (
+        "the graph database is damaged",
+        "set it aside and rebuild from scratch (vectors are reused by content hash)",
+    ),
     # notes: consistent, waiting for work
     "unembedded_chunks": ("chunks have no vector yet", "run the embedding phase"),
     "tombstoned_vectors": ("vectors of deleted chunks await removal", "run the embedding phase"),
+    "rebuild_vectors": (
+        "vectors of a full rebuild not swapped in yet (running, or interrupted)",
+        "run a build: it uses them",
+    ),
 }
 
 
@@ -147,6 +169,7 @@ def _audit(config: Config) -> tuple[VerifyReport, _Findings]:
     found = _Findings()
     checked: dict[str, int] = {}
     try:
+        store.quick_check(db, config.index_path)  # every page: damage the queries below skip
         conn.execute("BEGIN")  # one snapshot for every query below, even while a build commits
         generation = int(store.get_meta(db, "generation", "0") or 0)
         _check_files(config, conn, found, checked)
@@ -154,6 +177,10 @@ def _audit(config: Config) -> tuple[VerifyReport, _Findings]:
         _check_chunks(conn, found, checked)
         vectors_checked = _check_vectors(config, db, found, checked)
         conn.execute("COMMIT")
+    except sqlite3.DatabaseError as exc:
+        if store.is_damage(exc):
+            raise store.damaged(config.index_path, exc) from exc
+        raise
     finally:
         conn.close()
     report = VerifyReport(
@@ -253,7 +280,12 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
             found.add("missing_vector", embedded)
         return False
     dim = int(dim_text or 0)
-    rows = _vector_rows(config, conn)
+    try:
+        rows = _vector_rows(config, conn)
+    except (RuntimeError, ValueError, OSError) as exc:  # LanceDB: a missing or garbled file
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        found.add("vector_table_damaged", [first[:200]])
+        return True
     if rows is None:  # the table is gone
         found.add("missing_vector", embedded)
         return True
@@ -273,6 +305,12 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
         "wrong_model_vector", sorted({i for i, m in zip(ids, models, strict=True) if m != model})
     )
     orphans = [i for i in counts if not i.isdigit() or int(i) not in all_chunks]
+    # A full rebuild embeds its new chunks before it swaps its graph in (or was killed after
+    # that): their vectors are not orphans, the next build uses them.
+    rebuilding = store.unpublished_chunk_ids(config.index_path) if orphans else set()
+    found.add("rebuild_vectors", [i for i in orphans if i.isdigit() and int(i) in rebuilding],
+              note=True)
+    orphans = [i for i in orphans if not i.isdigit() or int(i) not in rebuilding]
     found.add("orphan_vector", [i for i in orphans if not i.isdigit() or int(i) not in tombstoned])
     found.add(
         "tombstoned_vectors",
@@ -309,7 +347,15 @@ def repair(
     embedder=None,
     progress: Callable | None = None,
 ) -> RepairReport:
-    """Fix what `verify` finds through the incremental path, then verify again."""
+    """Fix what `verify` finds through the incremental path, then verify again. A damaged
+    graph is set aside (renamed, kept) and rebuilt from scratch instead."""
+    try:
+        return _repair(config, wait_lock, embedder, progress)
+    except IndexDamagedError as exc:
+        return _rebuild_damaged(config, exc, wait_lock, embedder, progress)
+
+
+def _repair(config: Config, wait_lock: float, embedder, progress: Callable | None) -> RepairReport:
     actions: list[str] = []
     store.open_for_read(config.index_path).conn.close()  # no index: say so before locking
     # Audit under the write lock, so no build changes the index between finding and fixing.
@@ -346,6 +392,45 @@ def repair(
     )
     after = verify(config)
     return RepairReport(before, after, tuple(actions), stats)
+
+
+def _rebuild_damaged(
+    config: Config, exc: IndexDamagedError, wait_lock: float, embedder, progress: Callable | None
+) -> RepairReport:
+    """Set the damaged graph aside and build the index again from scratch, with vectors when it
+    had them (reused by content hash: nothing already embedded is embedded again)."""
+    message, fix = _TEXT["damaged_index"]
+    before = VerifyReport(
+        index_dir=str(config.index_path),
+        generation=0,
+        issues=(Issue("damaged_index", 1, f"{message} ({exc.reason})", fix, (exc.reason,)),),
+        notes=(),
+    )
+    model = store.readable_meta(config.index_path).get("embed_model")
+    if not model:  # the graph is too damaged to say: its vector table says (or there is none)
+        model = (vector_table_model(config) or (None, 0))[0]
+    if model and embedder is None:
+        from .embed import create_embedder
+
+        embedder = create_embedder(model, batch_size=config.embed_batch_size)
+    notices: list[str] = []
+    stats = build(
+        config,
+        full=True,
+        wait_lock=wait_lock,
+        progress=progress,
+        embed=bool(model),
+        embedder=embedder,
+        notify=notices.append,
+    )
+    e = stats.embedding
+    actions = [
+        *notices,
+        f"full build: {stats.files_parsed} files parsed"
+        + (f", {e.get('embedded', 0)} chunks embedded, {e.get('reused', 0)} vectors reused"
+           if e else ""),
+    ]
+    return RepairReport(before, verify(config), tuple(actions), stats)
 
 
 def _batched(ids: list, size: int = _IN) -> Iterable[list]:
@@ -443,6 +528,11 @@ def _repair_vectors(config: Config, db, found: _Findings) -> tuple[list[str], bo
     conn = db.conn
     if "vector_model_mismatch" in ids:
         return ["the vector table holds another model: re-embedding every chunk"], True
+    if "vector_table_damaged" in ids:
+        where = _set_aside_vectors(config, conn)
+        with conn:
+            n = conn.execute("UPDATE chunks SET embedded = 0").rowcount
+        return [f"set the unreadable vector table aside ({where}); {n} chunks to embed again"], False
     actions: list[str] = []
     drop = sorted(
         set(ids.get("orphan_vector", []))
@@ -462,3 +552,21 @@ def _repair_vectors(config: Config, db, found: _Findings) -> tuple[list[str], bo
             conn.executemany("UPDATE chunks SET embedded = 0 WHERE id = ?", [(i,) for i in reembed])
         actions.append(f"{len(reembed)} chunks to embed again")
     return actions, False
+
+
+def _set_aside_vectors(config: Config, conn) -> str:
+    """Move an unreadable local vector table out of the way (kept for inspection), or drop
+    one on object storage; says which."""
+    from .storage import is_remote, storage_options, vectors_uri
+    from .vectors import TABLE
+
+    uri = vectors_uri(config, conn)
+    if not is_remote(uri):
+        table_dir = Path(uri.removeprefix("file://")).expanduser() / f"{TABLE}.lance"
+        dest = table_dir.with_name(f"{TABLE}.lance.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(table_dir, dest)
+        return f"moved to {dest}"
+    import lancedb
+
+    lancedb.connect(uri, storage_options=storage_options(config)).drop_table(TABLE)
+    return f"dropped at {uri}"

@@ -35,7 +35,7 @@ from . import store
 from .build import build
 from .config import Config
 from .discovery import is_ignored_path
-from .errors import IndexLockedError, RepoctxError
+from .errors import IndexLockedError, NoIndexError, RepoctxError
 from .languages import language_for_path
 
 PID_FILE = "watch.pid"
@@ -282,6 +282,7 @@ class Watcher:
         reload_config: Callable[[], Config] | None = None,
         embedder=None,
     ) -> None:
+        check_index(config.index_path)
         self.config = config
         self.settings = settings or WatchSettings()
         self.on_event = on_event
@@ -636,6 +637,15 @@ def watch_status(config: Config) -> WatchStatus:
     )
 
 
+def check_index(index_dir: Path) -> None:
+    """Refuse to start on a damaged or foreign graph (IndexDamagedError names the repair); no
+    index yet, or an older schema, is fine: the first build makes or migrates it. A graph
+    damaged while the watcher runs is reported by each build that meets it."""
+    if store.graph_file(index_dir) is not None:
+        with contextlib.suppress(NoIndexError):
+            store.open_for_read(index_dir, check_version=False).conn.close()
+
+
 def _generation(index_dir: Path) -> int:
     try:
         db = store.open_for_read(index_dir)
@@ -690,6 +700,7 @@ def start_detached(config: Config, argv: Sequence[str], timeout: float = 60.0) -
             f"A watcher (process {running}) already keeps {index_dir} up to date — "
             "`repoctx index watch --stop` stops it."
         )
+    check_index(index_dir)
     index_dir.mkdir(parents=True, exist_ok=True)
     log_path = index_dir / LOG_FILE
     if log_path.exists() and log_path.stat().st_size > LOG_ROTATE_BYTES:

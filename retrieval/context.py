@@ -47,14 +47,16 @@ from pathlib import Path
 
 from indexer.errors import RepoctxError
 from indexer.languages import language_for_path
-from indexer.lexical import query_terms, split_identifier
 from indexer.models import CLASS_KINDS
 
 from .pagerank import collect_subgraph, personalized_pagerank
-from .search import lexical
 from .tokens import TokenCounter, get_tokenizer
 
-HIT_SOURCES = ("focus", "symbol", "path", "lexical", "semantic")
+#: Where a seed came from: focus, or a signal of `retrieval.pipeline.default_signals`.
+HIT_SOURCES = (
+    "focus", "lexical", "lexical_code", "file_lexical", "symbol", "path", "frame", "error",
+    "semantic", "history", "history_symbol", "graph",
+)
 FULL, SKELETON = "full", "skeleton"
 PREAMBLE = (
     "Repository context selected for the task. Each block starts with `path:start-end` and "
@@ -84,7 +86,7 @@ class Reason:
     confidence: float = 0.0
 
     def __str__(self) -> str:
-        if self.source in HIT_SOURCES:
+        if not self.via:  # a hit of a signal (or focus), not an edge of the graph
             return f"{self.source} hit #{self.rank}" if self.rank else f"{self.source} hit"
         text = f"{self.source} {self.via}"
         if self.seed and self.seed != self.via:
@@ -167,21 +169,14 @@ class PackPolicy:
     """Knobs of assembly; the defaults were set on the localization development set (see the
     module docstring)."""
 
-    #: Rank constant of the seed fusion (smaller: top hits dominate more).
+    #: Rank constant of the seeds' weights (smaller: top units dominate more).
     seed_k: int = 10
-    source_weights: dict[str, float] = field(
-        default_factory=lambda: {
-            "focus": 3.0,
-            "symbol": 2.0,
-            "path": 1.0,
-            "lexical": 1.0,
-            "semantic": 1.0,
-        }
-    )
-    lexical_k: int = 30
-    semantic_k: int = 30
-    #: Identifiers matching more definitions than this are too ambiguous to seed.
-    max_ambiguous: int = 8
+    #: Weight of focus seeds against the task's (the ranking's seeds weigh 1).
+    source_weights: dict[str, float] = field(default_factory=lambda: {"focus": 3.0})
+    #: Units of the fused ranking that seed the graph walk.
+    unit_seeds: int = 40
+    #: Fusion weights (`retrieval.fusion.FusionModel`); None: the shipped ones.
+    model: object | None = None
     use_graph: bool = True  # False: seeds in fused order only (the baseline)
     alpha: float = 0.3  # PageRank restart probability
     hops: int = 2
@@ -234,7 +229,7 @@ def assemble_context(
     warnings: list[str] = []
     seeds = _Seeds(repo, policy)
     seeds.add_focus(focus, counter, budget_tokens)
-    seeds.add_task(task, searcher, warnings)
+    seeds.add_task(task, searcher, warnings, index_dir)
     timings["seeds"] = _ms(t0)
 
     t1 = time.perf_counter()
@@ -405,45 +400,10 @@ class _Repo:
             self._paths = {r[0] for r in self.conn.execute("SELECT path FROM files")}
         return self._paths
 
-    def match_path(self, text: str) -> list[str]:
-        """Indexed files that ``text`` names: exactly, or by its longest matching tail
-        (an absolute path from a traceback names a file of the repository)."""
-        text = text.strip().strip("'\"`").replace("\\", "/").removeprefix("./")
-        if not text:
-            return []
-        paths = self.paths()
-        if text in paths:
-            return [text]
-        parts = [p for p in text.split("/") if p]
-        for k in range(len(parts)):
-            tail = "/".join(parts[k:])
-            hits = [p for p in paths if p == tail or p.endswith("/" + tail)]
-            if hits:
-                # a bare common file name (``__init__.py``) names nothing in particular
-                return hits if len(hits) <= 3 or k < len(parts) - 1 else []
-        return []
-
 
 # --------------------------------------------------------------------------- seeds
 
-_DOTTED = re.compile(r"[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)+")
-_WORD = re.compile(r"[A-Za-z_]\w*")
-_BACKTICK = re.compile(r"`([^`\n]{1,200})`")
-_PATHLIKE = re.compile(
-    r"(?:[\w.\-]+/)*[\w\-]+\.[A-Za-z0-9+]{1,5}(?::\d+(?:-\d+)?)?|(?:[\w.\-]+/)+[\w.\-]+"
-)
-_TRACEBACK = re.compile(r"File \"([^\"]+)\", line (\d+)")
-_CAMEL = re.compile(r"[a-z][A-Z]|[A-Z][a-z]+[A-Z]")
 Key = int | tuple  # a symbol id, or ("span", path, start, end) for lines outside definitions
-
-
-def _norm(term: str) -> str:
-    term = term.lower()
-    return term[:-1] if len(term) > 3 and term.endswith("s") and not term.endswith("ss") else term
-
-
-def _terms(text: str) -> set[str]:
-    return {_norm(p) for ident in _WORD.findall(text) for p in split_identifier(ident)}
 
 
 class _Seeds:
@@ -539,196 +499,62 @@ class _Seeds:
 
     # -- the task -------------------------------------------------------------------------
 
-    def add_task(self, task: str, searcher, warnings: list[str]) -> None:
-        self._add_paths(task)
-        self._add_identifiers(task)
-        terms = {_norm(t) for t in query_terms(task)}
-        ranked: dict[str, list[int]] = {
-            "lexical": [c.chunk_id for c in lexical(self.repo.conn, task, k=self.policy.lexical_k)]
-        }
-        if searcher is not None and searcher.semantic_coverage() > 0:
-            try:
-                ranked["semantic"] = [
-                    c.chunk_id for c in searcher.semantic(task, k=self.policy.semantic_k)
-                ]
-            except RepoctxError as exc:
-                warnings.append(f"semantic search unavailable: {exc}")
-        ids = sorted({cid for cids in ranked.values() for cid in cids})
-        if not ids:
-            return
-        chunks = {
-            row[0]: row[1:]
-            for row in self.repo.conn.execute(
-                "SELECT c.id, f.path, c.start_line, c.end_line, c.symbol FROM chunks c "
-                f"JOIN files f ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})",
-                ids,
-            )
-        }
-        for source, cids in ranked.items():
-            for rank, cid in enumerate(cids, 1):
-                if cid not in chunks:
+    def add_task(self, task: str, searcher, warnings: list[str], index_dir=None) -> None:
+        """Seeds from the fused ranking of every signal (`retrieval.pipeline`), in its order:
+        the same ranking `search`, the agent and the MCP server use."""
+        from .pipeline import default_signals, rank
+        from .signals import Scope, SignalContext
+
+        use_vectors = searcher is not None and searcher.semantic_coverage() > 0
+        ctx = SignalContext(self.repo.conn, self.repo.root, index_dir, Scope(), searcher=searcher)
+
+        def signals(vectors: bool):
+            # without the graph: neither its signal in the ranking nor the walk below
+            return [s for s in default_signals(vectors=vectors)
+                    if self.policy.use_graph or s.name != "graph"]
+
+        try:
+            ranking = rank(ctx, task, signals(use_vectors), self.policy.model)
+        except RepoctxError as exc:  # vectors unreadable: rank without them, and say so
+            warnings.append(f"semantic search unavailable: {exc}")
+            ranking = rank(ctx, task, signals(False), self.policy.model)
+        self.timings = ctx.cache.get("timings", {})
+        n = 0
+        for ru in ranking.units:
+            if n >= self.policy.unit_seeds:
+                break
+            u = ru.unit
+            if not ru.evidence:  # ranked for its file's sake only: not evidence of its own
+                continue
+            if u.kind == "module":
+                key: Key = self._span_key(u.path, u.start, u.end)
+            else:
+                sym = self._unit_symbol(u.path, u.qualname, u.start)
+                if sym is None:
                     continue
-                path, start, end, symbol = chunks[cid]
-                w = self.policy.source_weights.get(source, 1.0) / (self.policy.seed_k + rank)
-                self.records.append(Seed(source, rank, path, start, end, symbol, round(w, 6)))
-                for key, share in self._chunk_units(path, start, end, terms):
-                    self._credit(key, source, rank, share)
-                    if isinstance(key, int):
-                        self.hit_spans[key].append((start, end))
-
-    def _chunk_units(
-        self, path: str, start: int, end: int, terms: set[str]
-    ) -> list[tuple[Key, float]]:
-        """The definitions a chunk holds, each with its share of the hit: by how many task
-        terms its own lines contain (a class's own lines exclude its methods)."""
-        syms = self.repo.symbols_between(path, start, end)
-        inside = [s for s in syms if start <= s.start <= end]
-        if not inside:  # a part of a long definition: the innermost one around it
-            around = [s for s in syms if s.start < start <= s.end]
-            if not around:
-                return [(self._span_key(path, start, end), 1.0)]
-            return [(min(around, key=lambda s: s.end - s.start).id, 1.0)]
-        lines = self.repo.lines(path) or []
-        owned: dict[int, set[int]] = {}
-        for s in inside:
-            own = set(range(max(s.start, start), min(s.end, end) + 1))
-            for c in inside:
-                if c.parent == s.id:
-                    own -= set(range(c.start, c.end + 1))
-            owned[s.id] = own
-        units: list[tuple[Key, set[int]]] = [(s.id, owned[s.id]) for s in inside]
-        covered = {ln for s in inside for ln in range(s.start, s.end + 1)}
-        covered |= {ln for s in syms if s.parent is None for ln in range(s.start, s.end + 1)}
-        rest = [ln for ln in range(start, end + 1) if ln not in covered]
-        for run in _runs(rest):
-            units.append((self._span_key(path, run[0], run[-1]), set(run)))
-        scored = []
-        for key, own in units:
-            text = "\n".join(lines[i - 1] for i in sorted(own) if 0 < i <= len(lines))
-            matched = len(terms & _terms(text)) if terms else 0
-            if isinstance(key, tuple):
-                if matched == 0:
-                    continue  # module-level lines that say nothing about the task
-                matched /= 2  # mostly imports and constants: rarely the point
-            scored.append((key, (matched + 0.1) ** 2))
-        total = sum(w for _, w in scored) or 1.0
-        return [(key, w / total) for key, w in scored]
-
-    def _add_paths(self, task: str) -> None:
-        found: list[tuple[str, tuple[int, int] | None]] = []
-        for m in _TRACEBACK.finditer(task):
-            found.append((m.group(1), (int(m.group(2)), int(m.group(2)))))
-        for m in _PATHLIKE.finditer(task):
-            text = m.group(0)
-            raw, _, lines = text.partition(":")
-            if "/" not in raw and language_for_path(raw) is None:
-                continue
-            span = None
-            if lines:
-                a, _, b = lines.partition("-")
-                span = (int(a), int(b or a))
-            found.append((raw, span))
-        rank = 0
-        seen: set[tuple] = set()
-        for raw, span in found:
-            for path in self.repo.match_path(raw):
-                if (path, span) in seen:
+                key = sym.id
+            n += 1
+            w = 1.0 / (self.policy.seed_k + n)
+            self.weight[key] += w
+            for e in ru.evidence[:4]:
+                if not any(r.source == e.signal for r in self.reasons[key]):
+                    self.reasons[key].append(Reason(e.signal, e.rank))
+            top = ru.evidence[0].signal if ru.evidence else "fused"
+            self.records.append(Seed(top, n, u.path, u.start, u.end, u.qualname, round(w, 6)))
+        for hits in ranking.runs.values():
+            for h in hits:
+                if h.chunk_id is None:
                     continue
-                seen.add((path, span))
-                rank += 1
-                syms = [s for s in self.repo.file_symbols(path) if s.kind != "module"]
-                if span is not None:
-                    holders = [s for s in syms if s.start <= span[0] <= s.end]
-                    keys: list[Key] = (
-                        [min(holders, key=lambda s: s.end - s.start).id]
-                        if holders
-                        else [self._span_key(path, span[0], span[1])]
-                    )
-                else:
-                    keys = [s.id for s in syms if s.parent is None] or [
-                        s.id for s in self.repo.file_symbols(path)
-                    ]
-                for key in keys:
-                    self._credit(key, "path", rank, 1.0 / len(keys))
-                n = len(self.repo.lines(path) or [])
-                self.records.append(
-                    Seed(
-                        "path", rank, path, span[0] if span else 1, span[1] if span else n, "", 1.0
-                    )
-                )
+                around = [s for s in self.repo.symbols_between(h.path, h.start_line, h.start_line)]
+                if around:
+                    inner = min(around, key=lambda s: s.end - s.start)
+                    self.hit_spans[inner.id].append((h.start_line, h.end_line))
 
-    def _add_identifiers(self, task: str) -> None:
-        idents: list[str] = []
-        coded: set[str] = set()  # backticked: code by the writer's own say
-        for m in _BACKTICK.finditer(task):
-            inner = m.group(1)
-            coded.update(d.replace("::", ".") for d in _DOTTED.findall(inner))
-            coded.update(_WORD.findall(_DOTTED.sub(" ", inner)))
-        in_dotted: set[int] = set()  # `Cart` of `Cart.remove` is no name of its own
-        for m in _DOTTED.finditer(task):
-            text = m.group(0).replace("::", ".")
-            parts = text.split(".")
-            if language_for_path(text) is None and all(len(p) > 1 for p in parts):
-                idents.append(text)
-                in_dotted.update(range(m.start(), m.end()))
-        for m in _WORD.finditer(task):
-            w = m.group(0)
-            if m.start() in in_dotted:
-                continue
-            after = task[m.end() : m.end() + 1]
-            if len(w) < 3:
-                continue
-            if (
-                w in coded
-                or after == "("
-                or "_" in w.strip("_")
-                or _CAMEL.search(w)
-                or w[0].isupper()
-            ):
-                idents.append(w)
-        for w in coded:
-            if w not in idents and len(w) > 2:
-                idents.append(w)
-        rank = 0
-        seen: set[str] = set()
-        credited: set[int] = set()
-        for ident in idents:
-            if ident in seen:
-                continue
-            seen.add(ident)
-            hits = self._resolve_identifier(ident)
-            if not hits or len(hits) > self.policy.max_ambiguous:
-                continue
-            hits = [s for s in hits if s.id not in credited]
-            if not hits:  # `JSONDecoder.raw_decode` and then `raw_decode`
-                continue
-            credited.update(s.id for s in hits)
-            rank += 1
-            for s in hits:
-                self._credit(s.id, "symbol", rank, 1.0 / len(hits))
-                self.records.append(
-                    Seed(
-                        "symbol",
-                        rank,
-                        s.path,
-                        s.start,
-                        s.end,
-                        s.qualname,
-                        round(1.0 / len(hits), 4),
-                    )
-                )
-
-    def _resolve_identifier(self, ident: str) -> list[_Sym]:
-        last = ident.rsplit(".", 1)[-1]
-        rows = self.repo.conn.execute(_SYM_SQL + "WHERE s.name = ? LIMIT 200", [last]).fetchall()
-        syms = [_Sym(*r) for r in rows]
-        for s in syms:
-            self.repo.syms.setdefault(s.id, s)
-        if "." not in ident:
-            return [s for s in syms if s.kind != "module"]
-        exact = [s for s in syms if s.qualname == ident]
-        return exact or [s for s in syms if s.qualname.endswith("." + ident)]
-
+    def _unit_symbol(self, path: str, qualname: str, start: int) -> _Sym | None:
+        for s in self.repo.file_symbols(path):
+            if s.qualname == qualname and s.start == start:
+                return s
+        return None
 
 _TEST_DIRS = frozenset({"test", "tests", "testing", "__tests__", "spec"})
 
@@ -748,16 +574,6 @@ def is_test_path(path: str) -> bool:
         or stem.endswith("Test")
         and name.endswith(".java")
     )
-
-
-def _runs(lines: list[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for ln in lines:
-        if out and out[-1][-1] == ln - 1:
-            out[-1].append(ln)
-        else:
-            out.append([ln])
-    return out
 
 
 # --------------------------------------------------------------------------- ranking
@@ -1139,5 +955,13 @@ def _merge_reasons(into: list[Reason], more: Sequence[Reason], symbol: str = "")
     item)."""
     for r in more:
         inner = symbol and (r.via == symbol or r.via.startswith(symbol + "."))
-        if r not in into and len(into) < 6 and not inner:
+        if r in into or inner:
+            continue
+        if not r.via:  # a hit: one per signal, its best rank (several signals say more)
+            same = next((i for i, x in enumerate(into) if not x.via and x.source == r.source), None)
+            if same is not None:
+                if r.rank and (not into[same].rank or r.rank < into[same].rank):
+                    into[same] = r
+                continue
+        if len(into) < 6:
             into.append(r)

@@ -1,25 +1,22 @@
-"""Hybrid search: lexical (FTS5/BM25), semantic (vectors) and exact-symbol hits fused with
-reciprocal rank fusion, deduplicated by chunk, filtered by language and path glob."""
+"""Search over one index: ``hybrid`` ranks chunks through every signal and the fitted fusion
+(`retrieval.pipeline`, `retrieval.fusion`); ``lexical`` (FTS5/BM25 over chunks) and ``semantic``
+(vectors) are one signal each. Results are filtered by language, path glob and test files."""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.lexical import fts_match, query_terms
+from indexer.errors import VectorsMissingError
 
 from .freshness import stale_paths
+from .signals import is_test_path
 
 MODES = ("hybrid", "semantic", "lexical")
-#: RRF constant and per-source weights (see benchmarks/localization.py for how they were set).
-RRF_K = 60
-WEIGHTS = {"lexical": 1.0, "semantic": 1.0, "symbol": 1.5}
-#: Candidates taken from each source before fusion.
+#: Candidates taken from each signal before fusion.
 DEPTH = 50
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,126 +41,15 @@ class SearchResult:
     hits: tuple[SearchHit, ...]
     semantic_coverage: float  # share of chunks with a vector when the search ran
     generation: int
+    #: What the caller must know about these results: semantic search skipped (no vectors)
+    #: or based on vectors that lag behind the chunks. Empty when all sources ran in full.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class _Cand:
     chunk_id: int
     score: float
-
-
-#: Paths of tests (as in the localization README): excluded from results on request.
-TEST_GLOBS = (
-    "test/*",
-    "tests/*",
-    "testing/*",
-    "*/test/*",
-    "*/tests/*",
-    "*/testing/*",
-    "test_*.py",
-    "*/test_*.py",
-    "*_test.py",
-    "conftest.py",
-    "*/conftest.py",
-)
-
-
-def is_test_path(path: str) -> bool:
-    import fnmatch
-
-    return any(fnmatch.fnmatchcase(path, g) for g in TEST_GLOBS)
-
-
-def _filters(
-    lang: str | None, path_glob: str | None, exclude_tests: bool = False
-) -> tuple[str, list]:
-    sql, params = "", []
-    if exclude_tests:
-        sql += "".join(" AND f.path NOT GLOB ?" for _ in TEST_GLOBS)
-        params.extend(TEST_GLOBS)
-    if lang:
-        sql += " AND f.language = ?"
-        params.append(lang)
-    if path_glob:
-        sql += " AND f.path GLOB ?"
-        params.append(
-            path_glob if any(ch in path_glob for ch in "*?[") else path_glob.rstrip("/") + "*"
-        )
-    return sql, params
-
-
-def lexical(
-    conn: sqlite3.Connection,
-    query: str,
-    k: int = DEPTH,
-    *,
-    lang=None,
-    path_glob=None,
-    exclude_tests: bool = False,
-) -> list[_Cand]:
-    terms = query_terms(query)
-    if not terms:
-        return []
-    fsql, fparams = _filters(lang, path_glob, exclude_tests)
-    rows = conn.execute(
-        "SELECT t.rowid, bm25(chunks_fts, 2.0, 4.0, 1.0) AS s FROM chunks_fts t "
-        "JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
-        f"WHERE chunks_fts MATCH ?{fsql} ORDER BY s LIMIT ?",
-        [fts_match(terms), *fparams, k],
-    ).fetchall()
-    return [_Cand(cid, -s) for cid, s in rows]  # bm25() is lower-is-better
-
-
-#: A name defined in more places than this says little about where to look.
-MAX_SYMBOL_DEFS = 3
-
-
-def symbol_hits(
-    conn: sqlite3.Connection,
-    query: str,
-    k: int = DEPTH,
-    *,
-    lang=None,
-    path_glob=None,
-    exclude_tests: bool = False,
-) -> list[_Cand]:
-    """Chunks holding definitions whose name or qualified-name suffix appears in the query
-    as an identifier (issue texts often name the code they are about). Rare names rank first;
-    names defined in many places (``run``, ``get``) are dropped unless qualified."""
-    idents = dict.fromkeys(m for m in _IDENT.findall(query) if len(m) > 2)
-    wanted = [i for i in idents if "_" in i or "." in i or any(c.isupper() for c in i[1:])]
-    if not wanted:
-        return []
-    fsql, fparams = _filters(lang, path_glob, exclude_tests)
-    scored: dict[int, float] = {}
-    for ident in wanted:
-        last = ident.rsplit(".", 1)[-1]
-        rows = conn.execute(
-            "SELECT c.id, s.qualname FROM symbols s JOIN files f ON f.id = s.file_id "
-            "JOIN chunks c ON c.file_id = s.file_id AND c.start_line <= s.start_line "
-            "AND c.end_line >= s.start_line "
-            f"WHERE s.name = ? AND s.kind != 'module'{fsql} LIMIT ?",
-            [last, *fparams, 50],
-        ).fetchall()
-        if "." in ident:
-            rows = [r for r in rows if r[1] == ident or r[1].endswith("." + ident)]
-        elif len({q for _, q in rows}) > MAX_SYMBOL_DEFS:
-            continue
-        for cid, _ in rows:
-            scored[cid] = max(scored.get(cid, 0.0), 1.0 / len(rows))
-    return [_Cand(cid, sc) for cid, sc in sorted(scored.items(), key=lambda kv: -kv[1])][:k]
-
-
-def rrf(
-    ranked: dict[str, list[_Cand]], weights: dict[str, float] | None = None
-) -> list[tuple[int, float]]:
-    weights = weights or WEIGHTS
-    fused: dict[int, float] = {}
-    for source, cands in ranked.items():
-        w = weights.get(source, 1.0)
-        for rank, c in enumerate(cands, 1):
-            fused[c.chunk_id] = fused.get(c.chunk_id, 0.0) + w / (RRF_K + rank)
-    return sorted(fused.items(), key=lambda kv: -kv[1])
 
 
 class Searcher:
@@ -184,6 +70,7 @@ class Searcher:
         self.root = root
         self._embedder = embedder
         self._vectors = None
+        self._unavailable: str | None = None  # why there is no vector table (see _vector_store)
         self._vectors_uri = vectors_uri  # None: where the index says (see _vector_store)
         self._storage_options = storage_options
 
@@ -200,22 +87,59 @@ class Searcher:
         return row[0] if row else None
 
     def semantic_coverage(self) -> float:
-        done, total = self.conn.execute(
-            "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
-        ).fetchone()
-        return done / total if total else 0.0
+        """Share of chunks with a vector. The chunk count is read once per generation (a scan
+        of the chunks); the chunks still to embed come from their partial index."""
+        gen = self._meta("generation")
+        if getattr(self, "_total", (None, 0))[0] != gen:
+            self._total = (gen, self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        total = self._total[1]
+        if not total:
+            return 0.0
+        pending = self.conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
+        return (total - pending) / total
 
     def _vector_store(self):
+        """The vector table, or None (``_unavailable`` says why). Never creates one: a reader
+        must not write, and an empty table would hide that the vectors are gone. Looked for
+        again on every call until found, so a long-lived searcher sees a later build's."""
         if self._vectors is None:
             model, dim = self._meta("embed_model"), self._meta("embed_dim")
             if not model:
+                self._unavailable = "this index has no vectors (it was built with `--no-embed`)"
                 return None
             from indexer.storage import locate_vectors
             from indexer.vectors import VectorStore
 
             uri = locate_vectors(self._vectors_uri, self._meta("vectors_uri"), self.index_dir)
-            self._vectors = VectorStore.open(uri, int(dim), model, self._storage_options)
+            self._vectors = VectorStore.open_existing(uri, int(dim), model, self._storage_options)
+            self._unavailable = None if self._vectors else f"the vector table at {uri} is missing"
         return self._vectors
+
+    def vectors_unavailable(self) -> str | None:
+        """Why semantic search cannot run on this index (no vectors were embedded, or the
+        vector table is gone), or None when it can. ``semantic()`` returns nothing then."""
+        self._vector_store()
+        return self._unavailable
+
+    def vector_warnings(self) -> list[str]:
+        """How far the vectors lag behind the chunks: chunks not embedded yet, or chunks
+        marked embedded whose vector the table lacks."""
+        vs = self._vector_store()
+        if vs is None:
+            return []
+        done, total = self.conn.execute(
+            "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
+        ).fetchone()
+        out = []
+        if done < total:
+            pct = int(1000 * done / total) / 10  # floor: 99.96% is not "100.0%"
+            out.append(f"Vectors cover {pct}% of {total} chunks, so semantic results miss the "
+                       "rest — `repoctx index build` embeds them.")
+        rows = vs.count()
+        if rows < done:
+            out.append(f"The vector table holds {rows} vectors for {done} embedded chunks — "
+                       "run `repoctx index verify --repair` to embed the missing ones.")
+        return out
 
     def embedder(self):
         if self._embedder is None:
@@ -224,6 +148,16 @@ class Searcher:
             self._embedder = create_embedder(self._meta("embed_model") or "all-MiniLM-L6-v2")
         return self._embedder
 
+    def _known_chunks(self, chunk_ids) -> set[str]:
+        """Which of these vector-table ids are chunks of the graph this searcher reads."""
+        ids = [int(c) for c in chunk_ids if c.isdigit()]
+        if not ids:
+            return set()
+        rows = self.conn.execute(
+            f"SELECT id FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids
+        )
+        return {str(r[0]) for r in rows}
+
     def semantic(
         self, query: str, k: int = DEPTH, *, lang=None, path_glob=None, exclude_tests: bool = False
     ) -> list[_Cand]:
@@ -231,7 +165,18 @@ class Searcher:
         if vs is None:
             return []
         vec = self.embedder().embed([query])[0]
-        hits = vs.search(vec, k=k * 2 if exclude_tests else k, language=lang, path_glob=path_glob)
+        want = limit = k * 2 if exclude_tests else k
+        while True:
+            # The vector table is shared by the graph's generations: a full rebuild adds its
+            # new chunks' vectors before it swaps its graph in, and the vectors of chunks it
+            # dropped go only later. Keep the hits of chunks this generation has; dig deeper
+            # when some were another's, so the answer is what this generation alone would give.
+            found = vs.search(vec, k=limit, language=lang, path_glob=path_glob)
+            known = self._known_chunks(h.chunk_id for h in found)
+            hits = [h for h in found if h.chunk_id in known]
+            if len(hits) >= want or len(found) < limit:
+                break
+            limit *= 4
         if exclude_tests:
             hits = [h for h in hits if not is_test_path(h.path)]
         return [_Cand(int(h.chunk_id), h.score) for h in hits[:k]]
@@ -247,27 +192,60 @@ class Searcher:
         weights: dict[str, float] | None = None,
         exclude_tests: bool = False,
         depth: int | None = None,
+        model=None,
     ) -> SearchResult:
-        """Top ``k`` chunks for ``query``; each source contributes ``depth`` candidates."""
+        """Top ``k`` chunks for ``query``. ``hybrid`` ranks through every signal and the fusion
+        (`retrieval.pipeline`); ``lexical`` and ``semantic`` are one signal each. ``weights``
+        (signal -> weight) replaces the fitted fusion by a weighted reciprocal rank fusion."""
+        from .fusion import FusionModel, ranked_chunks
+        from .pipeline import default_signals, rank
+        from .signals import Scope, SignalContext
+        from .sources import ChunkLexical, Vectors
+
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         depth = max(depth or DEPTH, k)
-        opts = {"lang": lang, "path_glob": path_glob, "exclude_tests": exclude_tests}
-        ranked: dict[str, list[_Cand]] = {}
-        if mode in ("hybrid", "lexical"):
-            ranked["lexical"] = lexical(self.conn, query, depth, **opts)
-        if mode in ("hybrid", "semantic"):
-            ranked["semantic"] = self.semantic(query, depth, **opts)
-        if mode == "hybrid":
-            ranked["symbol"] = symbol_hits(self.conn, query, depth, **opts)
-        fused = rrf(ranked, weights)[:k]
+        ctx = SignalContext(
+            self.conn, self.root, self.index_dir, Scope(lang, path_glob, exclude_tests), searcher=self
+        )
+        warnings: list[str] = []
+        missing = self.vectors_unavailable() if mode != "lexical" else None
+        if mode == "semantic" and missing:
+            raise VectorsMissingError(
+                f"Semantic search cannot run: {missing} — run `repoctx index build` to embed "
+                "the chunks, or search with `--mode lexical`."
+            )
+        if mode == "hybrid" and missing and self._meta("embed_model"):
+            warnings.append(f"Semantic search skipped: {missing}; results are lexical and exact "
+                            "only — `repoctx index build` re-embeds.")
+        if mode != "lexical" and not missing:
+            warnings.extend(self.vector_warnings())
+        if mode == "lexical":
+            signals = [ChunkLexical()]
+        elif mode == "semantic":
+            signals = [Vectors()]
+        else:
+            signals = default_signals(vectors=not missing)
+        if weights:
+            model = _weighted_rrf(weights)
+        elif mode != "hybrid":
+            model = FusionModel.rrf()
+        ranking = rank(ctx, query, signals, model, k=depth)
+        chunks = ranked_chunks(ranking, self.conn, k)
+        self.last_timings = ctx.cache.get("timings", {})
+        fused = [(c.hit.chunk_id, c.score) for c in chunks]
         per_source = {
-            src: {c.chunk_id: (rank, c.score) for rank, c in enumerate(cands, 1)}
-            for src, cands in ranked.items()
+            src: {h.chunk_id: (rank_, h.score) for rank_, h in enumerate(hits, 1) if h.chunk_id is not None}
+            for src, hits in ranking.runs.items()
         }
+        # definitions named or voted for (symbol, history, graph) rank the chunk they start in
+        for c in chunks:
+            for e in c.evidence:
+                per_source.setdefault(e.signal, {}).setdefault(c.hit.chunk_id, (e.rank, e.score))
         hits = self._hydrate(fused, per_source)
         gen = int(self._meta("generation") or 0)
-        return SearchResult(query, mode, tuple(hits), self.semantic_coverage(), gen)
+        return SearchResult(query, mode, tuple(hits), self.semantic_coverage(), gen,
+                            tuple(warnings))
 
     def _hydrate(self, fused: Sequence[tuple[int, float]], per_source: dict) -> list[SearchHit]:
         if not fused:
@@ -305,14 +283,12 @@ class Searcher:
         return out
 
 
-def rank_files(hits: Sequence[SearchHit], per_file: int = 3) -> list[tuple[str, float]]:
-    """Files ranked by the summed scores of their best ``per_file`` hits: a file with several
-    strong chunks outranks one with a single lucky chunk (whole-file BM25 behaves the same)."""
-    by_file: dict[str, list[float]] = {}
-    for h in hits:
-        by_file.setdefault(h.path, []).append(h.score)
-    agg = {p: sum(sorted(v, reverse=True)[:per_file]) for p, v in by_file.items()}
-    return sorted(agg.items(), key=lambda kv: -kv[1])
+def _weighted_rrf(weights: dict[str, float]):
+    """Reciprocal rank fusion with a weight per signal, over files and units alike."""
+    from .fusion import FusionModel
+
+    w = {f"{sig}.rr": float(v) for sig, v in weights.items()}
+    return FusionModel(w, w, "weighted-rrf")
 
 
 def snippet(path: Path, start: int, end: int, max_lines: int = 8) -> str:

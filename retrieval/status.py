@@ -32,8 +32,11 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
 
 
 def _vectors(config: Config, db) -> dict[str, Any] | None:
-    """Model, location (where the index recorded it; never credentials) and coverage."""
+    """Model, location (where the index recorded it; never credentials), coverage and
+    ``state``: ``ok``, ``behind`` (chunks without a vector), ``missing`` (the table is gone) or
+    ``unchecked`` (object storage: not contacted by a status); ``fix`` says what to run."""
     from indexer.storage import vectors_uri
+    from indexer.vectors import table_missing
 
     model = store.get_meta(db, "embed_model")
     if not model:
@@ -41,12 +44,29 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
     done, total = db.conn.execute(
         "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
     ).fetchone()
+    uri = vectors_uri(config, db.conn)
+    missing = table_missing(uri)
+    if missing:
+        state, fix = "missing", "run `repoctx index build` to re-embed"
+    elif done < total:
+        state, fix = "behind", "run `repoctx index build` to embed the rest"
+    else:
+        state, fix = ("unchecked" if missing is None else "ok"), ""
     return {
         "model": model,
-        "uri": vectors_uri(config, db.conn),
-        "coverage": round(done / total, 4) if total else 1.0,
+        "uri": uri,
+        "state": state,
+        "coverage": (0.0 if missing else int(10000 * done / total) / 10000) if total else 1.0,
         "chunks": total,
+        "fix": fix,
     }
+
+
+def _history(config: Config) -> dict[str, Any]:
+    """The git-history index: state (``ok``, ``no_git``, ``error``...), commits, and a note."""
+    from indexer.history import history_status
+
+    return history_status(config.index_path)
 
 
 def index_status(config: Config) -> dict[str, Any]:
@@ -68,7 +88,9 @@ def index_status(config: Config) -> dict[str, Any]:
             "resolved_pct": lb.get("resolved_pct", 0.0),
             "pending": pending_changes(config, conn),
             "vectors": _vectors(config, db),
+            "history": _history(config),
             "last_build": lb,
+            "graph": store.disk_usage(config.index_path),
         }
     finally:
         conn.close()

@@ -295,7 +295,7 @@ def test_names_and_paths_in_the_task_are_exact_seeds(shop):
     assert "    def remove(self, name: str) -> None:" in remove.text.splitlines()
     assert any(r.source == "symbol" and r.rank == 1 for r in remove.reasons)
     receipt = by_symbol["shop.report.receipt_lines"]  # the definition holding line 7
-    assert any(r.source == "path" for r in receipt.reasons)
+    assert any(r.source == "frame" for r in receipt.reasons)
     assert [s.symbol for s in pack.seeds if s.source == "symbol"] == ["shop.cart.Cart.remove"]
 
 
@@ -303,7 +303,8 @@ def test_traceback_lines_name_definitions(shop):
     task = 'Traceback:\n  File "/site-packages/shop/tax.py", line 18, in rate_for\nTaxError: mars'
     pack = assemble(shop, task=task, budget=300)
     assert pack.items[0].symbol == "shop.tax.rate_for"
-    assert any(r.source == "path" for r in pack.items[0].reasons)
+    # the frame names the definition: a traceback-frame hit, not a mere file hit
+    assert any(r.source == "frame" for r in pack.items[0].reasons)
 
 
 def test_graph_expansion_can_be_turned_off(shop):
@@ -507,7 +508,7 @@ def test_semantic_hits_seed_when_the_index_has_vectors(tmp_path, shop):
         pack = assemble_context(conn, root, TASK, 600, searcher=searcher, tokenizer=TOKENIZER)
     finally:
         conn.close()
-    assert {s.source for s in pack.seeds} == {"lexical", "semantic"} and not pack.warnings
+    assert {"lexical", "semantic"} <= {s.source for s in pack.seeds} and not pack.warnings
     assert any(r.source == "semantic" for i in pack.items for r in i.reasons)
     # the lexical-only index of the other fixture: a searcher adds nothing, and says nothing
     root2, conn2, cfg2 = shop
@@ -519,4 +520,4 @@ def test_semantic_hits_seed_when_the_index_has_vectors(tmp_path, shop):
         searcher=Searcher(conn2, cfg2.index_path, root2),
         tokenizer=TOKENIZER,
     )
-    assert {s.source for s in plain.seeds} == {"lexical"} and not plain.warnings
+    assert "semantic" not in {s.source for s in plain.seeds} and not plain.warnings

@@ -479,7 +479,8 @@ def test_walk_special_files_are_skipped(tmp_path: Path) -> None:
 
 def test_classify_nul_is_binary() -> None:
     assert classify_content("a.bin", b"abc\x00def") == "binary"
-    assert classify_content("a.py", "x = 'é'\n".encode("utf-16")) == "binary"
+    # UTF-16 text is text, not binary: it has a reason of its own
+    assert classify_content("a.py", "x = 'é'\n".encode("utf-16")) == "utf16"
 
 
 def test_classify_multibyte_character_cut_at_sniff_boundary_is_text() -> None:

@@ -188,7 +188,7 @@ def test_cli_engine_flag_and_bad_engine(ray_local, repo, tmp_path):
                                       str(tmp_path / "cli")])
     assert result.exit_code == 0, result.output
     assert '"files_parsed"' in result.output
-    with pytest.raises(ConfigError, match="engine must be one of local, ray"):
+    with pytest.raises(ConfigError, match="`engine` = 'spark' from REPOCTX_ENGINE .* one of local, ray"):
         load_config(repo, env={"REPOCTX_ENGINE": "spark"})
 
 

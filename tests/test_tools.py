@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -317,6 +318,22 @@ def test_vectors_follow_an_edit(repo, reg):
     assert result.ok and "vectors" in result.output
     hits = reg.call("search_code", {"query": "zebra stripes count", "mode": "semantic"}, ctx)
     assert hits.ok and hits.data["hits"][0]["path"] == "pkg/zebra.py"
+
+
+def test_search_code_tells_the_model_why_results_may_be_lacking(repo, reg):
+    """The vector table deleted under the index: hybrid search answers from the lexical index
+    and exact symbols, and the model is told so, as the CLI tells its user (before: the
+    SearchResult's warning was dropped)."""
+    ctx = make_ctx(repo, embed_model="hashing")
+    try:
+        shutil.rmtree(ctx.config.index_path / "vectors.lance")
+        result = reg.call("search_code", {"query": "sum of two numbers"}, ctx)
+    finally:
+        ctx.session.close()
+    assert result.ok and "pkg/calc.py" in {h["path"] for h in result.data["hits"]}, result
+    (warning,) = result.data["warnings"]
+    assert "missing" in warning and "repoctx index build" in warning
+    assert f"Note: {warning}" in result.output
 
 
 # -- edit matching --------------------------------------------------------------------------------

@@ -4,7 +4,10 @@ equals a clean build."""
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import shutil
 import time
 
 import pytest
@@ -138,6 +141,25 @@ def _duplicate_vector(cfg):
     table.add(row.select([f.name for f in table.schema]))
 
 
+def _table_dir(cfg):
+    return vectors_uri(cfg) + "/chunks.lance"
+
+
+def _vector_table_deleted(cfg):
+    shutil.rmtree(_table_dir(cfg))
+
+
+def _vector_manifest_garbled(cfg):
+    for manifest in glob.glob(_table_dir(cfg) + "/_versions/*"):
+        with open(manifest, "wb") as fh:
+            fh.write(b"not a lance manifest" * 8)
+
+
+def _vector_data_lost(cfg):
+    for data in glob.glob(_table_dir(cfg) + "/data/*"):
+        os.remove(data)
+
+
 CORRUPTIONS = {
     "delete a file row": (
         _delete_file_row,
@@ -154,6 +176,9 @@ CORRUPTIONS = {
     "vector deleted": (_missing_vector, {"missing_vector"}),
     "orphan vector": (_orphan_vector, {"orphan_vector"}),
     "duplicate vector": (_duplicate_vector, {"duplicate_vector"}),
+    "vector table deleted": (_vector_table_deleted, {"missing_vector"}),
+    "vector table manifest garbled": (_vector_manifest_garbled, {"vector_table_damaged"}),
+    "vector table data files lost": (_vector_data_lost, {"vector_table_damaged"}),
 }
 
 

@@ -14,6 +14,7 @@ from indexer.errors import RepoctxError
 
 from ..checkpoints import CheckpointStore
 from ..runner import run_command
+from .command_tools import sandbox_policy
 from .core import ToolContext
 
 Ranges = dict[str, list[tuple[int, int]]]
@@ -88,7 +89,11 @@ def changed_ranges(ctx: ToolContext) -> tuple[Ranges, str]:
 def _git(ctx: ToolContext, *args: str) -> str | None:
     try:
         res = run_command(
-            ["git", *args], ctx.workspace.root, timeout_s=30, max_output_bytes=4_000_000
+            ["git", *args],
+            ctx.workspace.root,
+            timeout_s=30,
+            max_output_bytes=4_000_000,
+            sandbox=sandbox_policy(ctx, hide_secrets=False),  # only line numbers are used
         )
     except RepoctxError:
         return None

@@ -6,12 +6,13 @@ import contextlib
 import os
 import re
 import shlex
-from typing import Any
+from typing import Any, cast
 
 from indexer.errors import RepoctxError
 
 from ..errors import CommandNotAllowedError, InvalidCommandError, NotAFileError
-from ..runner import CommandResult, ResourceLimits, run_command
+from ..runner import CommandResult, ResourceLimits, plan_command, run_command
+from ..sandbox import SandboxMode, SandboxPolicy
 from ..workspace import Workspace
 from .core import Tool, ToolContext, ToolResult, fail, ok
 from .settings import GIT_READ_SUBCOMMANDS
@@ -39,6 +40,17 @@ _GIT_REFUSED_OPTIONS = (
     "--receive-pack",
 )
 _GIT_WORDS = {"git"}
+#: `git config` forms that only read.
+_GIT_CONFIG_READS = {
+    "--get",
+    "--get-all",
+    "--get-regexp",
+    "--get-urlmatch",
+    "--get-color",
+    "--get-colorbool",
+    "--list",
+    "-l",
+}
 _REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./~^@{}:-]*$")
 _SECRET_SCAN = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
 
@@ -87,6 +99,13 @@ def check_git(words: list[str], allow_write: bool) -> None:
                 )
             j += 1
         sub = words[j] if j < len(words) else ""
+        if sub == "config" and not _GIT_CONFIG_READS & set(words[j + 1 :]):
+            # git obeys its configuration later, outside any sandbox (core.fsmonitor, hooks,
+            # filters ...): only the user changes it.
+            raise CommandNotAllowedError(
+                "`git config` may only read (--get, --list ...): the repository's configuration "
+                "can make later git commands run programs. Ask the user to change it."
+            )
         if sub and sub not in GIT_READ_SUBCOMMANDS and not allow_write:
             raise CommandNotAllowedError(
                 f"`git {sub}` changes the repository — only reading subcommands are allowed "
@@ -103,8 +122,49 @@ def check_git(words: list[str], allow_write: bool) -> None:
                 )
 
 
+def sandbox_policy(
+    ctx: ToolContext,
+    *,
+    git_writable: bool = False,
+    write: tuple[str, ...] = (),
+    hide_secrets: bool = True,
+) -> SandboxPolicy:
+    """The sandbox of a command run on the agent's behalf, from the `[agent]` settings: the
+    workspace writable, the index directory and `.git` read-only (``git_writable`` only for a
+    git command the tool planned itself with `agent.git_write`), and the workspace's secret
+    files hidden (``hide_secrets``; off for git commands whose output repoctx filters itself or
+    that write: git would see hidden files as emptied, and commit them so)."""
+    agent = ctx.agent
+    return SandboxPolicy(
+        workspace=ctx.workspace.root,
+        mode=cast(SandboxMode, agent.sandbox),  # checked against SANDBOX_MODES by the config
+        network=agent.network,
+        read=agent.sandbox_read,
+        write=(*agent.sandbox_write, *write),
+        deny_read=agent.sandbox_deny_read,
+        readonly=(str(ctx.config.index_path),),
+        git_writable=git_writable,
+        is_secret=ctx.workspace.is_secret if hide_secrets else None,
+    )
+
+
+def sandbox_data(res: CommandResult) -> dict[str, Any]:
+    """What the sandbox did, for a tool result's data."""
+    data: dict[str, Any] = {"sandbox": list(res.sandbox), "sandbox_note": res.sandbox_note}
+    if res.sandbox_warning:
+        data["sandbox_warning"] = res.sandbox_warning
+    return data
+
+
+def _git_subcommand(argv: tuple[str, ...]) -> str:
+    rest = [a for a in argv[1:] if not a.startswith("-")]
+    return rest[0] if rest else ""
+
+
 def _render(res: CommandResult, shown: str) -> str:
     lines = [f"$ {shown}", f"exit code {res.exit_code} ({res.duration_s:.1f} s)"]
+    if res.sandbox_warning:
+        lines.append(f"[sandbox] {res.sandbox_warning}")
     if res.truncated:
         lines.append(
             f"[output truncated: {res.stdout_bytes} bytes stdout, {res.stderr_bytes} bytes "
@@ -128,6 +188,7 @@ def _result_data(res: CommandResult) -> dict[str, Any]:
         "duration_s": round(res.duration_s, 3),
         "stdout_bytes": res.stdout_bytes,
         "stderr_bytes": res.stderr_bytes,
+        **sandbox_data(res),
     }
 
 
@@ -149,6 +210,14 @@ def run_command_tool(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if not cwd.is_dir():
         raise NotAFileError(f"cwd {args['cwd']} is not a directory of the workspace.")
     timeout = float(args.get("timeout_s") or ctx.agent.command_timeout_s)
+    planned = plan_command(command, ctx.agent.allow_commands)
+    # `.git` is writable only for a git program run directly (no shell), with agent.git_write,
+    # for a subcommand that writes.
+    git_writable = (
+        ctx.agent.git_write
+        and os.path.basename(planned[0]) in _GIT_WORDS
+        and _git_subcommand(planned) not in GIT_READ_SUBCOMMANDS
+    )
     res = run_command(
         command,
         cwd,
@@ -157,6 +226,7 @@ def run_command_tool(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         env_allow=ctx.agent.env_allow,
         allowlist=ctx.agent.allow_commands,
         limits=ResourceLimits(max_drain_bytes=MAX_DRAIN_BYTES),
+        sandbox=sandbox_policy(ctx, git_writable=git_writable, hide_secrets=not git_writable),
     )
     shown = command if isinstance(command, str) else shlex.join(command)
     text = _render(res, shown)
@@ -244,7 +314,15 @@ def git_diff(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     for p in paths:
         ws.check_readable(p)
     argv += ["--", *paths]
-    res = run_command(argv, ws.root, timeout_s=60, max_output_bytes=ctx.agent.max_output_bytes)
+    # The diff's secret files are dropped below; hiding them would show them as emptied.
+    policy = sandbox_policy(ctx, hide_secrets=False)
+    res = run_command(
+        argv,
+        ws.root,
+        timeout_s=60,
+        max_output_bytes=ctx.agent.max_output_bytes,
+        sandbox=policy,
+    )
     if res.exit_code != 0:
         return fail(
             f"git diff failed (exit {res.exit_code}): {res.stderr.strip()[:500]} — is this a git "
@@ -253,7 +331,10 @@ def git_diff(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         )
     diff, dropped = _drop_secret_blocks(ws, res.stdout)
     untracked_res = run_command(
-        ["git", "ls-files", "--others", "--exclude-standard", "--", *paths], ws.root, timeout_s=60
+        ["git", "ls-files", "--others", "--exclude-standard", "--", *paths],
+        ws.root,
+        timeout_s=60,
+        sandbox=policy,
     )
     untracked = (
         [p for p in untracked_res.stdout.splitlines() if p and not ws.is_secret(p)]
@@ -273,6 +354,7 @@ def git_diff(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         untracked=untracked,
         truncated=res.truncated,
         secret_files_left_out=len(dropped),
+        **sandbox_data(res),
     )
 
 

@@ -13,12 +13,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from indexer import store
 from indexer.config import Config
 from indexer.errors import RepoctxError
 
 from ..checkpoints import CheckpointStore
 from ..errors import AgentError, CheckpointError
 from ..models.base import ToolCall, ToolSpec
+from ..redact import redact_counted, redact_value
 from ..workspace import Workspace
 from .schema import check_schema, validate, with_defaults
 from .session import ToolSession
@@ -163,8 +165,8 @@ def error_message(exc: BaseException) -> str:
 
 
 class ToolRegistry:
-    """Tools by name. ``call`` validates, checks permission, runs, and turns every anticipated
-    failure into a ToolResult."""
+    """Tools by name. ``call`` validates, checks permission, runs, turns every anticipated
+    failure into a ToolResult, and redacts secrets from what it returns."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
@@ -207,6 +209,18 @@ class ToolRegistry:
         *,
         error: str | None = None,
     ) -> ToolResult:
+        # The one way out of the tools (the agent loop and the MCP server both call here):
+        # secrets are redacted before the cap, so a cut never splits a token past detection.
+        result = self._run(name, arguments, ctx, error)
+        return _capped(redacted(result), ctx.agent.max_result_chars)
+
+    def _run(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        ctx: ToolContext,
+        error: str | None,
+    ) -> ToolResult:
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
             close = difflib.get_close_matches(str(name), self._tools, n=1)
@@ -242,10 +256,24 @@ class ToolRegistry:
         if refused is not None:
             return refused
         try:
-            result = tool.handler(ctx, args)
+            return tool.handler(ctx, args)
         except (RepoctxError, OSError, sqlite3.Error, UnicodeError) as exc:
+            if isinstance(exc, sqlite3.DatabaseError) and store.is_damage(exc):
+                # SQLite's "database disk image is malformed" names no way out: say the repair.
+                exc = store.damaged(ctx.config.index_path, exc)
             return fail(error_message(exc), exception=type(exc).__name__)
-        return _capped(result, ctx.agent.max_result_chars)
+
+
+def redacted(result: ToolResult) -> ToolResult:
+    """``result`` with every token, key and password in its output, error and data replaced by
+    ``[REDACTED:<kind>]`` (agent/redact.py); ``data["secrets_redacted"]`` counts them."""
+    output, n_out = redact_counted(result.output)
+    error, n_err = redact_counted(result.error) if result.error else (result.error, 0)
+    data, n_data = redact_value(result.data)
+    total = n_out + n_err + n_data
+    if not total:
+        return result
+    return ToolResult(result.ok, output, error, {**data, "secrets_redacted": total})
 
 
 def _authorize(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolResult | None:

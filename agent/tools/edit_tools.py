@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import os
 import re
 from typing import Any
 
+from .. import redact
 from .core import Tool, ToolContext, ToolResult, fail, ok
-from .syntax import Replacement
+from .syntax import Replacement, still_broken
 from .writing import FileChange, commit, gate, load_for_edit, unified
 
 #: Candidate windows scored when looking for the text nearest to a failed match.
@@ -121,6 +123,82 @@ def _no_match(loaded, old: str) -> ToolResult:
     )
 
 
+_MARKER = re.compile(r"\[REDACTED:[^\]\n]+\]")
+
+
+def _through_redaction(text: str, old: str, new: str) -> list[tuple[int, int, str]] | str:
+    """Where ``old`` — copied from a result in which redaction replaced secrets with
+    ``[REDACTED:<kind>]`` — is in ``text``, as (start, end, replacement). A marker stands for
+    exactly the secret redaction replaced there; the same markers in ``new`` put those secrets
+    back (in order, per kind), so a line holding a secret can be edited without seeing it.
+    A string: why the edit cannot be made."""
+    found = redact.find_secrets(text)
+    if not found:
+        return []
+    # segments of the redacted text: (redacted start, original start, original end, finding)
+    segs: list[tuple[int, int, int, redact.Finding | None]] = []
+    parts, rpos, opos = [], 0, 0
+    for f in found:
+        mark = redact.MARK.format(f.kind)
+        segs += [(rpos, opos, f.start, None), (rpos + f.start - opos, f.start, f.end, f)]
+        parts += [text[opos : f.start], mark]
+        rpos += f.start - opos + len(mark)
+        opos = f.end
+    segs.append((rpos, opos, len(text), None))
+    parts.append(text[opos:])
+    redacted = "".join(parts)
+    starts = [seg[0] for seg in segs]
+
+    def original(r: int, end: bool) -> int | None:
+        i = bisect.bisect_right(starts, r - 1 if end else r) - 1
+        rstart, ostart, oend, finding = segs[i]
+        if finding is None:
+            return ostart + (r - rstart)
+        if not end and r == rstart:
+            return ostart
+        mark_end = rstart + len(redact.MARK.format(finding.kind))
+        return oend if end and r == mark_end else None  # never half a marker
+
+    out = []
+    for r in _occurrences(redacted, old):
+        start, end = original(r, False), original(r + len(old), True)
+        if start is None or end is None:
+            continue
+        secrets: dict[str, list[str]] = {}
+        for f in found:
+            if start <= f.start and f.end <= end:
+                secrets.setdefault(redact.MARK.format(f.kind), []).append(text[f.start : f.end])
+        filled = _put_back(new, secrets)
+        if filled is None:
+            return (
+                "new_text has more [REDACTED:…] markers of a kind than the matched old_text: a "
+                "marker can only keep a secret that old_text covers. Keep the markers as they "
+                "are in old_text, or write the new value (e.g. read from an environment "
+                "variable) instead."
+            )
+        out.append((start, end, filled))
+    return out
+
+
+def _put_back(new: str, secrets: dict[str, list[str]]) -> str | None:
+    """``new`` with its n-th marker of each kind replaced by that kind's n-th secret; None if
+    it has a marker with no secret to stand for."""
+    used: dict[str, int] = {}
+    missing = False
+
+    def value(m: re.Match[str]) -> str:
+        nonlocal missing
+        n = used[m.group(0)] = used.get(m.group(0), -1) + 1
+        values = secrets.get(m.group(0), [])
+        if n >= len(values):
+            missing = True
+            return m.group(0)
+        return values[n]
+
+    out = _MARKER.sub(value, new)
+    return None if missing else out
+
+
 def edit(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     old, new = args["old_text"], args["new_text"]
     if old == new:
@@ -132,6 +210,12 @@ def edit(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         # The file has Windows line endings; the model wrote Unix ones.
         old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
         hits = _occurrences(text, old)
+    spans = [(h, h + len(old), new) for h in hits]
+    if not spans and _MARKER.search(old):
+        found = _through_redaction(text, old, new)
+        if isinstance(found, str):
+            return fail(found)
+        spans, hits = found, [s for s, _, _ in found]
     if not hits:
         return _no_match(loaded, args["old_text"])
     if len(hits) > 1 and not args["replace_all"]:
@@ -148,13 +232,12 @@ def edit(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             lines=[_line_at(text, h) for h in hits],
         )
     pieces, replacements, pos = [], [], 0
-    new_len = len(new.encode("utf-8"))
-    for h in hits:
-        pieces += [text[pos:h], new]
+    for h, h_end, replacement in spans:
+        pieces += [text[pos:h], replacement]
         start = len(text[:h].encode("utf-8"))
-        end = start + len(old.encode("utf-8"))
-        replacements.append(Replacement(start, end, new_len))
-        pos = h + len(old)
+        end = start + len(text[h:h_end].encode("utf-8"))
+        replacements.append(Replacement(start, end, len(replacement.encode("utf-8"))))
+        pos = h_end
     pieces.append(text[pos:])
     new_text = "".join(pieces)
     change = FileChange(loaded.path, loaded.data, new_text.encode("utf-8"), tuple(replacements))
@@ -165,10 +248,12 @@ def edit(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     first_line = _line_at(text, hits[0])
     last_line = first_line + new.count("\n")
     diff = unified(loaded.path, text, new_text)
+    broken = still_broken(loaded.path, change.new)
     return ok(
         f"Edited {loaded.path}: replaced {len(hits)} occurrence(s) at line(s) "
         + ", ".join(str(_line_at(text, h)) for h in hits[:10])
-        + f".\n{diff}\n{outcome.note()}",
+        + f".\n{diff}\n{outcome.note()}"
+        + (f"\n{broken}" if broken else ""),
         path=loaded.path,
         replaced=len(hits),
         start_line=first_line,
@@ -182,7 +267,8 @@ EDIT = Tool(
     "edit",
     "Replace an exact block of text in a file. old_text must match the file exactly (including "
     "indentation) and occur once, unless replace_all is true. Edits that introduce a syntax "
-    "error are rejected and leave the file unchanged.",
+    "error are rejected and leave the file unchanged. A [REDACTED:...] marker copied from a "
+    "result stands for the secret hidden there, in old_text and new_text alike.",
     {
         "type": "object",
         "properties": {
@@ -229,8 +315,10 @@ def create_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     outcome = commit(ctx, [change])
     lines = args["content"].count("\n") + (0 if args["content"].endswith("\n") else 1)
     verb = "Replaced" if old is not None else "Created"
+    broken = still_broken(rel, content)
     return ok(
-        f"{verb} {rel} ({lines} lines, {len(content)} bytes). {outcome.note()}",
+        f"{verb} {rel} ({lines} lines, {len(content)} bytes). {outcome.note()}"
+        + (f"\n{broken}" if broken else ""),
         path=rel,
         created=old is None,
         bytes=len(content),

@@ -37,12 +37,15 @@ def search_code(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         path_glob=args.get("path_glob"),
     )
     hits = [h for h in result.hits if not ctx.workspace.is_secret(h.path)]
+    # Why the results may be lacking (vectors missing or behind), as the CLI prints it.
+    warned = "".join(f"\nNote: {w}" for w in result.warnings)
     if not hits:
         return ok(
             f"No results for {args['query']!r}. Try other words, a symbol name with "
-            "find_symbol, or drop the filters.",
+            "find_symbol, or drop the filters." + warned,
             hits=[],
             generation=result.generation,
+            warnings=list(result.warnings),
         )
     blocks = []
     for i, h in enumerate(hits, 1):
@@ -57,7 +60,7 @@ def search_code(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if mode != "lexical" and result.semantic_coverage == 0:
         note = "\n(lexical and symbol matches only: this index has no vectors)"
     return ok(
-        "\n".join(blocks) + note,
+        "\n".join(blocks) + note + warned,
         hits=[
             {
                 "path": h.path,
@@ -70,6 +73,7 @@ def search_code(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         ],
         generation=result.generation,
         semantic_coverage=result.semantic_coverage,
+        warnings=list(result.warnings),
     )
 
 

@@ -35,16 +35,26 @@ class ToolSession:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._conn_for: str | None = None
+        self._file: Any = None  # the generation file the connection reads
         self._embedder: Any = None
 
     def conn(self, config: Config) -> sqlite3.Connection:
-        """A read connection to the index (NoIndexError says how to build one)."""
+        """A read connection to the index (NoIndexError says how to build one). After a full
+        rebuild (or a repair, or a pull) swapped in another generation file, the next call
+        opens that one: one readlink per call tells."""
         with self._lock:
             key = str(config.index_path)
-            if self._conn is None or self._conn_for != key:
+            if self._conn is not None and self._conn_for == key:
+                current = store.graph_file(config.index_path)
+                if current is None or current == self._file:
+                    return self._conn
+                # Not closed here: a searcher of the call in progress may still hold it (it is
+                # closed when the last reference goes); it reads its own, older generation.
+                self._conn = None
+            else:
                 self.close()
-                self._conn = store.open_for_read(config.index_path).conn
-                self._conn_for = key
+            db = store.open_for_read(config.index_path)
+            self._conn, self._conn_for, self._file = db.conn, key, db.file
             return self._conn
 
     def embed_model(self, config: Config) -> str | None:
@@ -94,3 +104,4 @@ class ToolSession:
                 self._conn.close()
             self._conn = None
             self._conn_for = None
+            self._file = None

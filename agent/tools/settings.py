@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
 
-from indexer.config import Config
-from indexer.errors import ConfigError
+from indexer.config import Config, section_settings
 
 from ..runner import DEFAULT_ENV_ALLOW
 
@@ -86,59 +84,24 @@ class AgentSettings:
     test_env: tuple[tuple[str, str], ...] = ()
     #: Reference-graph hops from a changed symbol to a test that reaches it.
     test_select_hops: int = 4
+    #: The kernel sandbox of run_command/run_tests (agent/sandbox.py): "auto" uses what the
+    #: kernel offers and says once what it lacks, "required" refuses commands without Landlock,
+    #: "off" runs them unconfined (allowlist and argument checks only).
+    sandbox: str = "auto"
+    #: Let commands use the network (no network namespace, no Landlock TCP rules).
+    network: bool = False
+    #: Extra paths commands may read / read and write (`~` expanded, relative to the root).
+    sandbox_read: tuple[str, ...] = ()
+    sandbox_write: tuple[str, ...] = ()
+    #: Extra `$HOME`-relative secrets commands may not read (added to sandbox.HOME_SECRETS).
+    sandbox_deny_read: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config) -> AgentSettings:
-        raw = config.extra.get("agent", {}) if isinstance(config.extra, dict) else {}
-        if not isinstance(raw, dict):
-            raise ConfigError(
-                "`agent` in the repoctx config must be a table — fix the config file."
-            )
-        values: dict[str, Any] = {}
-        for name, conv in _FIELDS.items():
-            if name in raw:
-                try:
-                    values[name] = conv(raw[name])
-                except (TypeError, ValueError) as exc:
-                    raise ConfigError(
-                        f"Invalid `agent.{name}` = {raw[name]!r} ({exc}) — fix the config file."
-                    ) from exc
-        return cls(**values)
+        """The `[agent]` settings of ``config``, typed and range-checked by the one table of
+        settings (`indexer.config.SETTINGS`, where a new field's type and range go); keys this
+        class does not hold (`deny`, `write_deny`: the workspace's) are left to their readers."""
+        values = section_settings(config, "agent")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
 
-
-def _strings(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(value.split())
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise TypeError("expected a list of strings")
-    return tuple(value)
-
-
-def _env(value: Any) -> tuple[tuple[str, str], ...]:
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise TypeError("expected a table of string values")
-    return tuple(sorted(value.items()))
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError("expected true or false")
-    return value
-
-
-_FIELDS = {
-    "allow_commands": _strings,
-    "git_write": _bool,
-    "env_allow": _strings,
-    "command_timeout_s": float,
-    "test_timeout_s": float,
-    "max_output_bytes": int,
-    "max_result_chars": int,
-    "max_read_lines": int,
-    "max_edit_bytes": int,
-    "test_command": _strings,
-    "test_env": _env,
-    "test_select_hops": int,
-}

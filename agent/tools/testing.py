@@ -16,6 +16,7 @@ from typing import Any
 
 from ..runner import CommandResult, run_command
 from .changes import ChangedSymbol, changed_ranges, changed_symbols
+from .command_tools import sandbox_policy
 from .core import Tool, ToolContext, ToolResult, fail, ok
 
 #: Lines of traceback kept per failure.
@@ -180,6 +181,9 @@ class TestRun:
     #: Output tail when the XML report is missing (pytest crashed or is not installed).
     output: str = ""
     test_ids: tuple[str, ...] = field(default=(), repr=False)
+    #: Sandbox layers the run had (CommandResult.sandbox), and a one-time warning about them.
+    sandbox: tuple[str, ...] = ()
+    sandbox_warning: str = ""
 
     __test__ = False  # not a pytest test class
 
@@ -235,6 +239,8 @@ def run_pytest(ctx: ToolContext, node_ids: Sequence[str], scope: str, timeout_s:
             allowlist=ctx.agent.allow_commands,
             # Keep the tree clean: no __pycache__ directories from the test run.
             extra_env={**dict(ctx.agent.test_env), "PYTHONDONTWRITEBYTECODE": "1"},
+            # The report directory is the one place outside the workspace pytest may write.
+            sandbox=sandbox_policy(ctx, write=(tmp,)),
         )
         report = xml_path.read_bytes() if xml_path.exists() else None
     return parse_run(scope, res, report, tuple(node_ids))
@@ -250,6 +256,8 @@ def parse_run(
         "duration_s": round(res.duration_s, 3),
         "timed_out": res.timed_out,
         "test_ids": node_ids,
+        "sandbox": res.sandbox,
+        "sandbox_warning": res.sandbox_warning,
     }
     tail = (res.stdout + ("\n" + res.stderr if res.stderr else ""))[-3000:]
     if report is None:
@@ -327,6 +335,8 @@ def _check_ids(ctx: ToolContext, ids: Sequence[str]) -> str | None:
 
 def _render(run: TestRun, title: str) -> list[str]:
     lines = [f"{title}: {run.summary()}"]
+    if run.sandbox_warning:
+        lines.append(f"  [sandbox] {run.sandbox_warning}")
     for f in run.failures[:20]:
         lines.append(f"  {f.outcome.upper()} {f.test_id} at {f.location}")
         for ln in f.message.splitlines()[:6]:
@@ -345,6 +355,7 @@ def _run_dict(run: TestRun) -> dict[str, Any]:
     d = asdict(run)
     d["argv"] = list(run.argv)
     d["test_ids"] = list(run.test_ids)
+    d["sandbox"] = list(run.sandbox)
     d["ok"] = run.ok
     d["failures"] = [asdict(f) for f in run.failures]
     return d

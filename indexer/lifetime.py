@@ -1,0 +1,128 @@
+"""Helper processes die with the process that started them.
+
+A parse worker blocked on its task queue never learns that the build was `kill -9`ed: the
+queue's pipe stays open in the worker itself, so no EOF arrives and it waits forever, and
+multiprocessing's resource tracker waits for every worker. On Linux the kernel can tell a
+process when its parent dies (``PR_SET_PDEATHSIG``); elsewhere a watchdog thread polls.
+
+Helpers started by a library whose children run none of our code (a private Ray's daemons and
+their agents) get a reaper instead: a small process that notes those processes and their
+descendants while this one lives, and kills them when it dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+#: How often the fallback watchdog looks at the parent (seconds), where prctl is missing.
+POLL_S = 1.0
+
+
+def die_with_parent(parent_pid: int) -> str:
+    """Make this process exit as soon as ``parent_pid`` (its parent) dies; returns how
+    (``pdeathsig`` or ``poll``). Call it first thing in a child (a pool initializer).
+
+    The signal is delivered when the parent *thread* that forked us exits, so the parent must
+    start children from a thread that outlives them (pools here live inside one call)."""
+    how = "poll"
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+                how = "pdeathsig"
+        except (OSError, AttributeError):
+            pass
+    # The parent may have died before prctl took effect: we were re-parented already.
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    if how == "poll":
+        threading.Thread(target=_poll_parent, args=(parent_pid,), daemon=True,
+                         name="repoctx-parent-watch").start()
+    return how
+
+
+def _poll_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(POLL_S)
+    os._exit(1)
+
+
+def start_reaper(roots: list[int]) -> subprocess.Popen | None:
+    """Start a reaper of ``roots`` (pids of this process's helpers) and their descendants
+    (see the module docstring); None where /proc cannot list children. Stop it with
+    ``stop_reaper`` once the helpers are shut down."""
+    if not roots or not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-m", "indexer.lifetime", str(os.getpid()), *map(str, roots)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        close_fds=True,
+    )
+
+
+def stop_reaper(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def reap(parent: int, roots: list[int], interval: float = 0.2) -> None:
+    """Until ``parent`` dies, record ``roots`` and their descendants (pid and start time);
+    then SIGKILL those still running. The start time makes sure a pid reused since is never
+    hit."""
+    seen: dict[int, str] = {}
+    while os.getppid() == parent:
+        for pid in _descendants(roots) | set(roots):
+            if pid not in seen:
+                started = _start_time(pid)
+                if started is not None:
+                    seen[pid] = started
+        time.sleep(interval)
+    for pid, started in seen.items():
+        if _start_time(pid) == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _descendants(roots: list[int]) -> set[int]:
+    out: set[int] = set()
+    todo = list(roots)
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except OSError:
+                continue
+            for k in kids:
+                if k not in out:
+                    out.add(k)
+                    todo.append(k)
+    return out
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return None if fields[0] == b"Z" else fields[19].decode()  # starttime; zombies are done
+
+
+if __name__ == "__main__":
+    reap(int(sys.argv[1]), [int(p) for p in sys.argv[2:]])

@@ -1,0 +1,86 @@
+"""The reference graph as a signal: from the strongest definitions of the first-stage fusion,
+one hop over resolved edges — what they call and what calls them — weighted by the seed's
+score and the edge's resolution confidence, damped at popular definitions."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from .query import Query
+from .signals import Hit, SignalContext
+
+#: Seeds taken from the first-stage ranking.
+SEEDS = 8
+#: Edges followed per seed and direction.
+FANOUT = 40
+#: A callee counts more than a caller: what the seed uses is part of its behaviour.
+CALLEE, CALLER = 1.0, 0.6
+
+
+class Graph:
+    name = "graph"
+    level = "symbol"
+    stage = 2
+
+    def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
+        ranking = ctx.cache.get("seed_ranking")
+        if ranking is None or not ranking.units:
+            return []
+        conn = ctx.conn
+        seeds = ranking.units[:SEEDS]
+        top = seeds[0].score or 1.0
+        seed_ids: dict[int, float] = {}
+        for r in seeds:
+            u = r.unit
+            w = max(r.score / top, 0.05) if top > 0 else 1.0
+            for (sid,) in conn.execute(
+                "SELECT s.id FROM symbols s JOIN files f ON f.id = s.file_id WHERE f.path = ? "
+                "AND s.start_line >= ? AND s.end_line <= ? AND s.kind != 'module'",
+                [u.path, u.start, u.end],
+            ):
+                seed_ids[sid] = max(seed_ids.get(sid, 0.0), w)
+        if not seed_ids:
+            return []
+        scores: dict[int, float] = defaultdict(float)
+        marks = ",".join("?" * len(seed_ids))
+        ids = list(seed_ids)
+        for sid, tid, conf in conn.execute(
+            f"SELECT enclosing_id, target_id, confidence FROM refs WHERE enclosing_id IN ({marks}) "
+            "AND target_id IS NOT NULL",
+            ids,
+        ):
+            if tid not in seed_ids:
+                scores[tid] += seed_ids[sid] * CALLEE * (conf or 0.5)
+        for sid, eid, conf in conn.execute(
+            f"SELECT target_id, enclosing_id, confidence FROM refs WHERE target_id IN ({marks}) "
+            "AND enclosing_id IS NOT NULL LIMIT ?",
+            [*ids, FANOUT * len(ids)],
+        ):
+            if eid not in seed_ids:
+                scores[eid] += seed_ids[sid] * CALLER * (conf or 0.5)
+        if not scores:
+            return []
+        cand = sorted(scores.items(), key=lambda kv: -kv[1])[: k * 3]
+        cids = [c for c, _ in cand]
+        rows = {
+            r[0]: r[1:]
+            for r in conn.execute(
+                "SELECT s.id, s.qualname, f.path, s.start_line, s.end_line, s.kind, coalesce(f.language, ''), "
+                "(SELECT count(*) FROM (SELECT 1 FROM refs r WHERE r.target_id = s.id LIMIT 1000)) "
+                "FROM symbols s "
+                f"JOIN files f ON f.id = s.file_id WHERE s.id IN ({','.join('?' * len(cids))})",
+                cids,
+            )
+        }
+        out = []
+        for sid, s in cand:
+            if sid not in rows:
+                continue
+            qual, path, a, b, kind, lang, popularity = rows[sid]
+            if kind == "module" or not ctx.scope.allows(path, lang or None):
+                continue
+            out.append(Hit("symbol", path, s / math.log2(2 + popularity), symbol=qual,
+                           start_line=a, end_line=b))
+        out.sort(key=lambda h: -h.score)
+        return out[:k]

@@ -1,0 +1,411 @@
+"""Past commits vote for what they changed (BugLocator's history score, and after).
+
+The commit messages in ``<index>/history.db`` (`indexer.history`) are searched with BM25 for
+the task's terms; each of the most similar commits votes for the files it touched that still
+exist in the index (renames followed), its vote — its similarity relative to the best commit —
+split over those files. `HistorySymbols` sends the same votes to the definitions the commits
+changed, mapped to today's definitions of the file by name (and enclosing class when the hunk
+showed it). Merges and huge commits (reformatting, vendoring) do not vote.
+
+Only commits reachable from the indexed HEAD are in the store, so no ranking sees the future.
+
+    similar_commits(ctx, "crash when the column is empty", k=5)   # for people
+    HistoryFiles().run(ctx, parse_query(text), k=50)               # a file-level signal
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from indexer.history import DB_NAME, SCHEMA_VERSION
+
+from .query import Query, parse_query
+from .signals import Hit, SignalContext
+
+_ISSUE_REF = re.compile(r"(?<![\w&])#(\d{1,7})\b")
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryParams:
+    """How commits vote. The defaults are the best of `benchmarks/history_signal.py` on the
+    localization development tasks (see the README's History section)."""
+
+    #: Most similar commits that vote.
+    depth: int = 50
+    #: Commits touching more files than this do not vote (reformatting, vendoring, releases).
+    huge: int = 50
+    #: A commit's vote is split as ``similarity / n ** split`` over its n surviving files.
+    split: float = 0.5
+    #: Votes decay with the commit's age before HEAD: ``exp(-days / decay_days)``; 0: none.
+    decay_days: float = 0.0
+    #: Query terms kept (the rarest in the commit messages first).
+    max_terms: int = 80
+    #: Terms in more than this share of the commits are dropped (they cost most, weigh least).
+    max_df: float = 1.0
+    #: Only the newest this many commits (by commit time) vote; 0: all. (The index can be
+    #: capped too: ``history_max_commits``.)
+    window: int = 0
+    #: BM25 column weights: subject, body, paths of the touched files.
+    weights: tuple[float, float, float] = (2.0, 1.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitHit:
+    """A past commit similar to a query, for people and models."""
+
+    sha: str
+    #: Author date, ISO 8601 (UTC).
+    date: str
+    subject: str
+    #: BM25 of the message against the query (higher is more similar).
+    score: float
+    #: Paths as the commit left them (renames: the new path); at most 20.
+    files: tuple[str, ...]
+    #: How many files it touched in all.
+    files_total: int
+    #: False for merges and huge commits, which do not vote in the signals.
+    votes: bool
+
+
+@dataclass(slots=True)
+class _Sim:
+    id: int
+    sha: str
+    author_time: int
+    commit_time: int
+    subject: str
+    files_total: int
+    parents: int
+    bm25: float
+    weight: float = 0.0  # relative similarity (best = 1), decayed
+    files: list[str] = field(default_factory=list)
+    defs: list[tuple[str, str, str]] = field(default_factory=list)  # (path, name, parent)
+
+
+def _open(ctx: SignalContext) -> sqlite3.Connection | None:
+    """The history store read-only, or None (no index dir, not built, not a git tree)."""
+    if ctx.index_dir is None:
+        return None
+    path = Path(ctx.index_dir) / DB_NAME
+    if not path.exists():
+        return None
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+    except sqlite3.DatabaseError:  # damaged: the next build replaces it; until then no votes
+        conn.close()
+        return None
+    if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("state") != "ok":
+        conn.close()
+        return None
+    return conn
+
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+#: Porter stems of query words (the history index's tokenizer), shared by all searches.
+_STEMS: dict[str, str] = {}
+
+
+def _stem(hconn: sqlite3.Connection, words: list[str]) -> list[str]:
+    todo = [w for w in words if w not in _STEMS]
+    if todo:
+        hconn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.hq USING fts5(x, tokenize = 'porter unicode61')")
+        hconn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.hq_v USING fts5vocab(temp, hq, 'instance')")
+        hconn.execute("DELETE FROM temp.hq")
+        hconn.execute("INSERT INTO temp.hq(rowid, x) VALUES (1, ?)", [" ".join(todo)])
+        found = dict.fromkeys(todo, "")
+        for term, offset in hconn.execute("SELECT term, offset FROM temp.hq_v"):
+            if 0 <= offset < len(todo):
+                found[todo[offset]] = term
+        if len(_STEMS) > 100_000:
+            _STEMS.clear()
+        _STEMS.update(found)
+    return [_STEMS[w] for w in words]
+
+
+def _terms(hconn: sqlite3.Connection, q: Query, p: HistoryParams) -> str:
+    """The FTS5 MATCH for ``q``: issue numbers (``#123``), then its rarest terms in the commit
+    messages (IDF, as BM25 weighs them) up to ``p.max_terms``; terms no message has, or more
+    than ``p.max_df`` of them have, are dropped. A pasted issue has hundreds of words: every
+    term costs a posting list, and BM25 scores every commit any of them matches."""
+    refs = [f"issue{n}" for n in dict.fromkeys(_ISSUE_REF.findall(q.text))]
+    words = [t for t in dict.fromkeys([*refs, *q.terms]) if _TOKEN.fullmatch(t)]
+    if not words:
+        return ""
+    stems = _stem(hconn, words)
+    uniq = sorted({s for s in stems if s})
+    df = dict(hconn.execute(f"SELECT term, doc FROM vocab WHERE term IN ({','.join('?' * len(uniq))})", uniq))
+    n = max(hconn.execute("SELECT count(*) FROM commits").fetchone()[0], 1)
+    picked: dict[str, tuple[float, str]] = {}
+    for word, stem in zip(words, stems, strict=True):
+        d = df.get(stem)
+        if d and stem not in picked and (d <= p.max_df * n or word in refs):
+            boost = 100.0 if word in refs else 0.0
+            picked[stem] = (boost + math.log(1 + (n - d + 0.5) / (d + 0.5)), word)
+    best = sorted(picked.values(), reverse=True)[: p.max_terms]
+    return " OR ".join('"' + w + '"' for _, w in best)
+
+
+def _similar(ctx: SignalContext, q: Query, p: HistoryParams, which: str = "votes") -> list[_Sim]:
+    """The ``p.depth`` commits most similar to ``q`` — ``votes``: those that vote; ``commits``:
+    any but merges; ``all`` — with their files and changed definitions; shared by the signals
+    of one search."""
+    key = ("history", q.text, p, which)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    out: list[_Sim] = []
+    hconn = _open(ctx)
+    if hconn is not None:
+        try:
+            out = _query(hconn, q, p, which)
+        finally:
+            hconn.close()
+    ctx.cache[key] = out
+    return out
+
+
+def _query(hconn: sqlite3.Connection, q: Query, p: HistoryParams, which: str) -> list[_Sim]:
+    match = _terms(hconn, q, p)
+    if not match:
+        return []
+    w = p.weights
+    cond = {"votes": " AND c.files BETWEEN 1 AND ? AND c.parents <= 1",
+            "commits": " AND c.parents <= 1"}.get(which, "")
+    if p.window > 0:
+        cond += (" AND c.commit_time >= coalesce((SELECT commit_time FROM commits "
+                 f"ORDER BY commit_time DESC LIMIT 1 OFFSET {int(p.window) - 1}), 0)")
+    rows = hconn.execute(
+        f"SELECT c.id, c.sha, c.author_time, c.commit_time, c.subject, c.files, c.parents, "
+        f"bm25(commits_fts, {w[0]}, {w[1]}, {w[2]}) AS s FROM commits_fts t "
+        f"JOIN commits c ON c.id = t.rowid WHERE commits_fts MATCH ?{cond} ORDER BY s LIMIT ?",
+        [match, *([p.huge] if which == "votes" else []), p.depth],
+    ).fetchall()
+    sims = [_Sim(*r[:7], bm25=-r[7]) for r in rows]
+    if not sims:
+        return []
+    best = max(s.bm25 for s in sims) or 1.0
+    head_time = 0
+    if p.decay_days > 0:
+        row = hconn.execute("SELECT value FROM meta WHERE key = 'head_time'").fetchone()
+        head_time = int(row[0]) if row else 0
+    by_id = {s.id: s for s in sims}
+    for s in sims:
+        s.weight = s.bm25 / best
+        if head_time:
+            days = max(0, head_time - s.commit_time) / 86_400
+            s.weight *= math.exp(-days / p.decay_days)
+    marks = ",".join("?" * len(by_id))
+    for cid, path in hconn.execute(
+        f"SELECT commit_id, path FROM changes WHERE commit_id IN ({marks}) ORDER BY rowid", list(by_id)
+    ):
+        by_id[cid].files.append(path)
+    for cid, path, name, parent in hconn.execute(
+        f"SELECT commit_id, path, name, parent FROM defs WHERE commit_id IN ({marks})", list(by_id)
+    ):
+        by_id[cid].defs.append((path, name, parent))
+    return sims
+
+
+class _Paths:
+    """Paths as a commit knew them → the file the index has today (renames followed)."""
+
+    def __init__(self, ctx: SignalContext) -> None:
+        self.ctx = ctx
+        self.known: dict[str, str | None] = {}  # path -> language ('' unknown), None: absent
+        self.allowed: dict[str, bool] = {}  # existing path -> within the scope
+        self.renames: dict[str, list[tuple[str, int]]] = {}
+        self._hconn: sqlite3.Connection | None = None
+
+    def load(self, paths: set[str]) -> None:
+        todo = [p for p in paths if p not in self.known]
+        for i in range(0, len(todo), 500):
+            part = todo[i : i + 500]
+            rows = self.ctx.conn.execute(
+                f"SELECT path, coalesce(language, '') FROM files WHERE status IN ('ok', 'syntax_error') "
+                f"AND path IN ({','.join('?' * len(part))})", part,
+            ).fetchall()
+            found = dict(rows)
+            for path in part:
+                self.known[path] = found.get(path)
+
+    def current(self, path: str, since: int) -> str | None:
+        """Today's path of ``path`` as of commit time ``since``; None if it is gone."""
+        if path in self.allowed:  # it exists today: no rename to follow
+            return path if self.allowed[path] else None
+        seen = set()
+        for _hop in range(8):
+            self.load({path})
+            lang = self.known[path]
+            if lang is not None:
+                if path not in self.allowed:
+                    self.allowed[path] = self.ctx.scope.allows(path, lang or None)
+                return path if self.allowed[path] else None
+            if path in seen:
+                return None
+            seen.add(path)
+            nxt = self._renamed(path, since)
+            if nxt is None:
+                return None
+            path, since = nxt
+        return None
+
+    def _renamed(self, path: str, since: int) -> tuple[str, int] | None:
+        """The first rename of ``path`` at or after ``since``: (new path, its commit time)."""
+        if path not in self.renames:
+            if self._hconn is None:
+                self._hconn = _open(self.ctx)
+            self.renames[path] = [] if self._hconn is None else self._hconn.execute(
+                "SELECT ch.path, c.commit_time FROM changes ch JOIN commits c ON c.id = ch.commit_id "
+                "WHERE ch.old_path = ? AND ch.status = 'R' ORDER BY c.commit_time", [path],
+            ).fetchall()
+        return next(((p, t) for p, t in self.renames[path] if t >= since), None)
+
+    def close(self) -> None:
+        if self._hconn is not None:
+            self._hconn.close()
+
+
+def _note(s: _Sim) -> str:
+    return f"commit {s.sha[:10]} {s.subject[:100]}"
+
+
+class HistoryFiles:
+    """Files that past commits similar to the query changed (level ``file``)."""
+
+    name = "history"
+    level = "file"
+
+    def __init__(self, params: HistoryParams | None = None, name: str = "history") -> None:
+        self.params = params or HistoryParams()
+        self.name = name
+
+    def run(self, ctx: SignalContext, query: Query, k: int) -> list[Hit]:
+        sims = _similar(ctx, query, self.params)
+        if not sims:
+            return []
+        paths = _Paths(ctx)
+        try:
+            paths.load({f for s in sims for f in s.files})
+            scores: dict[str, float] = defaultdict(float)
+            top: dict[str, tuple[float, _Sim]] = {}
+            for s in sims:
+                kept = {cur for f in s.files if (cur := paths.current(f, s.commit_time))}
+                if not kept:
+                    continue
+                vote = s.weight / len(kept) ** self.params.split
+                for path in kept:
+                    scores[path] += vote
+                    if path not in top or vote > top[path][0]:
+                        top[path] = (vote, s)
+        finally:
+            paths.close()
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        return [Hit("file", path, sc, note=_note(top[path][1])) for path, sc in ranked]
+
+
+class HistorySymbols:
+    """Definitions that past commits similar to the query changed, as today's module-qualified
+    names (level ``symbol``)."""
+
+    name = "history_symbol"
+    level = "symbol"
+
+    def __init__(self, params: HistoryParams | None = None, name: str = "history_symbol") -> None:
+        self.params = params or HistoryParams()
+        self.name = name
+
+    def run(self, ctx: SignalContext, query: Query, k: int) -> list[Hit]:
+        sims = _similar(ctx, query, self.params)
+        if not sims:
+            return []
+        paths = _Paths(ctx)
+        scores: dict[tuple[str, str], float] = defaultdict(float)
+        spans: dict[tuple[str, str], tuple[int, int]] = {}
+        top: dict[tuple[str, str], tuple[float, _Sim]] = {}
+        try:
+            paths.load({d[0] for s in sims for d in s.defs})
+            located = [[(paths.current(path, s.commit_time), name, parent)
+                        for path, name, parent in dict.fromkeys(s.defs)] for s in sims]
+            wanted: dict[str, set[str]] = defaultdict(set)
+            for cur, name, _parent in (d for ds in located for d in ds):
+                if cur is not None:
+                    wanted[cur].add(name)
+            defs_of = {cur: _definitions(ctx.conn, cur, names) for cur, names in wanted.items()}
+            for s, defs in zip(sims, located, strict=True):
+                targets: list[list[tuple[str, str, int, int, str]]] = []
+                for cur, name, parent in defs:
+                    if cur is None:
+                        continue
+                    cands = defs_of[cur].get(name, [])
+                    if parent:
+                        cands = [c for c in cands if c[4] == parent] or cands
+                    if cands:
+                        targets.append(cands)
+                if not targets:
+                    continue
+                vote = s.weight / len(targets) ** self.params.split
+                for cands in targets:
+                    for qual, path, start, end, _parent in cands:
+                        key = (path, qual)
+                        share = vote / len(cands)
+                        scores[key] += share
+                        spans[key] = (start, end)
+                        if key not in top or share > top[key][0]:
+                            top[key] = (share, s)
+        finally:
+            paths.close()
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        return [
+            Hit("symbol", path, sc, symbol=qual, start_line=spans[(path, qual)][0],
+                end_line=spans[(path, qual)][1], note=_note(top[(path, qual)][1]))
+            for (path, qual), sc in ranked
+        ]
+
+
+def _definitions(
+    conn: sqlite3.Connection, path: str, names: set[str]
+) -> dict[str, list[tuple[str, str, int, int, str]]]:
+    """Today's definitions of one file named ``names``: (qualname, path, start, end, parent)."""
+    out: dict[str, list[tuple[str, str, int, int, str]]] = defaultdict(list)
+    row = conn.execute("SELECT id FROM files WHERE path = ?", [path]).fetchone()
+    if row is None:
+        return out
+    wanted = sorted(names)
+    for name, qual, start, end, parent in conn.execute(
+        "SELECT s.name, s.qualname, s.start_line, s.end_line, coalesce(p.name, '') FROM symbols s "
+        "LEFT JOIN symbols p ON p.id = s.parent_id "
+        f"WHERE s.file_id = ? AND s.kind != 'module' AND s.name IN ({','.join('?' * len(wanted))})",
+        [row[0], *wanted],
+    ):
+        out[name].append((qual, path, start, end, parent))
+    return out
+
+
+def similar_commits(
+    ctx: SignalContext, query: Query | str, k: int = 10, *, merges: bool = False
+) -> list[CommitHit]:
+    """The ``k`` past commits whose messages are most similar to ``query``, huge commits
+    included (``votes`` says whether a commit counts in the signals); merge commits only with
+    ``merges`` (they changed nothing of their own). Empty when the index has no history (not a
+    git work tree, ``history = false``, not built yet)."""
+    q = parse_query(query) if isinstance(query, str) else query
+    p = HistoryParams()
+    sims = _similar(ctx, q, HistoryParams(depth=k), "all" if merges else "commits")
+    return [
+        CommitHit(
+            sha=s.sha,
+            date=datetime.fromtimestamp(s.author_time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            subject=s.subject,
+            score=round(s.bm25, 4),
+            files=tuple(s.files[:20]),
+            files_total=s.files_total,
+            votes=s.parents <= 1 and 1 <= s.files_total <= p.huge,
+        )
+        for s in sims
+    ]

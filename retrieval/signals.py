@@ -1,0 +1,122 @@
+"""Ranking signals: each turns a parsed query into ranked hits at one level, and
+`retrieval.fusion.fuse` combines them. `search`, `context`, the agent and the MCP server all rank
+through the same signals and the same fusion, so a new signal is one class and is measured the
+same way everywhere (`benchmarks/localization.py` runs each alone and fused).
+
+Levels: ``file`` hits name a file (whole-file BM25, a path in the task, past commits that changed
+it); ``symbol`` hits name a definition by its module-qualified name (an identifier in the task,
+a traceback frame, a definition a past commit changed); ``chunk`` hits name an indexed chunk
+(lexical and vector search over chunks).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from .query import Query
+
+Level = Literal["file", "symbol", "chunk"]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One ranked result of a signal. ``score`` is the signal's own (higher is better)."""
+
+    level: Level
+    path: str
+    score: float
+    #: Module-qualified definition for ``symbol`` hits (and the chunk's definition for chunks).
+    symbol: str = ""
+    chunk_id: int | None = None
+    start_line: int = 0
+    end_line: int = 0
+    #: Provenance for people and models ("commit 1a2b3c4 Fix ...", "traceback frame").
+    note: str = ""
+
+
+#: Paths of tests (as in the localization README): left out of results on request.
+TEST_GLOBS = (
+    "test/*",
+    "tests/*",
+    "testing/*",
+    "*/test/*",
+    "*/tests/*",
+    "*/testing/*",
+    "test_*.py",
+    "*/test_*.py",
+    "*_test.py",
+    "conftest.py",
+    "*/conftest.py",
+)
+
+
+def is_test_path(path: str) -> bool:
+    return any(fnmatch.fnmatchcase(path, g) for g in TEST_GLOBS)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Filters every signal applies: a language, a path glob, tests left out."""
+
+    lang: str | None = None
+    path_glob: str | None = None
+    exclude_tests: bool = False
+
+    @property
+    def glob(self) -> str | None:
+        g = self.path_glob
+        if not g:
+            return None
+        return g if any(ch in g for ch in "*?[") else g.rstrip("/") + "*"
+
+    def allows(self, path: str, language: str | None = None) -> bool:
+        if self.exclude_tests and is_test_path(path):
+            return False
+        if self.lang and language is not None and language != self.lang:
+            return False
+        g = self.glob
+        return g is None or fnmatch.fnmatchcase(path, g)
+
+    def sql(self, file_alias: str = "f") -> tuple[str, list]:
+        """`` AND ...`` conditions on the files table aliased ``file_alias``."""
+        sql, params = "", []
+        if self.exclude_tests:
+            sql += "".join(f" AND {file_alias}.path NOT GLOB ?" for _ in TEST_GLOBS)
+            params.extend(TEST_GLOBS)
+        if self.lang:
+            sql += f" AND {file_alias}.language = ?"
+            params.append(self.lang)
+        if self.glob:
+            sql += f" AND {file_alias}.path GLOB ?"
+            params.append(self.glob)
+        return sql, params
+
+
+@dataclass
+class SignalContext:
+    """What signals read: the graph connection, the repository, the filters, and lazily loaded
+    resources shared by the signals of one search (the vector store, the history index)."""
+
+    conn: sqlite3.Connection
+    root: Path
+    index_dir: Path | None = None
+    scope: Scope = field(default_factory=Scope)
+    #: A `retrieval.search.Searcher` when vectors may be used (it owns the embedder).
+    searcher: object | None = None
+    #: Per-search cache for signals that share work (e.g. the parsed history query).
+    cache: dict = field(default_factory=dict)
+
+
+class Signal(Protocol):
+    """A source of ranked hits. ``name`` is how fusion weights, benchmarks and provenance
+    refer to it; ``run`` returns at most ``k`` hits, best first."""
+
+    name: str
+    level: Level
+
+    def run(self, ctx: SignalContext, query: Query, k: int) -> list[Hit]: ...

@@ -1,0 +1,246 @@
+"""Signals and their fusion (retrieval/signals.py, sources.py, fusion.py, pipeline.py) on a real
+indexed repository: the invariants every caller relies on."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from indexer import store
+from indexer.build import build
+from indexer.config import load_config
+from retrieval.fusion import FusionModel, fuse, ranked_chunks
+from retrieval.pipeline import default_signals, rank, run_signals
+from retrieval.query import parse_query
+from retrieval.signals import Hit, Scope, SignalContext
+from retrieval.sources import ChunkLexical, FileLexical, Frames, Names, Paths
+from tests.conftest import git, make_repo, write_files
+
+FILES = {
+    "shop/__init__.py": '"""A toy shop."""\nfrom shop.tax import compute_tax as compute_tax\n',
+    "shop/tax.py": '''
+        """Tax rules per region."""
+
+
+        class TaxError(Exception):
+            """No tax rule for a region."""
+
+
+        def rate_for(region: str) -> float:
+            rates = {"eu": 0.2, "us": 0.07}
+            if region not in rates:
+                raise TaxError(f"no tax rate known for region {region}")
+            return rates[region]
+
+
+        def compute_tax(amount: float, region: str) -> float:
+            return round(amount * rate_for(region), 2)
+        ''',
+    "shop/cart.py": '''
+        from shop.tax import compute_tax
+
+        DEFAULT_REGION = "eu"
+
+
+        class Cart:
+            """Items and totals."""
+
+            def __init__(self):
+                self.items = []
+
+            def add(self, name, price):
+                self.items.append((name, price))
+
+            def subtotal(self):
+                def line(item):
+                    return item[1]
+                return sum(line(i) for i in self.items)
+
+            def checkout_total(self, region=DEFAULT_REGION):
+                return self.subtotal() + compute_tax(self.subtotal(), region)
+        ''',
+    # relevance spread thin: every function mentions the shipping words once
+    "shop/shipping.py": '''
+        def parcel_weight(items):
+            return sum(1 for _ in items)
+
+
+        def carrier_for(weight):
+            return "post" if weight < 5 else "freight"
+
+
+        def shipping_cost(items):
+            return 4.5 * parcel_weight(items)
+
+
+        def delivery_days(region):
+            return 2 if region == "eu" else 7
+        ''',
+    "tests/test_cart.py": '''
+        from shop.cart import Cart
+
+
+        def test_checkout_total_includes_tax_for_the_region():
+            cart = Cart()
+            cart.add("tea", 10.0)
+            assert cart.checkout_total("eu") == 12.0
+        ''',
+}
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    root = make_repo(tmp_path_factory.mktemp("fusion") / "repo", FILES)
+    cfg = load_config(root, env={}, jobs=1)
+    build(cfg)
+    conn = store.open_for_read(cfg.index_path).conn
+    yield root, cfg, conn
+    conn.close()
+
+
+def _ctx(indexed, **scope) -> SignalContext:
+    root, cfg, conn = indexed
+    return SignalContext(conn, root, cfg.index_path, scope=Scope(**scope))
+
+
+def test_one_signal_alone_keeps_its_own_order(indexed):
+    ctx = _ctx(indexed)
+    hits = ChunkLexical().run(ctx, parse_query("tax rate for a region"), 20)
+    assert hits
+    ranking = fuse({"lexical": hits}, ctx.conn, FusionModel.rrf())
+    first_seen = list(dict.fromkeys(h.path for h in hits))
+    assert [f.path for f in ranking.files] == first_seen
+
+
+def test_every_hit_file_is_ranked_and_evidence_names_the_signals(indexed):
+    ctx = _ctx(indexed)
+    runs = run_signals(ctx, "Cart.checkout_total ignores the region tax", default_signals(vectors=False, history=False))
+    ranking = fuse(runs.hits, ctx.conn, FusionModel.rrf())
+    hit_files = {h.path for hs in runs.hits.values() for h in hs}
+    assert {f.path for f in ranking.files} == hit_files
+    top = ranking.units[0]
+    assert top.unit.qualname == "shop.cart.Cart.checkout_total"
+    assert {e.signal for e in top.evidence} >= {"symbol", "lexical"}
+
+
+def test_rrf_is_monotone_in_agreeing_signals(indexed):
+    ctx = _ctx(indexed)
+    a = [Hit("file", "shop/tax.py", 3.0), Hit("file", "shop/cart.py", 2.0)]
+    b = [Hit("file", "shop/cart.py", 1.0)]
+    alone = {f.path: f.score for f in fuse({"a": a}, ctx.conn, FusionModel.rrf()).files}
+    both = {f.path: f.score for f in fuse({"a": a, "b": b}, ctx.conn, FusionModel.rrf()).files}
+    assert both["shop/cart.py"] > alone["shop/cart.py"]
+    assert both["shop/tax.py"] == alone["shop/tax.py"]
+    assert both["shop/cart.py"] > both["shop/tax.py"]  # second once, first once beats first once
+
+
+def test_fitted_model_still_counts_signals_it_never_saw(indexed):
+    ctx = _ctx(indexed)
+    model = FusionModel({"a.rr": 1.0}, {}, "test")
+    runs = {"a": [Hit("file", "shop/tax.py", 1.0)], "new": [Hit("file", "shop/cart.py", 1.0)]}
+    files = {f.path: f.score for f in fuse(runs, ctx.conn, model).files}
+    assert files["shop/cart.py"] > 0  # reciprocal rank of the unknown signal
+
+
+def test_units_are_outermost_definitions_and_module_lines(indexed):
+    ctx = _ctx(indexed)
+    # a hit on the nested helper `line` names `Cart.subtotal`; one on module-level lines is a
+    # module span of its own
+    hits = [Hit("chunk", "shop/cart.py", 2.0, "shop.cart.Cart.subtotal", 1, 16, 18),
+            Hit("chunk", "shop/cart.py", 1.0, "", 2, 1, 3)]
+    ranking = fuse({"lexical": hits}, ctx.conn, FusionModel.rrf())
+    hit_units = [r.unit for r in ranking.units if r.evidence]
+    assert hit_units[0].local == "Cart.subtotal"
+    assert any(u.kind == "module" and (u.start, u.end) == (1, 3) for u in hit_units)
+
+
+def test_name_only_hits_rank_a_chunk(indexed):
+    ctx = _ctx(indexed)
+    hits = Names().run(ctx, parse_query("why does `compute_tax` round?"), 10)
+    assert [h.symbol for h in hits] == ["shop.tax.compute_tax"]
+    ranking = fuse({"symbol": hits}, ctx.conn, FusionModel.rrf())
+    chunks = ranked_chunks(ranking, ctx.conn, 5)
+    assert chunks and chunks[0].hit.path == "shop/tax.py"
+    assert chunks[0].hit.start_line <= 16 <= chunks[0].hit.end_line
+
+
+def test_paths_and_frames_match_printed_locations(indexed):
+    ctx = _ctx(indexed)
+    q = parse_query('Traceback (most recent call last):\n'
+                    '  File "/opt/venv/lib/python3.11/site-packages/shop/tax.py", line 11, in rate_for\n'
+                    'shop.tax.TaxError: no tax rate known for region mars\n')
+    assert [h.path for h in Paths().run(ctx, q, 10)] == ["shop/tax.py"]
+    frames = Frames().run(ctx, q, 10)
+    assert frames[0].symbol == "shop.tax.rate_for"
+    # the printed line drifted (the function is named, the line is inside another definition)
+    drifted = parse_query('File "shop/tax.py", line 16, in rate_for')
+    assert Frames().run(ctx, drifted, 10)[0].symbol == "shop.tax.rate_for"
+
+
+def test_error_message_finds_the_code_that_raises_it(indexed):
+    ctx = _ctx(indexed)
+    ranking = rank(ctx, "shop.tax.TaxError: no tax rate known for region 'mars'",
+                   default_signals(vectors=False, history=False), FusionModel.rrf())
+    assert ranking.runs["error"] and ranking.runs["error"][0].path == "shop/tax.py"
+
+
+def test_scope_leaves_tests_out_of_every_signal(indexed):
+    ctx = _ctx(indexed, exclude_tests=True)
+    runs = run_signals(ctx, "test checkout total includes tax for the region Cart",
+                       default_signals(vectors=False, history=False))
+    assert all(not h.path.startswith("tests/") for hs in runs.hits.values() for h in hs)
+    with_tests = run_signals(_ctx(indexed), "test checkout total includes tax for the region",
+                             default_signals(vectors=False, history=False))
+    assert any(h.path.startswith("tests/") for hs in with_tests.hits.values() for h in hs)
+
+
+def test_whole_file_lexical_sees_spread_relevance(indexed):
+    ctx = _ctx(indexed)
+    q = parse_query("parcel weight carrier shipping cost delivery days")
+    files = [h.path for h in FileLexical().run(ctx, q, 10)]
+    assert files[0] == "shop/shipping.py"
+
+
+def test_file_documents_follow_edits_deletes_and_old_indexes(tmp_path):
+    root = make_repo(tmp_path / "r", {"a.py": "def alpha():\n    return 1\n", "b.py": "def beta():\n    pass\n"})
+    cfg = load_config(root, env={}, jobs=1)
+    build(cfg)
+
+    def docs() -> dict[str, str]:
+        conn = sqlite3.connect(cfg.db_path)
+        try:
+            return dict(conn.execute(
+                "SELECT f.path, t.body FROM files_fts t JOIN files f ON f.id = t.rowid").fetchall())
+        finally:
+            conn.close()
+
+    assert "alpha" in docs()["a.py"]
+    write_files(root, {"a.py": "def gamma_ray():\n    return 2\n"})
+    (root / "b.py").unlink()
+    git(root, "add", "-A")
+    build(cfg)
+    got = docs()
+    assert set(got) == {"a.py"} and "gamma" in got["a.py"] and "alpha" not in got["a.py"]
+    # an index from before the whole-file table (schema 3) gets it on its next build
+    conn = sqlite3.connect(cfg.db_path)
+    with conn:
+        conn.execute("DROP TABLE files_fts")
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.close()
+    build(cfg)
+    assert "gamma" in docs()["a.py"]
+
+
+def test_names_follow_the_tasks_imports_and_the_packages_exports(indexed):
+    ctx = _ctx(indexed)
+    task = (
+        "Rounding is off:\n```python\nimport shop as sp\nfrom shop.cart import Cart\n"
+        "cart = Cart()\nsp.compute_tax(10.0, 'eu')\ncart.checkout_total()\n```\n"
+    )
+    q = parse_query(task)
+    assert q.aliases["sp"] == "shop" and q.aliases["cart"] == "Cart"
+    assert {"shop.compute_tax", "shop.cart.Cart.checkout_total"} <= set(q.identifiers)
+    got = {h.symbol for h in Names().run(ctx, q, 10)}
+    # `shop.compute_tax` is shop/__init__.py's re-export of shop.tax.compute_tax
+    assert {"shop.tax.compute_tax", "shop.cart.Cart.checkout_total"} <= got
