@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from retrieval.context import FULL, ContextPack, PackPolicy, assemble_context
+from retrieval.tokens import TokenCounter, get_tokenizer
 
 from .models import Message, ModelClient, Usage
 from .redact import redact_pack
@@ -26,8 +27,9 @@ You answer questions about a code repository using only the context given with t
 Every code line in the context starts with its line number. Support each statement about the
 code with a citation `path:line` or `path:start-end` (e.g. `src/app/cli.py:42-57`), using the
 exact paths and line numbers shown in the context. Never cite a file or line you were not shown.
-If the context does not answer the question, say so and name the files or symbols you would
-look at next. Be concise."""
+If past commits are listed, you may also cite one as `commit <sha>` (its first 7+ characters)
+when it explains the code. If the context does not answer the question, say so and name the
+files or symbols you would look at next. Be concise."""
 
 MODEL_HINT = (
     "No model configured: this is a retrieval-only answer. For a written answer pass "
@@ -42,6 +44,9 @@ _CITATION = re.compile(
     r"(?:#L|:L?)(?P<start>\d+)(?:\s*[-–]\s*L?(?P<end>\d+))?"
 )
 SNIPPET_LINES = 6
+#: Past commits shown with the context (similar to the question, from the history index).
+MAX_COMMITS = 3
+_COMMIT_REF = re.compile(r"\bcommit\s+`?([0-9a-f]{7,40})\b", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,28 @@ class Location:
     snippet: str
 
 
+@dataclass(frozen=True, slots=True)
+class PastCommit:
+    """A past commit similar to the question, shown with the context."""
+
+    sha: str
+    date: str
+    subject: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitCitation:
+    """A ``commit <sha>`` the answer cites: ``valid`` when HEAD's history has it, ``shown``
+    when it was one of the past commits given with the context."""
+
+    text: str
+    sha: str
+    valid: bool
+    shown: bool
+    subject: str = ""
+
+
 @dataclass(frozen=True)
 class Answer:
     question: str
@@ -83,6 +110,9 @@ class Answer:
     hint: str = ""
     usage: Usage | None = None
     latency_s: float = 0.0
+    #: Past commits similar to the question (empty without a history index).
+    commits: tuple[PastCommit, ...] = ()
+    commit_citations: tuple[CommitCitation, ...] = ()
 
     @property
     def invalid_citations(self) -> tuple[Citation, ...]:
@@ -98,6 +128,8 @@ class Answer:
             "locations": [asdict(loc) for loc in self.locations],
             "hint": self.hint,
             "usage": asdict(self.usage) if self.usage else None,
+            "commits": [asdict(c) for c in self.commits],
+            "commit_citations": [asdict(c) for c in self.commit_citations],
             "latency_s": round(self.latency_s, 3),
             "context": {
                 "budget": self.pack.budget,
@@ -142,6 +174,12 @@ def ask(
     context, and tokens and keys in the rest are redacted, as in every tool result."""
     root = Path(root)
     policy = replace(PackPolicy(), line_numbers=model is not None)
+    commits = past_commits(conn, root, question, index_dir)
+    history_text = render_commits(commits)
+    if history_text:  # the commits come out of the same budget
+        counter = tokenizer if isinstance(tokenizer, TokenCounter) else get_tokenizer(tokenizer)
+        budget_tokens = max(1, budget_tokens - counter.count(history_text + "\n\n"))
+        tokenizer = counter
     pack = assemble_context(
         conn,
         root,
@@ -157,10 +195,11 @@ def ask(
     pack = redact_pack(pack, is_secret or Workspace(root).is_secret)
     locations = tuple(_location(item) for item in pack.items)
     if model is None:
-        return Answer(question, "", "", (), locations, pack, hint=MODEL_HINT)
+        return Answer(question, "", "", (), locations, pack, hint=MODEL_HINT, commits=commits)
+    context = pack.render() + (f"\n\n{history_text}" if history_text else "")
     messages = [
         Message.system(SYSTEM_PROMPT),
-        Message.user(f"{pack.render()}\n\nQuestion: {question}"),
+        Message.user(f"{context}\n\nQuestion: {question}"),
     ]
     completion = model.complete(messages, max_tokens=max_tokens, temperature=0.0)
     text = completion.message.content
@@ -174,7 +213,62 @@ def ask(
         pack,
         usage=completion.usage,
         latency_s=completion.latency_s,
+        commits=commits,
+        commit_citations=verify_commit_citations(text, root, index_dir, commits),
     )
+
+
+def past_commits(
+    conn: sqlite3.Connection, root: Path, question: str, index_dir: str | Path | None
+) -> tuple[PastCommit, ...]:
+    """Past commits whose messages resemble the question (the history signal's own search);
+    none without a history index."""
+    if index_dir is None:
+        return ()
+    from indexer.lexical import split_identifier
+    from retrieval.history import similar_commits
+    from retrieval.query import parse_query
+    from retrieval.signals import SignalContext
+
+    words = set(parse_query(question).terms)
+    hits = similar_commits(SignalContext(conn, root, Path(index_dir)), question, MAX_COMMITS * 3)
+    out = []
+    for h in hits:
+        subject = {p for w in re.findall(r"\w+", h.subject) for p in split_identifier(w)}
+        # shown only when its message says something the question says (not just its paths)
+        if h.votes and subject & words:
+            out.append(PastCommit(h.sha, h.date[:10], h.subject, h.files[:5]))
+    return tuple(out[:MAX_COMMITS])
+
+
+def render_commits(commits: Sequence[PastCommit]) -> str:
+    if not commits:
+        return ""
+    lines = ["Past commits similar to the question (cite as `commit <sha>`):"]
+    for c in commits:
+        files = ", ".join(c.files)
+        lines.append(f"- commit {c.sha[:10]} ({c.date}) {c.subject}" + (f" — {files}" if files else ""))
+    return "\n".join(lines)
+
+
+def verify_commit_citations(
+    text: str, root: Path, index_dir: str | Path | None, shown: Sequence[PastCommit]
+) -> tuple[CommitCitation, ...]:
+    """Every ``commit <sha>`` in ``text``, checked against the history of HEAD."""
+    from retrieval.history import lookup_commit
+
+    out: list[CommitCitation] = []
+    seen: set[str] = set()
+    for m in _COMMIT_REF.finditer(text):
+        prefix = m.group(1).lower()
+        if prefix in seen:
+            continue
+        seen.add(prefix)
+        found = lookup_commit(Path(index_dir), prefix) if index_dir is not None else None
+        was_shown = any(c.sha.startswith(prefix) for c in shown)
+        out.append(CommitCitation(m.group(0), found[0] if found else prefix, found is not None,
+                                  was_shown, found[1] if found else ""))
+    return tuple(out)
 
 
 def verify_citations(

@@ -65,6 +65,15 @@ class RepoTree:
         return rows
 
 
+def commit_time(git_dir: Path, commit: str) -> int | None:
+    """The commit's time, or None when the mirror does not have it (a snapshot can lack a
+    commit, or a blob it needs)."""
+    try:
+        return int(_git("show", "-s", "--format=%ct", commit, git_dir=git_dir).strip())
+    except RuntimeError:
+        return None
+
+
 def mirror_dir(repo: str, mirrors: Path = DEFAULT_MIRRORS) -> Path:
     git_dir = mirrors / repo.replace("/", "+") / "repo"
     if not git_dir.is_dir():

@@ -40,7 +40,13 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and the proj
 from benchmarks._common import git_revision, log, median  # noqa: E402
 from benchmarks.loc_bm25 import FileBM25  # noqa: E402
 from benchmarks.loc_metrics import FILE_KS, FUNC_KS, by_source, task_scores  # noqa: E402
-from benchmarks.loc_repos import DEFAULT_CACHE, DEFAULT_MIRRORS, materialize  # noqa: E402
+from benchmarks.loc_repos import (  # noqa: E402
+    DEFAULT_CACHE,
+    DEFAULT_MIRRORS,
+    commit_time,
+    materialize,
+    mirror_dir,
+)
 
 TOP = 50
 CONTEXT_BUDGETS = (4000, 8000, 16000)
@@ -185,9 +191,25 @@ def run(args) -> dict:
     n_done = 0
     for repo, rtasks in by_repo.items():
         try:
+            git_dir = mirror_dir(repo, Path(args.mirrors))
+        except SystemExit as exc:
+            for t in rtasks:
+                skipped.append({"instance_id": t["instance_id"], "reason": f"no mirror: {exc}"})
+            log(f"{repo}: {exc}; {len(rtasks)} tasks skipped")
+            continue
+        times = {t["instance_id"]: commit_time(git_dir, t["base_commit"]) for t in rtasks}
+        for t in rtasks:
+            if times[t["instance_id"]] is None:
+                skipped.append({"instance_id": t["instance_id"],
+                                "reason": f"checkout: commit {t['base_commit']} is not in the mirror"})
+                log(f"{repo} {t['instance_id']}: commit not in the mirror, skipped")
+        rtasks = sorted((t for t in rtasks if times[t["instance_id"]] is not None),
+                        key=lambda t: times[t["instance_id"]])
+        if not rtasks:
+            continue
+        try:
             tree = materialize(repo, rtasks[0]["base_commit"], Path(args.cache), Path(args.mirrors))
-            rtasks.sort(key=lambda t: tree.commit_time(t["base_commit"]))
-        except (RuntimeError, SystemExit, OSError) as exc:
+        except (RuntimeError, OSError) as exc:
             for t in rtasks:
                 skipped.append({"instance_id": t["instance_id"], "reason": f"materialize: {exc}"})
             log(f"{repo}: cannot materialize ({exc}); {len(rtasks)} tasks skipped")

@@ -170,12 +170,14 @@ def ask_cmd(
         tokenizer=tokenizer or config.extra.get("tokenizer"),
         max_tokens=max_tokens,
         is_secret=Workspace.from_config(config).is_secret,  # with `agent.deny`
+        index_dir=config.index_path,
     )
     if as_json:
         echo_json(answer.to_dict())
         return
     if model is None:
         _print_locations(answer)
+        _print_commits(answer)
         click.echo(answer.hint, err=True)
         return
     click.echo(answer.answer.rstrip())
@@ -195,6 +197,14 @@ def ask_cmd(
             )
     else:
         click.echo(click.style("\n(no path:line citations in the answer)", fg="yellow"))
+    for c in answer.commit_citations:
+        if not c.valid:
+            mark, note = click.style("✗", fg="red"), "INVALID — no such commit in HEAD's history"
+        elif not c.shown:
+            mark, note = click.style("?", fg="yellow"), f"exists, but was not shown: {c.subject}"
+        else:
+            mark, note = click.style("✓", fg="green"), f"verified: {c.subject}"
+        click.echo(f"  {mark} commit {c.sha[:10]}  {note}")
     if answer.invalid_citations:
         click.echo(
             f"{len(answer.invalid_citations)} cited location(s) do not exist in the "
@@ -228,6 +238,15 @@ def _print_locations(answer) -> None:
         )
         for line in loc.snippet.splitlines():
             click.echo("       " + line)
+
+
+def _print_commits(answer) -> None:
+    if not answer.commits:
+        return
+    click.echo(click.style("\nPast commits like this question:", bold=True))
+    for c in answer.commits:
+        files = ", ".join(c.files)
+        click.echo(f"  {c.sha[:10]} {c.date} {c.subject}" + (f"  [{files}]" if files else ""))
 
 
 COMMANDS = [context_cmd, ask_cmd]

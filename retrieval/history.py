@@ -409,3 +409,21 @@ def similar_commits(
         )
         for s in sims
     ]
+
+
+def lookup_commit(index_dir: Path, prefix: str) -> tuple[str, str] | None:
+    """(sha, subject) of the one commit of HEAD's history whose sha starts with ``prefix``,
+    or None (unknown, ambiguous, or no history index)."""
+    from .signals import SignalContext
+
+    hconn = _open(SignalContext(None, Path("."), index_dir))  # type: ignore[arg-type]
+    if hconn is None or not re.fullmatch(r"[0-9a-f]{4,40}", prefix):
+        return None
+    try:
+        rows = hconn.execute(
+            "SELECT sha, subject FROM commits WHERE sha >= ? AND sha < ? LIMIT 2",
+            [prefix, prefix + "g"],
+        ).fetchall()
+    finally:
+        hconn.close()
+    return (rows[0][0], rows[0][1]) if len(rows) == 1 else None

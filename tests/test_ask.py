@@ -190,3 +190,38 @@ def test_scripted_answer_file_missing(shop, tmp_path: Path):
         env={"REPOCTX_MODEL": ""},
     )
     assert res.exit_code == 1 and "not found" in res.output
+
+
+def test_ask_shows_similar_past_commits_and_checks_commit_citations(tmp_path):
+    from tests.conftest import git, write_files
+
+    root = make_repo(tmp_path / "shop", SHOP)
+    write_files(root, {"shop/tax.py": (root / "shop/tax.py").read_text() + "\n# mars has no tax\n"})
+    git(root, "commit", "-qam", "Tax rate lookup fails for the mars region\n\nrate_for raised KeyError.")
+    real = git(root, "rev-parse", "HEAD").strip()
+    write_files(root, {"README.md": "# shop\n\nDocs.\n"})
+    git(root, "commit", "-qam", "Rewrite the readme")
+    cfg = index(root)
+    conn = store.open_for_read(cfg.index_path).conn
+    try:
+        text = f"See commit {real[:9]} and commit deadbeef00 for the mars region tax rate."
+        model = ScriptedModel([text])
+        answer = ask(conn, root, "Why does the tax rate lookup fail for the mars region?",
+                     model=model, budget_tokens=700, tokenizer="minilm", index_dir=cfg.index_path)
+    finally:
+        conn.close()
+    assert [c.sha for c in answer.commits][:1] == [real]
+    (call,) = model.calls
+    user = call.messages[1].content
+    assert "Past commits similar to the question" in user and real[:10] in user
+    assert "Rewrite the readme" not in user
+    cited = {c.sha[:9]: c for c in answer.commit_citations}
+    assert cited[real[:9]].valid and cited[real[:9]].shown
+    assert "mars" in cited[real[:9]].subject
+    assert not cited["deadbeef0"].valid
+    # the past commits come out of the same budget as the code
+    from retrieval.tokens import get_tokenizer
+    from agent.ask import render_commits
+
+    used = answer.pack.used_tokens + get_tokenizer("minilm").count(render_commits(answer.commits) + "\n\n")
+    assert used <= 700
