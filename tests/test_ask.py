@@ -220,8 +220,8 @@ def test_ask_shows_similar_past_commits_and_checks_commit_citations(tmp_path):
     assert "mars" in cited[real[:9]].subject
     assert not cited["deadbeef0"].valid
     # the past commits come out of the same budget as the code
-    from retrieval.tokens import get_tokenizer
     from agent.ask import render_commits
+    from retrieval.tokens import get_tokenizer
 
     used = answer.pack.used_tokens + get_tokenizer("minilm").count(render_commits(answer.commits) + "\n\n")
     assert used <= 700
