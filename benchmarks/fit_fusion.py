@@ -59,11 +59,14 @@ class DumpUnits(UnitCache):
 
 
 def load(path: Path, drop: set[str]) -> list[dict]:
-    tasks = []
+    """The dumped tasks (a task dumped twice by a resumed run counts once: the last)."""
+    by_id: dict[str, dict] = {}
     for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        d = json.loads(line)
+        if line.strip():
+            d = json.loads(line)
+            by_id[d["instance_id"]] = d
+    tasks = []
+    for d in by_id.values():
         d["runs"] = {
             name: [Hit(lv, p, sc, sym or "", cid, a or 0, b or 0) for lv, p, sc, sym, cid, a, b in hs]
             for name, hs in d["hits"].items()

@@ -89,9 +89,11 @@ def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: 
         span = next(((u.start, u.end) for u in cache.of(path) if unit_name(u) == g), None)
         gold.append((path, span))
     out = {}
+    ranking = None  # the same ranking serves every budget
     for budget in CONTEXT_BUDGETS:
         pack = assemble(conn, root, task["problem_statement"], budget, searcher=searcher,
-                        index_dir=index_dir, policy=policy)
+                        index_dir=index_dir, policy=policy, ranking=ranking)
+        ranking = pack.ranking
         hit = sum(span is not None and pack.covers(path, *span) for path, span in gold)
         out[f"ctx@{budget // 1000}k{suffix}"] = hit / len(gold)
         out[f"ctx@{budget // 1000}k{suffix}_ms"] = pack.timings.get("total")

@@ -286,9 +286,12 @@ def _report_dict(report) -> dict:
 
 def _print_report(report, title: str) -> None:
     counts = ", ".join(f"{n} {k}" for k, n in report.checked.items())
-    vec = "" if report.vectors_checked else " (no vectors)"
-    state = "OK" if report.ok else f"{len(report.issues)} kinds of problems"
-    click.echo(f"{title}: {state} — generation {report.generation}; checked {counts}{vec}.")
+    vec = "" if report.vectors_checked else " (vectors not checked)"
+    n = len(report.issues)
+    state = "OK" if report.ok else f"{n} kind{'s' if n != 1 else ''} of problem{'s' if n != 1 else ''}"
+    where = f"generation {report.generation}" if report.generation else "the graph could not be read"
+    checked = f"; checked {counts}" if counts else ""
+    click.echo(f"{title}: {state} — {where}{checked}{vec}.")
     for issue in report.issues:
         eg = f" (e.g. {', '.join(issue.examples[:3])})" if issue.examples else ""
         click.echo(f"  {issue.kind}: {issue.count} — {issue.message}{eg}; --repair: {issue.repair}")

@@ -34,8 +34,8 @@ HIDDEN = "…"
 #: Where credentials go instead of a URI.
 CREDENTIALS_HINT = (
     "put them in the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, "
-    "AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS, ...), where LanceDB and Arrow "
-    "read them"
+    "AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS, ...), where the object-storage "
+    "clients of vectors and snapshots read them"
 )
 
 

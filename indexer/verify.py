@@ -257,7 +257,7 @@ def _check_graph(conn, found: _Findings, checked: dict) -> None:
     )
     found.add("pending_names", _ids(conn, "SELECT name FROM pending_names"))
     found.add("pending_refs", _ids(conn, "SELECT id FROM refs WHERE resolution = 'pending'"))
-    checked["symbols"] = conn.execute("SELECT count(*) FROM symbols").fetchone()[0]
+    checked["symbols"] = conn.execute("SELECT count(*) FROM symbols WHERE kind != 'module'").fetchone()[0]
     checked["references"] = conn.execute("SELECT count(*) FROM refs").fetchone()[0]
 
 

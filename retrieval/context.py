@@ -42,7 +42,7 @@ import sqlite3
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from indexer.errors import RepoctxError
@@ -139,6 +139,8 @@ class ContextPack:
     tokenizer: str = ""
     warnings: tuple[str, ...] = ()
     line_numbers: bool = False
+    #: The fused ranking the seeds came from (`retrieval.fusion.Ranking`); not serialized.
+    ranking: object | None = field(default=None, repr=False, compare=False)
 
     def render(self) -> str:
         """The pack as prompt text: full blocks in rank order, then the skeleton list."""
@@ -158,7 +160,8 @@ class ContextPack:
         )
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = asdict(replace(self, ranking=None))
+        d.pop("ranking", None)
         for item, src in zip(d["items"], self.items, strict=True):
             item["reasons"] = [{**asdict(r), "text": str(r)} for r in src.reasons]
         return d
@@ -209,13 +212,15 @@ def assemble_context(
     tokenizer: TokenCounter | str | None = None,
     index_dir: str | Path | None = None,
     policy: PackPolicy | None = None,
+    ranking=None,
 ) -> ContextPack:
     """Assemble the context for ``task`` within ``budget_tokens`` tokens of ``tokenizer``.
 
     ``searcher`` (a `retrieval.search.Searcher`) supplies semantic hits when the index has
     vectors; without one, ``index_dir`` makes one, and with neither the seeds are lexical and
     exact only. ``focus`` entries are paths relative to ``root`` (files or directories, with an
-    optional ``:line`` or ``:start-end``)."""
+    optional ``:line`` or ``:start-end``). ``ranking`` (a `retrieval.fusion.Ranking` of this
+    task, e.g. from an earlier call's ``pack.ranking``) skips ranking again."""
     t0 = time.perf_counter()
     policy = policy or PackPolicy()
     counter = tokenizer if isinstance(tokenizer, TokenCounter) else get_tokenizer(tokenizer)
@@ -224,12 +229,14 @@ def assemble_context(
         from .search import Searcher
 
         searcher = Searcher(conn, Path(index_dir), root)
+    if index_dir is None and searcher is not None:  # the history signal reads the index dir
+        index_dir = getattr(searcher, "index_dir", None)
     repo = _Repo(conn, root)
     timings: dict[str, float] = {}
     warnings: list[str] = []
     seeds = _Seeds(repo, policy)
     seeds.add_focus(focus, counter, budget_tokens)
-    seeds.add_task(task, searcher, warnings, index_dir)
+    seeds.add_task(task, searcher, warnings, index_dir, ranking)
     timings["seeds"] = _ms(t0)
 
     t1 = time.perf_counter()
@@ -262,6 +269,7 @@ def assemble_context(
         tokenizer=counter.name,
         warnings=tuple(warnings),
         line_numbers=policy.line_numbers,
+        ranking=seeds.ranking,
     )
 
 
@@ -418,6 +426,7 @@ class _Seeds:
         self.pinned: dict[Key, int] = {}  # focus units -> order
         self.records: list[Seed] = []
         self.spans: dict[tuple, tuple[str, int, int]] = {}
+        self.ranking = None
 
     def _credit(self, key: Key, source: str, rank: int, share: float = 1.0) -> None:
         w = self.policy.source_weights.get(source, 1.0) / (self.policy.seed_k + rank) * share
@@ -499,7 +508,9 @@ class _Seeds:
 
     # -- the task -------------------------------------------------------------------------
 
-    def add_task(self, task: str, searcher, warnings: list[str], index_dir=None) -> None:
+    def add_task(
+        self, task: str, searcher, warnings: list[str], index_dir=None, ranking=None
+    ) -> None:
         """Seeds from the fused ranking of every signal (`retrieval.pipeline`), in its order:
         the same ranking `search`, the agent and the MCP server use."""
         from .pipeline import default_signals, rank
@@ -513,11 +524,13 @@ class _Seeds:
             return [s for s in default_signals(vectors=vectors)
                     if self.policy.use_graph or s.name != "graph"]
 
-        try:
-            ranking = rank(ctx, task, signals(use_vectors), self.policy.model)
-        except RepoctxError as exc:  # vectors unreadable: rank without them, and say so
-            warnings.append(f"semantic search unavailable: {exc}")
-            ranking = rank(ctx, task, signals(False), self.policy.model)
+        if ranking is None:
+            try:
+                ranking = rank(ctx, task, signals(use_vectors), self.policy.model)
+            except RepoctxError as exc:  # vectors unreadable: rank without them, and say so
+                warnings.append(f"semantic search unavailable: {exc}")
+                ranking = rank(ctx, task, signals(False), self.policy.model)
+        self.ranking = ranking
         self.timings = ctx.cache.get("timings", {})
         n = 0
         for ru in ranking.units:

@@ -521,3 +521,13 @@ def test_semantic_hits_seed_when_the_index_has_vectors(tmp_path, shop):
         tokenizer=TOKENIZER,
     )
     assert "semantic" not in {s.source for s in plain.seeds} and not plain.warnings
+
+
+def test_a_pack_s_ranking_serves_another_budget(shop):
+    small = assemble(shop, budget=300)
+    assert small.ranking is not None and "ranking" not in small.to_dict()
+    again = assemble(shop, budget=900, ranking=small.ranking)
+    fresh = assemble(shop, budget=900)
+    assert [(i.path, i.span, i.kind) for i in again.items] == [
+        (i.path, i.span, i.kind) for i in fresh.items
+    ]

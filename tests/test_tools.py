@@ -481,7 +481,7 @@ def test_a_command_printing_lots_of_output_is_capped(ctx, reg):
         ("curl http://127.0.0.1:1/", "not in the command allowlist"),
         ("bash -c 'echo hi'", "not in the command allowlist"),
         ("ls | sh", "not in the command allowlist"),
-        ("git commit -qm x", "changes the repository"),
+        ("git commit -qm x", "not one of the read-only git subcommands"),
         ("git -c core.pager=sh log", "`-c` is not allowed"),
         ("git diff --output=/tmp/x", "`--output` is not allowed"),
     ],

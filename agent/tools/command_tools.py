@@ -108,7 +108,8 @@ def check_git(words: list[str], allow_write: bool) -> None:
             )
         if sub and sub not in GIT_READ_SUBCOMMANDS and not allow_write:
             raise CommandNotAllowedError(
-                f"`git {sub}` changes the repository — only reading subcommands are allowed "
+                f"`git {sub}` is not one of the read-only git subcommands (it may change the "
+                "repository, or be an alias that runs a program) — only these are allowed "
                 f"({', '.join(sorted(GIT_READ_SUBCOMMANDS))}). Set `agent.git_write = true` "
                 "to allow it."
             )
@@ -252,7 +253,8 @@ RUN_COMMAND = Tool(
     "Run an allowlisted program in the repository (python, pytest, git read commands, ls, cat, "
     "grep, rg, ...), with a timeout and capped output. A string is split like a shell would; "
     "pipes and && work when every program is allowed. Non-zero exit codes are reported, "
-    "not errors.",
+    "not errors. It runs sandboxed: it can write only inside the repository (not .git) and in "
+    "a private /tmp that is discarded when it ends, has no network, and cannot read secrets.",
     {
         "type": "object",
         "properties": {

@@ -79,8 +79,9 @@ def search_code(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 SEARCH_CODE = Tool(
     "search_code",
-    "Search the repository's code by words or identifiers (hybrid lexical + semantic + symbol "
-    "ranking). Returns the best chunks with their paths, line ranges and first lines.",
+    "Search the repository's code by words, identifiers, an error message, a traceback or a "
+    "whole issue text (hybrid: lexical, whole-file, names, paths, history, vectors and graph "
+    "signals, fused). Returns the best chunks with their paths, line ranges and first lines.",
     {
         "type": "object",
         "properties": {
