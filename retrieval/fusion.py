@@ -134,10 +134,22 @@ def _features(accs: Mapping[str, _Acc], tops: Mapping[str, float]) -> dict[str, 
     return out
 
 
+_KNOWN: dict[int, tuple[Mapping[str, float], frozenset[str]]] = {}
+
+
+def _known(weights: Mapping[str, float]) -> frozenset[str]:
+    """The signals ``weights`` has features of (computed once per weights object)."""
+    got = _KNOWN.get(id(weights))
+    if got is None or got[0] is not weights:
+        got = (weights, frozenset(k.split(".", 1)[0] for k in weights))
+        _KNOWN[id(weights)] = got
+    return got[1]
+
+
 def _score(feats: Mapping[str, float], accs: Mapping[str, _Acc], weights: Mapping[str, float]) -> float:
     if not weights:
         return sum(1.0 / (RRF_K + a.rank) for a in accs.values())
-    known = {k.split(".", 1)[0] for k in weights}
+    known = _known(weights)
     s = weights.get("bias", 0.0)
     for k, v in feats.items():
         s += weights.get(k, 0.0) * v

@@ -20,6 +20,8 @@ from .units import UnitCache
 #: Hits each signal contributes before fusion: deep enough to rank files and units to 10 and
 #: beyond (a file is often hit by several chunks).
 DEPTH = 50
+#: Files whose definitions the first fusion (the graph signal's seeds) ranks.
+SEED_FILES = 8
 
 
 def default_signals(*, vectors: bool = True, history: bool = True) -> list[Signal]:
@@ -81,7 +83,10 @@ def run_signals(
         hits[sig.name] = sig.run(ctx, q, k)
         timings[sig.name] = round((time.perf_counter() - t0) * 1000, 2)
     if later:
-        ctx.cache["seed_ranking"] = fuse(hits, ctx.conn, ctx.cache.get("model"), cache=unit_cache(ctx))
+        # the graph starts from the best few definitions: they come from the best few files
+        ctx.cache["seed_ranking"] = fuse(
+            hits, ctx.conn, ctx.cache.get("model"), cache=unit_cache(ctx), unit_files=SEED_FILES
+        )
         for sig in later:
             t0 = time.perf_counter()
             hits[sig.name] = sig.run(ctx, q, k)

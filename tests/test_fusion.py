@@ -244,3 +244,12 @@ def test_names_follow_the_tasks_imports_and_the_packages_exports(indexed):
     got = {h.symbol for h in Names().run(ctx, q, 10)}
     # `shop.compute_tax` is shop/__init__.py's re-export of shop.tax.compute_tax
     assert {"shop.tax.compute_tax", "shop.cart.Cart.checkout_total"} <= got
+
+
+def test_fts_row_count_read_from_the_averages_record(indexed):
+    from retrieval.sources import _table_docs
+
+    _, _, conn = indexed
+    for table in ("chunks_fts", "files_fts"):
+        assert _table_docs(conn, table) == conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0
+    assert _table_docs(conn, "no_such_fts") == 0
