@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from benchmarks._common import log  # noqa: E402
 from retrieval.fusion import FusionModel, file_candidates, fuse, unit_candidates  # noqa: E402
 from retrieval.signals import Hit  # noqa: E402
-from retrieval.units import Unit, UnitCache  # noqa: E402
+from retrieval.units import Unit, UnitCache, holes_of  # noqa: E402
 
 KS = (1, 5, 10)
 LAMBDAS = (0.01, 0.03, 0.1, 0.3, 1.0)
@@ -48,10 +48,17 @@ class DumpUnits(UnitCache):
         for path, rows in units.items():
             out = []
             for qual, local, kind, start, end, own in rows:
-                lines = None
-                if own is not None:
-                    lines = frozenset(ln for a, b in own for ln in range(a, b + 1))
-                out.append(Unit(qual, local, path, kind, start, end, lines))
+                holes = None
+                if own is not None:  # the lines it owns, as ranges: the holes are the rest
+                    gaps, cur = [], start
+                    for a, b in own:
+                        if a > cur:
+                            gaps.append((cur, a - 1))
+                        cur = max(cur, b + 1)
+                    if cur <= end:
+                        gaps.append((cur, end))
+                    holes = holes_of(start, end, gaps)
+                out.append(Unit(qual, local, path, kind, start, end, holes))
             self._units[path] = out
 
     def of(self, path: str) -> list[Unit]:

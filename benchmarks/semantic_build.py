@@ -3,6 +3,12 @@ to full coverage, edit-to-searchable latency for a one-function change, and quer
 p50/p95 per mode on the standard library and on standard library + site-packages.
 
     .venv/bin/python benchmarks/semantic_build.py [--sample 2000] [--full-coverage] [--large]
+        [--issues TASKS.jsonl] [--query-index ROOT=INDEX_DIR ...]
+
+Query latency is measured for one-line queries and, with --issues (localization tasks: their
+problem statements or commit messages), for issue-length texts, with each signal's median time.
+--query-index measures the same on an index that already exists, e.g. a repository with git
+history (the standard library has none, so its figures carry no history signal).
 
 Embedding the whole standard library takes a long time on a 2-core CPU: by default the
 throughput is measured on the first --sample chunks and the full time is projected from it;
@@ -27,7 +33,7 @@ from indexer.build import build  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.embed import create_embedder  # noqa: E402
 from indexer.semantic import embed_pending  # noqa: E402
-from retrieval.search import Searcher  # noqa: E402
+from retrieval.search import Searcher, VectorsMissingError  # noqa: E402
 
 STDLIB = Path("/root/.pyenv/versions/3.11.7/lib/python3.11")
 QUERIES = [
@@ -55,22 +61,61 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def query_latency(cfg, embedder, modes=("lexical", "semantic", "hybrid"), repeat=3) -> dict:
-    conn = store.open_for_read(cfg.index_path).conn
-    s = Searcher(conn, cfg.index_path, cfg.root, embedder=embedder)
-    s.search("warm up", mode="hybrid" if "semantic" in modes else "lexical")
+def issue_queries(path: str | None, n: int = 40) -> list[str]:
+    """Issue-length query texts: the first ``n`` task texts of a localization tasks file."""
+    if not path or not Path(path).is_file():
+        return []
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            task = json.loads(line)
+            text = task.get("problem_statement") or task.get("message") or ""
+            if text.strip():
+                out.append(text)
+            if len(out) >= n:
+                break
+    return out
+
+
+def _latency(s: Searcher, queries: list[str], mode: str, repeat: int) -> dict:
+    times, per_signal = [], {}
+    for _ in range(repeat):
+        for q in queries:
+            t = time.perf_counter()
+            s.search(q, mode=mode, k=10)
+            times.append((time.perf_counter() - t) * 1000)
+            for name, ms in (getattr(s, "last_timings", None) or {}).items():
+                per_signal.setdefault(name, []).append(ms)
+    out = {
+        "queries": len(queries),
+        "p50_ms": round(statistics.median(times), 2),
+        "p95_ms": round(pct(times, 95), 2),
+    }
+    if mode == "hybrid" and per_signal:
+        out["signal_p50_ms"] = {k: round(statistics.median(v), 2) for k, v in per_signal.items()}
+    return out
+
+
+def query_latency(
+    index_dir: Path,
+    root: Path,
+    embedder,
+    modes=("lexical", "semantic", "hybrid"),
+    repeat=3,
+    issues: list[str] = (),
+) -> dict:
+    conn = store.open_for_read(index_dir).conn
+    s = Searcher(conn, index_dir, root, embedder=embedder)
+    s.search("warm up", mode="lexical")
     out = {}
     for mode in modes:
-        times = []
-        for _ in range(repeat):
-            for q in QUERIES:
-                t = time.perf_counter()
-                s.search(q, mode=mode, k=10)
-                times.append((time.perf_counter() - t) * 1000)
-        out[mode] = {
-            "p50_ms": round(statistics.median(times), 2),
-            "p95_ms": round(pct(times, 95), 2),
-        }
+        try:
+            out[mode] = _latency(s, QUERIES, mode, repeat)
+        except VectorsMissingError as e:  # an index built without vectors
+            out[mode] = {"error": str(e).splitlines()[0]}
+            continue
+        if issues and mode in ("lexical", "hybrid"):
+            out[f"{mode}_issue_length"] = _latency(s, list(issues), mode, 1)
     conn.close()
     return out
 
@@ -84,9 +129,38 @@ def main() -> None:
     ap.add_argument("--large", action="store_true", help="also the large corpus (lexical only)")
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--work", default=None, help="index directory to (re)use")
+    ap.add_argument(
+        "--issues",
+        default=str(Path(__file__).resolve().parents[2] / "shared/bench/localization/tasks.jsonl"),
+        help="localization tasks whose texts serve as issue-length queries",
+    )
+    ap.add_argument(
+        "--query-index",
+        action="append",
+        default=[],
+        metavar="ROOT=INDEX_DIR",
+        help="also measure query latency on this existing index (repeatable)",
+    )
+    ap.add_argument("--skip-build", action="store_true", help="only the --query-index figures")
     args = ap.parse_args()
+    issues = issue_queries(args.issues)
     work = Path(args.work or tempfile.mkdtemp(prefix="repoctx-sem-"))
-    result: dict = {"model": args.model}
+    result: dict = {"model": args.model, "issue_length_queries": len(issues)}
+    if args.query_index:
+        embedder = create_embedder(args.model)
+        embedder.embed(["warm up"])
+        result["indexes"] = {}
+        for spec in args.query_index:
+            root, _, index_dir = spec.partition("=")
+            if not index_dir:
+                ap.error(f"--query-index wants ROOT=INDEX_DIR, got {spec!r}")
+            log(f"query latency on {index_dir}")
+            result["indexes"][root] = query_latency(
+                Path(index_dir), Path(root), embedder, issues=issues
+            )
+        if args.skip_build:
+            print(json.dumps(result, indent=2))
+            return
 
     cfg = load_config(STDLIB, env={}, index_dir=work / "stdlib", exclude=("site-packages/",))
     t = time.perf_counter()
@@ -133,7 +207,7 @@ def main() -> None:
         }
     )
     log(f"embedded {es.embedded} chunks at {rate:.1f}/s")
-    result["stdlib"]["query"] = query_latency(cfg, embedder)
+    result["stdlib"]["query"] = query_latency(cfg.index_path, cfg.root, embedder, issues=issues)
     log(json.dumps(result))  # partial figures, in case a later phase is interrupted
 
     # one-function edit → searchable, on a copy of a package (the corpus is not modified)
@@ -176,7 +250,9 @@ def main() -> None:
             "files": lstats.files_total,
             "chunks": lchunks,
             "graph_and_lexical_s": round(time.perf_counter() - t, 2),
-            "query": query_latency(lcfg, embedder, modes=("lexical",)),
+            "query": query_latency(
+                lcfg.index_path, lcfg.root, embedder, modes=("lexical",), issues=issues
+            ),
             "note": "no vectors on the large corpus in this run (hours of CPU)",
         }
     print(json.dumps(result, indent=2))

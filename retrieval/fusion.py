@@ -244,7 +244,7 @@ def unit_candidates(
         feats = _features(a, utops)
         feats["file.rr"] = 1.0 / (file_rank[u.path] + 1)
         feats["file.rel"] = max(0.0, file_score[u.path] / best)
-        feats["kind.class"] = 1.0 if u.own is not None else 0.0
+        feats["kind.class"] = 1.0 if u.is_class else 0.0
         feats["kind.module"] = 1.0 if u.kind == "module" else 0.0
         feats["size"] = math.log1p(u.end - u.start + 1)
         out.append((u, feats, a))

@@ -89,6 +89,8 @@ class Searcher:
     def semantic_coverage(self) -> float:
         """Share of chunks with a vector. The chunk count is read once per generation (a scan
         of the chunks); the chunks still to embed come from their partial index."""
+        if not self._meta("embed_model"):  # never embedded: nothing to count
+            return 0.0
         gen = self._meta("generation")
         if getattr(self, "_total", (None, 0))[0] != gen:
             self._total = (gen, self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])

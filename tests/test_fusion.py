@@ -155,6 +155,36 @@ def test_units_are_outermost_definitions_and_module_lines(indexed):
     assert any(u.kind == "module" and (u.start, u.end) == (1, 3) for u in hit_units)
 
 
+def test_a_class_owns_only_the_lines_outside_its_methods(indexed):
+    from retrieval.units import file_units
+
+    units = {u.local: u for u in file_units(indexed[2], "shop/cart.py")}
+    cart, sub = units["Cart"], units["Cart.subtotal"]
+    assert cart.is_class and not sub.is_class and "Cart.subtotal.line" not in units
+    # header and docstring belong to the class; a hit inside a method names only the method
+    assert cart.overlaps(cart.start, cart.start + 1)
+    assert not cart.overlaps(sub.start, sub.end) and sub.overlaps(sub.start, sub.end)
+    assert cart.own == frozenset(range(cart.start, cart.end + 1)) - {
+        ln for u in units.values() if u is not cart and u.start >= cart.start
+        and u.end <= cart.end for ln in range(u.start, u.end + 1)}
+
+
+def test_units_are_reread_when_the_file_changes(tmp_path):
+    from retrieval.units import file_units
+
+    root = make_repo(tmp_path / "r", {"m.py": "def alpha():\n    return 1\n"})
+    cfg = load_config(root, env={}, jobs=1)
+    build(cfg)
+    conn = store.open_for_read(cfg.index_path).conn
+    assert [u.local for u in file_units(conn, "m.py")] == ["alpha"]
+    conn.close()
+    write_files(root, {"m.py": "class Beta:\n    def gamma(self):\n        pass\n"})
+    build(cfg)
+    conn = store.open_for_read(cfg.index_path).conn
+    assert [u.local for u in file_units(conn, "m.py")] == ["Beta", "Beta.gamma"]
+    conn.close()
+
+
 def test_name_only_hits_rank_a_chunk(indexed):
     ctx = _ctx(indexed)
     hits = Names().run(ctx, parse_query("why does `compute_tax` round?"), 10)
