@@ -237,6 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--write", default=None, help="write the final weights here")
     p.add_argument("--drop", default="", help="signals to leave out (comma-separated)")
     p.add_argument("--lambdas", default=",".join(str(x) for x in LAMBDAS))
+    p.add_argument("--variants", default="semantic",
+                   help="also fit without these signals, for searches that cannot run them "
+                        "(comma-separated; a+b drops both in one variant; '' for none)")
     p.add_argument("--features", default="rr,rel,n",
                    help="per-signal features to fit (of rr, rel, n, top1, top3)")
     args = p.parse_args(argv)
@@ -272,11 +275,29 @@ def main(argv: list[str] | None = None) -> None:
         "in_sample": report(score_tasks(tasks, wf, wu)),
         "weights": {"file": wf, "unit": wu},
     }
+    variants = []
+    for spec in [v for v in args.variants.split(",") if v]:
+        missing = frozenset(spec.split("+"))
+        if not any(m in t["runs"] for t in tasks for m in missing):
+            continue  # the dump never ran these signals: the main fit is already without them
+        vtasks = [{**t, "runs": {k: v for k, v in t["runs"].items() if k not in missing}}
+                  for t in tasks]
+        rows, folds = cross_validate(vtasks, lam, lam)
+        vf = fit_files(vtasks, lam, feature_names(vtasks, "file"))
+        vu = fit_units(vtasks, lam, feature_names(vtasks, "unit", vf), vf)
+        result.setdefault("variants", {})["+".join(sorted(missing))] = {
+            "cross_validated": report(rows), "folds_by_held_out_repository": folds,
+            "in_sample": report(score_tasks(vtasks, vf, vu)), "weights": {"file": vf, "unit": vu},
+        }
+        log(f"without {spec}: {report(rows)['overall']}")
+        variants.append((missing, FusionModel(vf, vu, f"fit_fusion lambda={lam} without {spec}")))
     if args.write:
-        model = FusionModel(wf, wu, f"fit_fusion lambda={lam} on {len(tasks)} tasks")
+        model = FusionModel(wf, wu, f"fit_fusion lambda={lam} on {len(tasks)} tasks", tuple(variants))
         data = model.to_json()
         data["fitted_on"] = {"tasks": len(tasks), "repositories": result["repositories"],
                              "cross_validated": result["cross_validated"]}
+        for v in data.get("variants", []):
+            v["fitted_on"] = {"cross_validated": result["variants"]["+".join(v["missing"])]["cross_validated"]}
         Path(args.write).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(json.dumps(result, indent=1))
 

@@ -352,7 +352,7 @@ def summarize(rows, args, embed, model_name, models, skipped, builds, latencies,
         )
     names = sorted({n for r in rows for n in r["signals"]})
     metrics["signals"] = {
-        n: by_source(_metric_rows(rows, lambda r, n=n: r["signals"].get(n)), file_keys + func_keys)["overall"]
+        n: by_source(_metric_rows(rows, lambda r, n=n: r["signals"].get(n)), file_keys + func_keys)
         for n in names
     }
     if args.ablation:

@@ -33,6 +33,7 @@ from indexer.build import build  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.embed import create_embedder  # noqa: E402
 from indexer.semantic import embed_pending  # noqa: E402
+from retrieval.context import assemble_context  # noqa: E402
 from retrieval.search import Searcher, VectorsMissingError  # noqa: E402
 
 STDLIB = Path("/root/.pyenv/versions/3.11.7/lib/python3.11")
@@ -82,7 +83,10 @@ def _latency(s: Searcher, queries: list[str], mode: str, repeat: int) -> dict:
     for _ in range(repeat):
         for q in queries:
             t = time.perf_counter()
-            s.search(q, mode=mode, k=10)
+            if mode == "context_8k":
+                assemble_context(s.conn, s.root, q, 8000, searcher=s)
+            else:
+                s.search(q, mode=mode, k=10)
             times.append((time.perf_counter() - t) * 1000)
             for name, ms in (getattr(s, "last_timings", None) or {}).items():
                 per_signal.setdefault(name, []).append(ms)
@@ -100,13 +104,14 @@ def query_latency(
     index_dir: Path,
     root: Path,
     embedder,
-    modes=("lexical", "semantic", "hybrid"),
+    modes=("lexical", "semantic", "hybrid", "context_8k"),
     repeat=3,
     issues: list[str] = (),
 ) -> dict:
     conn = store.open_for_read(index_dir).conn
     s = Searcher(conn, index_dir, root, embedder=embedder)
     s.search("warm up", mode="lexical")
+    assemble_context(conn, root, "warm up", 8000, searcher=s)  # loads the tokenizer
     out = {}
     for mode in modes:
         try:
@@ -114,7 +119,7 @@ def query_latency(
         except VectorsMissingError as e:  # an index built without vectors
             out[mode] = {"error": str(e).splitlines()[0]}
             continue
-        if issues and mode in ("lexical", "hybrid"):
+        if issues and mode in ("lexical", "hybrid", "context_8k"):
             out[f"{mode}_issue_length"] = _latency(s, list(issues), mode, 1)
     conn.close()
     return out

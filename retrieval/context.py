@@ -1,10 +1,9 @@
 """Budgeted context assembly: the code a model needs for a task, within a token budget.
 
-1. Seeds. Lexical (FTS5/BM25) and, when the index has vectors, semantic chunk hits; a chunk
-   holding several definitions credits each by how many task terms it contains. Identifiers and
-   qualified names written in the task (``Cart.add``, ``shop.tax.compute_tax``, backticked
-   words), file paths (``shop/tax.py``, ``shop/tax.py:12``, traceback lines) and focus files.
-   Sources are fused like reciprocal rank fusion into a personalization vector.
+1. Seeds. The best definitions of the one fused ranking (`retrieval.pipeline.rank`: lexical,
+   whole-file, names through the graph, paths and traceback frames, error messages, vectors,
+   history and the graph signal, weighed by the fitted fusion), in that order, plus focus
+   files; the chunks that were hit mark where a definition too long to show whole is cut.
 2. Expansion. Two hops over the reference graph (calls, inheritance, type uses, imports,
    nesting; ambiguous references through their candidates), ranked by personalized PageRank
    seeded with step 1 (`retrieval.pagerank`).
@@ -19,20 +18,8 @@
 Tokens are counted with `retrieval.tokens` (o200k BPE from quicktok-v1 when installed, else
 the MiniLM WordPiece); see that module for how its counts compare with other LLM tokenizers.
 
-Measured (lexical index, no vectors, o200k): context recall — the share of the changed functions
-whose whole definition is in the pack — on the 120 localization tasks of click, sqlite-utils,
-requests, flask and pytest with gold functions (shared/bench/localization, a development set):
-
-    budget                       4k     8k     16k
-    seeds in fused order        57.7   66.8   75.5
-    personalized PageRank       60.2   67.9   82.5   (git history 59.9/69.4/86.7, SWE-bench 61.5/62.5/66.8)
-
-The defaults were chosen there: growing members to classes up to half the budget (+5 points at
-16k over 15%), full items up to 90% of the budget (+4 at 4k over 80%), test files at 0.3 (+5).
-Assembly time on the Python 3.11 stdlib index (1,793 files, 78k definitions, 360k references),
-after the first call: median 135-150 ms for 30 one-line stdlib tasks and 176-210 ms for 66
-issue texts of the localization set, 90th percentile up to 321 ms; about 40% of it is the
-FTS5 query.
+Measured by `benchmarks/localization.py` (context recall: the share of the changed functions
+whose whole definition is in the pack; figures in the README, "How the context is chosen").
 """
 
 from __future__ import annotations

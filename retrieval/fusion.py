@@ -76,11 +76,23 @@ class Ranking:
 
 @dataclass(frozen=True)
 class FusionModel:
-    """Feature weights for files and for units; ``name`` says where they came from."""
+    """Feature weights for files and for units; ``name`` says where they came from.
+
+    ``variants`` are the same fit without some signals — ``(missing, model)``, e.g. without
+    ``semantic`` for an index that has no vectors: weights fitted with a signal present lean on
+    it, so a search that cannot run it uses the weights fitted without it (`for_signals`)."""
 
     file: Mapping[str, float]
     unit: Mapping[str, float]
     name: str = "rrf"
+    variants: tuple[tuple[frozenset[str], FusionModel], ...] = ()
+
+    def for_signals(self, present: Iterable[str]) -> FusionModel:
+        """The variant fitted for the signals that ran: the one missing the most of the signals
+        absent from ``present`` (and no signal that is there), else this model."""
+        present = set(present)
+        usable = [(missing, m) for missing, m in self.variants if not missing & present]
+        return max(usable, key=lambda v: len(v[0]))[1] if usable else self
 
     @classmethod
     def rrf(cls) -> FusionModel:
@@ -92,7 +104,12 @@ class FusionModel:
         return _load(str(path or WEIGHTS_FILE))
 
     def to_json(self) -> dict:
-        return {"name": self.name, "file": dict(self.file), "unit": dict(self.unit)}
+        out = {"name": self.name, "file": dict(self.file), "unit": dict(self.unit)}
+        if self.variants:
+            out["variants"] = [
+                {**m.to_json(), "missing": sorted(missing)} for missing, m in self.variants
+            ]
+        return out
 
 
 @lru_cache(maxsize=8)
@@ -101,7 +118,15 @@ def _load(path: str) -> FusionModel:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         return FusionModel.rrf()
-    return FusionModel(data.get("file", {}), data.get("unit", {}), data.get("name", path))
+    return _from_json(data, path)
+
+
+def _from_json(data: dict, name: str) -> FusionModel:
+    variants = tuple(
+        (frozenset(v.get("missing", ())), _from_json(v, f"{name} without {', '.join(v.get('missing', ()))}"))
+        for v in data.get("variants", ())
+    )
+    return FusionModel(data.get("file", {}), data.get("unit", {}), data.get("name", name), variants)
 
 
 # -- features ----------------------------------------------------------------------------------
@@ -261,7 +286,7 @@ def fuse(
 ) -> Ranking:
     """Rank files and units (definitions, and module-level lines that were hit) from the hits
     of every signal. ``cache`` (a `UnitCache`) defaults to one over ``conn``."""
-    model = model or FusionModel.load()
+    model = (model or FusionModel.load()).for_signals(runs)
     scored_files = [
         RankedFile(path, _score(feats, a, model.file), _evidence(a))
         for path, feats, a in file_candidates(runs)

@@ -283,3 +283,27 @@ def test_fts_row_count_read_from_the_averages_record(indexed):
     for table in ("chunks_fts", "files_fts"):
         assert _table_docs(conn, table) == conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0
     assert _table_docs(conn, "no_such_fts") == 0
+
+
+def test_a_search_without_vectors_uses_the_weights_fitted_without_them(indexed, tmp_path):
+    from retrieval.fusion import _from_json
+
+    plain = FusionModel({"lexical.rr": 1.0}, {}, "without semantic")
+    model = FusionModel({"semantic.rr": 4.0, "lexical.rr": 0.1}, {}, "all",
+                        ((frozenset({"semantic"}), plain),))
+    assert model.for_signals({"lexical", "semantic"}) is model
+    assert model.for_signals({"lexical", "path"}) is plain
+    again = _from_json(model.to_json(), "x")
+    assert again.for_signals({"lexical"}).file == plain.file
+    assert again.for_signals({"lexical", "semantic"}).file == model.file
+    # fuse scores lexical-only hits with the variant's weights, not the base model's
+    ctx = _ctx(indexed)
+    hits = {"lexical": ChunkLexical().run(ctx, parse_query("tax rate for a region"), 10)}
+    got = [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.conn, model).files]
+    assert got and got == [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.conn, plain).files]
+    base_only = FusionModel(model.file, model.unit, "base")
+    assert got != [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.conn, base_only).files]
+    # and the shipped weights carry a variant for indexes without vectors
+    shipped = FusionModel.load()
+    assert "semantic" in {k.split(".")[0] for k in shipped.file}
+    assert not any(k.startswith("semantic.") for k in shipped.for_signals({"lexical"}).file)
