@@ -191,6 +191,7 @@ def run(args) -> dict:
     latencies: dict[str, list[float]] = defaultdict(list)
     t_start = time.perf_counter()
     n_done = 0
+    fresh: list[dict] = []
     for repo, rtasks in by_repo.items():
         try:
             git_dir = mirror_dir(repo, Path(args.mirrors))
@@ -235,6 +236,7 @@ def run(args) -> dict:
                 log(f"{repo} {task['instance_id']}: failed: {exc!r}\n{traceback.format_exc()}")
                 continue
             n_done += 1
+            fresh.append(row)
             if out_path:
                 with out_path.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
@@ -248,7 +250,7 @@ def run(args) -> dict:
             )
     if dump_fh:
         dump_fh.close()
-    rows = []
+    rows = fresh  # with --out, the file's rows: those of earlier runs (--resume) too
     if out_path:
         rows = [json.loads(line) for line in out_path.read_text().splitlines() if line.strip()]
     return summarize(rows, args, embed, model_name, models, skipped, builds, latencies,

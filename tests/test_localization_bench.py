@@ -93,3 +93,9 @@ def test_rows_stream_with_full_lists_and_a_bad_checkout_is_skipped(tmp_path, cap
     summary = json.loads(capsys.readouterr().out)
     assert summary["tasks_run_now"] == 1 and summary["tasks"] == 2
     assert [json.loads(line)["instance_id"] for line in out.read_text().splitlines()] == ["ok-1", "ok-2"]
+
+    # without --out the summary still counts what ran
+    plain = [a for a in args if a not in ("--out", str(out), "--dump", str(dump))]
+    localization.main(plain)
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["tasks"] == 2 and summary["metrics"]["fused:rrf"]["overall"]["tasks"] == 2
