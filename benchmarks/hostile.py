@@ -58,6 +58,7 @@ from agent import landlock, redact, sandbox
 from agent.runner import run_command
 from agent.tools import ToolContext, ToolResult, default_registry
 from agent.tools.command_tools import sandbox_policy
+from indexer import store
 from indexer.build import build
 from indexer.config import load_config
 
@@ -775,7 +776,6 @@ def catalogue(lab: Lab) -> list[Attack]:
     return attacks
 
 
-SYN = WS_FILES["pkg/syn.py"]
 SYNTAX_CASES = [
     # (name, path, old, new)
     ("IndentationError: unexpected indent", "pkg/syn.py",
@@ -1166,8 +1166,10 @@ def settle(path: Path) -> None:
 
 
 def graph_file(root: Path) -> Path:
-    link = root / ".repoctx" / "graph.db"
-    return link.parent / os.readlink(link) if link.is_symlink() else link
+    """The database file the index's `graph.db` names now."""
+    path = store.graph_file(root / ".repoctx")
+    assert path is not None, f"no index under {root}"
+    return path
 
 
 def index_digest(root: Path) -> dict[str, str]:

@@ -90,30 +90,6 @@ def index_terms(text: str) -> str:
     return " ".join(" ".join(split(ident)) for ident in _IDENT.findall(text))
 
 
-#: An OR of hundreds of words (a pasted issue) costs FTS5 hundreds of posting lists.
-MAX_QUERY_TERMS = 24
-
-
-def query_terms(query: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
-    """Distinct search terms of a natural-language or identifier query, stopwords dropped.
-    Long queries keep the terms of code-like identifiers first, then words in order."""
-    code: dict[str, None] = {}
-    words: dict[str, None] = {}
-    for ident in _IDENT.findall(query):
-        parts = split_identifier(ident)
-        target = code if len(parts) > 1 or "_" in ident else words
-        for term in parts:
-            if len(term) > 1 and term not in STOPWORDS:
-                target.setdefault(term, None)
-    terms = list(code) + [w for w in words if w not in code]
-    return terms[:limit]
-
-
-def fts_match(terms: list[str]) -> str:
-    """An FTS5 MATCH expression: any term, ranked by BM25."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
 # -- whole files -------------------------------------------------------------------------------
 #
 # `files_fts` (rowid = files.id) holds every chunked file as one document: its path, the names
@@ -153,7 +129,3 @@ def index_files(conn, file_ids) -> None:
             )
         )
     conn.executemany("INSERT INTO files_fts(rowid, path, names, body) VALUES (?,?,?,?)", rows)
-
-
-def unindex_files(conn, file_ids) -> None:
-    conn.executemany("DELETE FROM files_fts WHERE rowid = ?", [(i,) for i in file_ids])

@@ -37,13 +37,11 @@ from indexer.languages import language_for_path
 from indexer.models import CLASS_KINDS
 
 from .pagerank import collect_subgraph, personalized_pagerank
+from .pipeline import default_signals
 from .tokens import TokenCounter, get_tokenizer
 
 #: Where a seed came from: focus, or a signal of `retrieval.pipeline.default_signals`.
-HIT_SOURCES = (
-    "focus", "lexical", "lexical_code", "file_lexical", "symbol", "path", "frame", "error",
-    "semantic", "history", "history_symbol", "graph",
-)
+HIT_SOURCES = ("focus", *(s.name for s in default_signals()))
 FULL, SKELETON = "full", "skeleton"
 PREAMBLE = (
     "Repository context selected for the task. Each block starts with `path:start-end` and "
@@ -500,7 +498,7 @@ class _Seeds:
     ) -> None:
         """Seeds from the fused ranking of every signal (`retrieval.pipeline`), in its order:
         the same ranking `search`, the agent and the MCP server use."""
-        from .pipeline import default_signals, rank
+        from .pipeline import rank
         from .signals import Scope, SignalContext
 
         use_vectors = searcher is not None and searcher.semantic_coverage() > 0

@@ -159,22 +159,19 @@ def _features(accs: Mapping[str, _Acc], tops: Mapping[str, float]) -> dict[str, 
     return out
 
 
-_KNOWN: dict[int, tuple[Mapping[str, float], frozenset[str]]] = {}
-
-
 def _known(weights: Mapping[str, float]) -> frozenset[str]:
-    """The signals ``weights`` has features of (computed once per weights object)."""
-    got = _KNOWN.get(id(weights))
-    if got is None or got[0] is not weights:
-        got = (weights, frozenset(k.split(".", 1)[0] for k in weights))
-        _KNOWN[id(weights)] = got
-    return got[1]
+    """The signals ``weights`` has features of."""
+    return frozenset(k.split(".", 1)[0] for k in weights)
 
 
-def _score(feats: Mapping[str, float], accs: Mapping[str, _Acc], weights: Mapping[str, float]) -> float:
+def _score(
+    feats: Mapping[str, float],
+    accs: Mapping[str, _Acc],
+    weights: Mapping[str, float],
+    known: frozenset[str],
+) -> float:
     if not weights:
         return sum(1.0 / (RRF_K + a.rank) for a in accs.values())
-    known = _known(weights)
     s = weights.get("bias", 0.0)
     for k, v in feats.items():
         s += weights.get(k, 0.0) * v
@@ -287,8 +284,9 @@ def fuse(
     """Rank files and units (definitions, and module-level lines that were hit) from the hits
     of every signal. ``cache`` (a `UnitCache`) defaults to one over ``conn``."""
     model = (model or FusionModel.load()).for_signals(runs)
+    known_file, known_unit = _known(model.file), _known(model.unit)
     scored_files = [
-        RankedFile(path, _score(feats, a, model.file), _evidence(a))
+        RankedFile(path, _score(feats, a, model.file, known_file), _evidence(a))
         for path, feats, a in file_candidates(runs)
     ]
     scored_files.sort(key=lambda f: (-f.score, f.path))
@@ -299,7 +297,7 @@ def fuse(
     cache = cache if cache is not None else UnitCache(conn)
     scored_units = []
     for u, feats, a in unit_candidates(runs, cache, order, file_score, unit_files):
-        s = _score(feats, a, model.unit)
+        s = _score(feats, a, model.unit, known_unit)
         if not model.unit:  # RRF: the file's standing breaks ties between its units
             s += 0.01 / (rank[u.path] + 1)
         scored_units.append(RankedUnit(u, s, _evidence(a)))

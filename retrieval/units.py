@@ -143,11 +143,6 @@ def _units_of(path: str, module: str, syms: list[tuple]) -> list[Unit]:
     return out
 
 
-def units_in(units: list[Unit], start: int, end: int) -> list[Unit]:
-    """Units lines ``start``-``end`` overlap (a class only through its own lines)."""
-    return [u for u in units if u.overlaps(start, end)]
-
-
 class UnitCache:
     """file_units per path, loaded once per search."""
 
