@@ -237,9 +237,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--write", default=None, help="write the final weights here")
     p.add_argument("--drop", default="", help="signals to leave out (comma-separated)")
     p.add_argument("--lambdas", default=",".join(str(x) for x in LAMBDAS))
-    p.add_argument("--variants", default="semantic",
+    p.add_argument("--variants", default="semantic+semantic_local",
                    help="also fit without these signals, for searches that cannot run them "
-                        "(comma-separated; a+b drops both in one variant; '' for none)")
+                        "(comma-separated; a+b drops both in one variant; '' for none; default: "
+                        "without vectors, i.e. both vector signals)")
     p.add_argument("--features", default="rr,rel,n",
                    help="per-signal features to fit (of rr, rel, n, top1, top3)")
     args = p.parse_args(argv)

@@ -100,6 +100,34 @@ def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: 
     return out
 
 
+def parse_policy(spec: str):
+    """``NAME:field=value,...`` (fields of `retrieval.context.PackPolicy`) -> (NAME, policy)."""
+    from retrieval.context import PackPolicy
+
+    name, _, fields = spec.partition(":")
+    if not name.isidentifier():
+        raise SystemExit(f"--context-policy wants NAME:field=value,..., got {spec!r}")
+    base = PackPolicy()
+    kw: dict = {}
+    for item in filter(None, fields.split(",")):
+        key, _, raw = item.partition("=")
+        if not hasattr(base, key):
+            raise SystemExit(f"--context-policy {spec!r}: PackPolicy has no field {key!r}")
+        kind = type(getattr(base, key))
+        if kind not in (bool, int, float):
+            raise SystemExit(f"--context-policy {spec!r}: {key} is not a number or a flag")
+        kw[key] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
+    return name, PackPolicy(**kw)
+
+
+def context_policies(args) -> dict:
+    """Extra pack policies measured beside the default one, by name."""
+    specs = list(getattr(args, "context_policy", None) or [])
+    if getattr(args, "context_nograph", False):
+        specs.insert(0, "nograph:use_graph=false")
+    return dict(parse_policy(s) for s in specs)
+
+
 def dump_row(task: dict, runs, cache) -> dict:
     """Raw material for refitting the fusion offline: every hit, and the units of every file hit."""
     paths = sorted({h.path for hs in runs.hits.values() for h in hs})
@@ -167,6 +195,11 @@ def run(args) -> dict:
         from indexer.embed import create_embedder
 
         embedder = create_embedder(model_name)
+        if args.embed_cache:
+            from benchmarks.embed_cache import CachedEmbedder
+
+            safe = model_name.replace("/", "_").replace(":", "_")
+            embedder = CachedEmbedder(embedder, Path(args.cache) / f"embeddings-{safe}.sqlite")
     label = f"embed-{model_name.replace('/', '_').replace(':', '_')}" if embed else "lexical"
     models = load_models(args.models)
     first_model = next(iter(models.values()), FusionModel.load())
@@ -253,8 +286,11 @@ def run(args) -> dict:
     rows = fresh  # with --out, the file's rows: those of earlier runs (--resume) too
     if out_path:
         rows = [json.loads(line) for line in out_path.read_text().splitlines() if line.strip()]
-    return summarize(rows, args, embed, model_name, models, skipped, builds, latencies,
-                     time.perf_counter() - t_start, n_done)
+    summary = summarize(rows, args, embed, model_name, models, skipped, builds, latencies,
+                        time.perf_counter() - t_start, n_done)
+    if hasattr(embedder, "hits"):  # build times are those of a cached run: say so
+        summary["embed_cache"] = {"texts_reused": embedder.hits, "texts_embedded": embedder.misses}
+    return summary
 
 
 def _one_task(task, tree, config, index_dir, embed, embedder, signals, models, first_model, args,
@@ -306,12 +342,10 @@ def _one_task(task, tree, config, index_dir, embed, embedder, signals, models, f
         if args.context:
             row["context"] = context_recall(assemble_context, conn, searcher, task, tree.tree,
                                             index_dir, cache)
-            if args.context_nograph and row["context"] is not None:
-                from retrieval.context import PackPolicy
-
+            for pname, policy in context_policies(args).items() if row["context"] else ():
                 row["context"].update(context_recall(
                     assemble_context, conn, searcher, task, tree.tree, index_dir, cache,
-                    PackPolicy(use_graph=False), "_nograph"))
+                    policy, f"_{pname}"))
         if dump_fh is not None:
             dump_fh.write(json.dumps(dump_row(task, runs, cache)) + "\n")
             dump_fh.flush()
@@ -364,8 +398,9 @@ def summarize(rows, args, embed, model_name, models, skipped, builds, latencies,
         }
     crows = _metric_rows(rows, lambda r: r.get("context"))
     metrics["context"] = by_source(crows, ctx_keys) if crows else None
-    if any("ctx@8k_nograph" in r for r in crows):
-        metrics["context_nograph"] = by_source(crows, [f"{k}_nograph" for k in ctx_keys])
+    for pname in context_policies(args):
+        if any(f"ctx@8k_{pname}" in r for r in crows):
+            metrics[f"context_{pname}"] = by_source(crows, [f"{k}_{pname}" for k in ctx_keys])
     return {
         "benchmark": "localization",
         "revision": git_revision(),
@@ -395,6 +430,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-vectors", action="store_true", help="graph, lexical and history only")
     p.add_argument("--no-history", action="store_true", help="leave the git-history signal out")
     p.add_argument("--embed-model", default=None, help="embedding model (default all-MiniLM-L6-v2)")
+    p.add_argument("--no-embed-cache", dest="embed_cache", action="store_false",
+                   help="embed every chunk the index lacks (default: reuse vectors of text any "
+                        "earlier run embedded, from a cache under --cache)")
     p.add_argument("--models", default="shipped,rrf",
                    help="fusion models: shipped, rrf, or weights files (comma-separated)")
     p.add_argument("--ablation", action="store_true", help="fuse with each signal left out")
@@ -403,6 +441,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mirrors", default=str(DEFAULT_MIRRORS), help="fetched bare mirrors")
     p.add_argument("--no-context", dest="context", action="store_false",
                    help="skip context recall (assemble_context at 4k/8k/16k tokens)")
+    p.add_argument("--context-policy", action="append", default=[], metavar="NAME:FIELD=VALUE,...",
+                   help="also measure context recall with this pack policy (fields of "
+                        "retrieval.context.PackPolicy, e.g. tight:expand_share=0.25); repeatable")
     p.add_argument("--context-nograph", action="store_true",
                    help="also measure context recall without graph expansion (seeds in fused order)")
     p.add_argument("--out", default=None, help="per-task rows (JSONL, appended as tasks finish)")

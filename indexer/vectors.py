@@ -33,6 +33,9 @@ VECTOR_INDEX = "vector_idx"
 INDEX_THRESHOLD = 50_000
 #: Candidates re-scored with full vectors per result when the ANN index is used.
 REFINE_FACTOR = 5
+#: Columns with a BTree index once the table is large (`maybe_index`): lookups by chunk and by
+#: content hash, and searches inside named files (``search(paths=...)``).
+SCALAR_INDEXED = ("chunk_id", "content_hash", "path")
 _META_MODEL = b"repoctx.model"
 _META_DIM = b"repoctx.dim"
 _IN_CHUNK = 500  # values per `IN (...)` filter
@@ -296,9 +299,12 @@ class VectorStore:
         *,
         language: str | None = None,
         path_glob: str | None = None,
+        paths: Sequence[str] | None = None,
     ) -> list[VectorHit]:
         """The ``k`` chunks most similar to ``vector``. ``path_glob`` is fnmatch-style,
-        matched against the repository-relative path (``*`` also matches ``/``)."""
+        matched against the repository-relative path (``*`` also matches ``/``); ``paths``
+        keeps only chunks of those files, and scores every one of them exactly (the ANN index
+        would only see those in the partitions it probes)."""
         query = np.asarray(vector, dtype=np.float32)
         if query.shape != (self.dim,):
             raise ValueError(f"query vector must have shape ({self.dim},), got {query.shape}")
@@ -312,16 +318,22 @@ class VectorStore:
             filters.append(sql)
             if needs_check:
                 check = path_glob
+        if paths is not None:
+            if not paths:
+                return []
+            filters.append(_in_list("path", list(paths)))
         where = " AND ".join(filters) or None
         limit = k if check is None else max(4 * k, 50)
         while True:
-            hits = self._query(query, limit, where)
+            hits = self._query(query, limit, where, exact=paths is not None)
             kept = [h for h in hits if check is None or fnmatch.fnmatchcase(h.path, check)]
             if len(kept) >= k or len(hits) < limit:
                 return kept[:k]
             limit *= 4  # the glob's [...] class rejected too many: fetch deeper
 
-    def _query(self, query: np.ndarray, limit: int, where: str | None) -> list[VectorHit]:
+    def _query(
+        self, query: np.ndarray, limit: int, where: str | None, exact: bool = False
+    ) -> list[VectorHit]:
         q = (
             self._table.search(query)
             .distance_type("cosine")
@@ -331,6 +343,8 @@ class VectorStore:
         )
         if where:
             q = q.where(where, prefilter=True)
+        if exact:
+            q = q.bypass_vector_index()
         t = q.to_arrow()
         return [
             VectorHit(c, p, s, e, sym or "", 1.0 - float(d))
@@ -358,21 +372,24 @@ class VectorStore:
         return stats.num_indexed_rows, stats.num_unindexed_rows
 
     def maybe_index(self, threshold: int = INDEX_THRESHOLD) -> bool:
-        """Build the ANN index (and scalar indexes for lookups) once the table has
-        ``threshold`` rows. Returns whether it built one. Seconds at 100k rows: call it at the
-        end of a large build, not after each edit."""
+        """Build the ANN index (and scalar indexes for lookups: by chunk id, content hash and
+        path) once the table has ``threshold`` rows. Returns whether it built the ANN index.
+        Seconds at 100k rows: call it at the end of a large build, not after each edit."""
         from lancedb.index import BTree, IvfSq
 
-        if self.has_vector_index() or self.count() < max(threshold, _MIN_INDEX_ROWS):
+        if self.count() < max(threshold, _MIN_INDEX_ROWS):
             return False
-        self._table.create_index(
-            "vector", config=IvfSq(distance_type="cosine"), name=VECTOR_INDEX, replace=True
-        )
+        built = False
+        if not self.has_vector_index():
+            self._table.create_index(
+                "vector", config=IvfSq(distance_type="cosine"), name=VECTOR_INDEX, replace=True
+            )
+            built = True
         names = {ix.name for ix in self._table.list_indices()}
-        for column in ("chunk_id", "content_hash"):
+        for column in SCALAR_INDEXED:  # an older table gets the ones it lacks
             if f"{column}_idx" not in names:
                 self._table.create_index(column, config=BTree(), name=f"{column}_idx")
-        return True
+        return built
 
     def needs_optimize(self, max_small_fragments: int = 32, max_unindexed: int = 10_000) -> bool:
         """Whether many small writes (one per incremental build) or many rows outside the

@@ -41,7 +41,7 @@ from .pipeline import default_signals
 from .tokens import TokenCounter, get_tokenizer
 
 #: Where a seed came from: focus, or a signal of `retrieval.pipeline.default_signals`.
-HIT_SOURCES = ("focus", *(s.name for s in default_signals()))
+HIT_SOURCES = ("focus", *(s.name for s in default_signals(local_vectors=True)))
 FULL, SKELETON = "full", "skeleton"
 PREAMBLE = (
     "Repository context selected for the task. Each block starts with `path:start-end` and "
@@ -179,6 +179,10 @@ class PackPolicy:
     #: Test code rarely is what a task is about: seeds and scores in test files count this much
     #: (focus files excepted).
     test_weight: float = 0.3
+    #: Whether test files compete in the ranking that picks the seeds (False: they come in only
+    #: through the graph, at ``test_weight``, or as focus), so their many matches on the task's
+    #: words do not take the seeds and the second stage's best files from the code.
+    rank_tests: bool = True
     full_candidates: int = 200  # only this many of the best are tried in full at first
     line_numbers: bool = False  # prefix every code line with its number
 
@@ -502,7 +506,8 @@ class _Seeds:
         from .signals import Scope, SignalContext
 
         use_vectors = searcher is not None and searcher.semantic_coverage() > 0
-        ctx = SignalContext(self.repo.conn, self.repo.root, index_dir, Scope(), searcher=searcher)
+        scope = Scope(exclude_tests=not self.policy.rank_tests)
+        ctx = SignalContext(self.repo.conn, self.repo.root, index_dir, scope, searcher=searcher)
 
         def signals(vectors: bool):
             # without the graph: neither its signal in the ranking nor the walk below

@@ -24,10 +24,15 @@ DEPTH = 50
 SEED_FILES = 8
 
 
-def default_signals(*, vectors: bool = True, history: bool = True) -> list[Signal]:
+def default_signals(
+    *, vectors: bool = True, history: bool = True, local_vectors: bool = False
+) -> list[Signal]:
     """Every built-in signal (vectors and history when the index has them: they answer
-    nothing otherwise)."""
+    nothing otherwise). ``local_vectors`` adds `semantic_local` (vectors inside the best files):
+    off by default — it adds 25–35 ms to a search (an exact scan of those files' vectors) for a
+    gain the cross-validated figures do not show on issues (see the README's ablation)."""
     from .graph_signal import Graph
+    from .local_signals import LocalLexical, LocalVectors
     from .sources import ChunkLexical, Errors, FileLexical, Frames, Names, Paths, Vectors
 
     signals: list[Signal] = [
@@ -49,6 +54,9 @@ def default_signals(*, vectors: bool = True, history: bool = True) -> list[Signa
         else:
             signals += [HistoryFiles(), HistorySymbols()]
     signals.append(Graph())
+    signals.append(LocalLexical())
+    if vectors and local_vectors:
+        signals.append(LocalVectors())
     return signals
 
 
@@ -70,8 +78,8 @@ class Runs:
 def run_signals(
     ctx: SignalContext, text: str, signals: Sequence[Signal], k: int = DEPTH
 ) -> Runs:
-    """Each signal's hits for ``text``. Second-stage signals (``stage = 2``: the graph) see the
-    first stage's fusion in ``ctx.cache['seed_ranking']``."""
+    """Each signal's hits for ``text``. Second-stage signals (``stage = 2``: the graph, the
+    signals inside the best files) see the first stage's fusion in ``ctx.cache['seed_ranking']``."""
     q = parse_query(text)
     hits: dict[str, list[Hit]] = {}
     timings: dict[str, float] = {}

@@ -73,6 +73,7 @@ class Searcher:
         self._unavailable: str | None = None  # why there is no vector table (see _vector_store)
         self._vectors_uri = vectors_uri  # None: where the index says (see _vector_store)
         self._storage_options = storage_options
+        self._qvecs: dict[str, object] = {}  # query text -> vector (see query_vector)
 
     @classmethod
     def from_config(cls, conn: sqlite3.Connection, config, embedder=None) -> Searcher:
@@ -143,6 +144,18 @@ class Searcher:
                        "run `repoctx index verify --repair` to embed the missing ones.")
         return out
 
+    def query_vector(self, query: str):
+        """``query`` embedded, once per searcher for the last few texts (the first and second
+        stage of one search ask for the same one)."""
+        cache = self._qvecs
+        vec = cache.get(query)
+        if vec is None:
+            vec = self.embedder().embed([query])[0]
+            if len(cache) >= 8:
+                cache.pop(next(iter(cache)))
+            cache[query] = vec
+        return vec
+
     def embedder(self):
         if self._embedder is None:
             from indexer.embed import create_embedder
@@ -161,19 +174,21 @@ class Searcher:
         return {str(r[0]) for r in rows}
 
     def semantic(
-        self, query: str, k: int = DEPTH, *, lang=None, path_glob=None, exclude_tests: bool = False
+        self, query: str, k: int = DEPTH, *, lang=None, path_glob=None, exclude_tests: bool = False,
+        paths=None,
     ) -> list[_Cand]:
+        """The ``k`` chunks nearest ``query``; ``paths``: only in those files."""
         vs = self._vector_store()
         if vs is None:
             return []
-        vec = self.embedder().embed([query])[0]
+        vec = self.query_vector(query)
         want = limit = k * 2 if exclude_tests else k
         while True:
             # The vector table is shared by the graph's generations: a full rebuild adds its
             # new chunks' vectors before it swaps its graph in, and the vectors of chunks it
             # dropped go only later. Keep the hits of chunks this generation has; dig deeper
             # when some were another's, so the answer is what this generation alone would give.
-            found = vs.search(vec, k=limit, language=lang, path_glob=path_glob)
+            found = vs.search(vec, k=limit, language=lang, path_glob=path_glob, paths=paths)
             known = self._known_chunks(h.chunk_id for h in found)
             hits = [h for h in found if h.chunk_id in known]
             if len(hits) >= want or len(found) < limit:

@@ -184,10 +184,22 @@ class ChunkLexical:
         return list(q.terms)
 
     def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
-        picked = select_terms(ctx.conn, "chunks_fts", self._terms(q), self.limit, q.term_counts)
-        if not picked:
+        return self.hits(ctx, q, k)
+
+    def hits(self, ctx: SignalContext, q: Query, k: int, paths: list[str] | None = None) -> list[Hit]:
+        """The ``k`` best chunks; ``paths``: only chunks of those files."""
+        key = ("chunk_terms", self.part, self.limit, q.text)  # the second stage asks again
+        picked = ctx.cache.get(key)
+        if picked is None:
+            picked = ctx.cache[key] = select_terms(
+                ctx.conn, "chunks_fts", self._terms(q), self.limit, q.term_counts
+            )
+        if not picked or paths == []:
             return []
         fsql, fparams = ctx.scope.sql()
+        if paths is not None:
+            fsql += f" AND f.path IN ({','.join('?' * len(paths))})"
+            fparams = [*fparams, *paths]
         rows = ctx.conn.execute(
             "SELECT t.rowid, bm25(chunks_fts, 2.0, 4.0, 1.0) AS s, f.path, c.symbol, c.start_line, "
             "c.end_line FROM chunks_fts t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
@@ -481,13 +493,17 @@ class Vectors:
     level = "chunk"
 
     def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
+        return self.hits(ctx, q, k)
+
+    def hits(self, ctx: SignalContext, q: Query, k: int, paths: list[str] | None = None) -> list[Hit]:
+        """The ``k`` nearest chunks; ``paths``: only chunks of those files."""
         searcher = ctx.searcher
-        if searcher is None or searcher.semantic_coverage() <= 0:
+        if searcher is None or paths == [] or searcher.semantic_coverage() <= 0:
             return []
         text = q.text if len(q.text) < 2000 else q.text[:2000]
         cands = searcher.semantic(
             text, k, lang=ctx.scope.lang, path_glob=ctx.scope.path_glob,
-            exclude_tests=ctx.scope.exclude_tests,
+            exclude_tests=ctx.scope.exclude_tests, paths=paths,
         )
         if not cands:
             return []

@@ -324,6 +324,19 @@ def test_test_files_rank_below_code(shop):
     assert is_test_path("web/app.spec.ts") and not is_test_path("shop/testing_utils.py")
 
 
+def test_tests_kept_out_of_the_seeding_ranking_come_only_through_the_graph(shop):
+    """``rank_tests=False``: test files take no seed (the ranking that picks seeds leaves them
+    out); the test that calls the seeds still arrives over the graph, below the code."""
+    ranked = assemble(shop, budget=20_000, policy=PackPolicy(rank_tests=True))
+    assert any(is_test_path(s.path) for s in ranked.seeds)
+    pack = assemble(shop, budget=20_000, policy=PackPolicy(rank_tests=False))
+    assert pack.seeds and not any(is_test_path(s.path) for s in pack.seeds)
+    order = [i.path for i in pack.items if i.kind == FULL]
+    assert order[-1] == "tests/test_cart.py"  # last, and reached by its edges only
+    test_item = next(i for i in pack.items if i.path == "tests/test_cart.py")
+    assert {r.source for r in test_item.reasons} <= {"calls", "imports", "uses", "called-by"}
+
+
 # --------------------------------------------------------------------------- focus
 
 

@@ -99,3 +99,61 @@ def test_rows_stream_with_full_lists_and_a_bad_checkout_is_skipped(tmp_path, cap
     localization.main(plain)
     summary = json.loads(capsys.readouterr().out)
     assert summary["tasks"] == 2 and summary["metrics"]["fused:rrf"]["overall"]["tasks"] == 2
+
+
+def test_embedding_cache_returns_the_models_vectors_and_embeds_each_text_once(tmp_path):
+    import numpy as np
+
+    from benchmarks.embed_cache import CachedEmbedder
+    from indexer.embed import HashingEmbedder
+
+    class Counting(HashingEmbedder):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[str] = []
+
+        def embed(self, texts):
+            self.seen += list(texts)
+            return super().embed(texts)
+
+    inner = Counting()
+    texts = ["def a(): pass", "class B: ...", "def a(): pass"]
+    cached = CachedEmbedder(inner, tmp_path / "c" / "cache.sqlite")
+    first = cached.embed(texts)
+    assert np.allclose(first, HashingEmbedder().embed(texts))
+    assert sorted(inner.seen) == sorted(texts)  # nothing cached yet
+    again = CachedEmbedder(inner, tmp_path / "c" / "cache.sqlite")  # a later run
+    inner.seen.clear()
+    got = again.embed(["class B: ...", "new text", "def a(): pass"])
+    assert inner.seen == ["new text"]
+    assert np.allclose(got, HashingEmbedder().embed(["class B: ...", "new text", "def a(): pass"]))
+    assert (again.hits, again.misses) == (2, 1)
+    assert again.name == inner.name and again.embed([]).shape == (0, inner.dim)
+    other = HashingEmbedder(dim=32)  # another model never reads this one's vectors
+    assert CachedEmbedder(other, tmp_path / "c" / "cache.sqlite").embed(["class B: ..."]).shape == (1, 32)
+
+
+def test_context_policy_specs_and_their_cross_validated_choice(tmp_path, capsys):
+    import pytest
+
+    from benchmarks import context_cv
+
+    name, pol = localization.parse_policy("tight:expand_share=0.25,use_graph=false,unit_seeds=20")
+    assert (name, pol.expand_share, pol.use_graph, pol.unit_seeds) == ("tight", 0.25, False, 20)
+    for bad in ("tight:nope=1", "no name:seed_k=2", "m:model=x"):
+        with pytest.raises(SystemExit):
+            localization.parse_policy(bad)
+    # policy "a" wins on repositories r1 and r2 but loses badly on r3: held out, r3 gets the
+    # policy the others chose and its figures say so; the choice is made without the held-out repo
+    rows = []
+    for repo, (d, a) in {"r1": (0.5, 1.0), "r2": (0.5, 1.0), "r3": (1.0, 0.0)}.items():
+        rows += [{"repo": repo, "source": "s", "context": {"ctx@8k": d, "ctx@8k_a": a}}] * 2
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    context_cv.main([str(path)])
+    got = json.loads(capsys.readouterr().out)
+    assert got["policies"] == ["a", "default"]
+    # held out r1: the rest (r2 a=1.0, r3 a=0.0 -> 0.5; default 0.75) choose default
+    assert got["chosen_by_held_out_repository"] == {"r1": "default", "r2": "default", "r3": "a"}
+    assert got["cross_validated"]["overall"]["ctx@8k"] == 0.0 + round(100 * (0.5 + 0.5 + 0.0) / 3, 1)
+    assert got["in_sample"]["a"]["overall"]["ctx@8k"] == round(100 * 2 / 3, 1)

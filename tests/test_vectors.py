@@ -240,3 +240,26 @@ def test_needs_optimize_after_many_small_writes(tmp_path):
     vs.optimize()
     assert not vs.needs_optimize(max_small_fragments=5)
     assert vs.count() == 5
+
+
+def test_search_in_named_files_is_exact_with_an_ann_index(tmp_path):
+    """``paths`` keeps the chunks of those files and orders all of them as brute-force cosine
+    similarity does, with the ANN index and the path index in place."""
+    dim = 32
+    vs = VectorStore.open(str(tmp_path / "v.lance"), dim, "m")
+    rng = np.random.default_rng(11)
+    v = rng.normal(size=(1200, dim)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    vs.upsert([VectorRow(f"c{i}", f"h{i}", f"f{i % 40}.py", "python", 1, 1, "", "m", v[i])
+               for i in range(len(v))])
+    assert vs.maybe_index(threshold=500)
+    assert {"chunk_id_idx", "content_hash_idx", "path_idx"} <= {ix.name for ix in vs._table.list_indices()}
+    q = rng.normal(size=dim).astype(np.float32)
+    q /= np.linalg.norm(q)
+    files = ["f3.py", "f17.py"]
+    got = vs.search(q, k=1000, paths=files)
+    mine = [i for i in range(len(v)) if f"f{i % 40}.py" in files]
+    want = sorted(mine, key=lambda i: -float(v[i] @ q))
+    assert [h.chunk_id for h in got] == [f"c{i}" for i in want]
+    assert {h.path for h in got} == set(files)
+    assert vs.search(q, k=10, paths=[]) == []
