@@ -13,13 +13,14 @@ it does every signal's.
 
 from __future__ import annotations
 
+from .fusion import UNIT_FILES
 from .query import Query
 from .signals import Hit, SignalContext
 from .sources import ChunkLexical, Vectors
 
-#: Files of the first-stage ranking whose definitions are ranked again (as many as the fusion
-#: makes every definition of a candidate: `retrieval.fusion.UNIT_FILES`).
-LOCAL_FILES = 5
+#: Files of the first-stage ranking whose definitions are ranked again: those whose every
+#: definition the fusion makes a candidate.
+LOCAL_FILES = UNIT_FILES
 
 
 def best_files(ctx: SignalContext, n: int = LOCAL_FILES) -> list[str]:
@@ -30,7 +31,7 @@ def best_files(ctx: SignalContext, n: int = LOCAL_FILES) -> list[str]:
     return [f.path for f in ranking.files[:n] if ctx.scope.allows(f.path)]
 
 
-#: Matches read per file before the best of each file are taken.
+#: Matches read (over all the best files together) before each file's best are taken.
 _READ = 400
 
 
