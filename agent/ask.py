@@ -38,10 +38,23 @@ MODEL_HINT = (
     'or `model = "…"` in .repoctx.toml.'
 )
 
+_PATH = r"(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9_+]*)"
 # path:12, path:12-30, path:L12-L30, path#L12-L30, path:12–30; paths need a dot or a slash.
-_CITATION = re.compile(
-    r"(?<![\w/.-])(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9_+]*)"
-    r"(?:#L|:L?)(?P<start>\d+)(?:\s*[-–]\s*L?(?P<end>\d+))?"
+_CITATION = re.compile(rf"(?<![\w/.-]){_PATH}(?:#L|:L?)(?P<start>\d+)(?:\s*[-–]\s*L?(?P<end>\d+))?")
+# Prose: "`path` line 12", "path lines 12-30", "`pyjson/decoder.py` file at line 20-43",
+# "`path` (lines 3 to 9)": a path, then within the same clause (no full stop, semicolon, new
+# line or other backtick) the word line(s) and a number or range.
+_PROSE_CITATION = re.compile(
+    rf"(?<![\w/.-])(?P<tick>`?){_PATH}(?P=tick)(?P<gap>[^`\n.;]{{0,40}}?)"
+    r"\b[Ll]ines?\s+L?(?P<start>\d+)(?:\s*(?:[-–]|to|through)\s*L?(?P<end>\d+))?\b"
+)
+# Bare words such as "e.g" or "v1.x" look like paths; in prose a path must be quoted, have a
+# directory, or end in a common source or text extension.
+_PROSE_EXTENSION = re.compile(
+    r"pyi?|[cm]?[jt]sx?|go|rs|java|kts?|[ch]|cc|cpp|cxx|hpp|hh|cs|rb|php|swift|scala|mm?|"
+    r"sh|bash|zsh|sql|md|rst|txt|toml|ya?ml|json|ini|cfg|html|s?css|vue|lua|pl|r|jl|exs?|erl|"
+    r"hs|ml|clj|dart",
+    re.I,
 )
 SNIPPET_LINES = 6
 #: Past commits shown with the context (similar to the question, from the history index).
@@ -247,7 +260,9 @@ def render_commits(commits: Sequence[PastCommit]) -> str:
     lines = ["Past commits similar to the question (cite as `commit <sha>`):"]
     for c in commits:
         files = ", ".join(c.files)
-        lines.append(f"- commit {c.sha[:10]} ({c.date}) {c.subject}" + (f" — {files}" if files else ""))
+        lines.append(
+            f"- commit {c.sha[:10]} ({c.date}) {c.subject}" + (f" — {files}" if files else "")
+        )
     return "\n".join(lines)
 
 
@@ -266,8 +281,15 @@ def verify_commit_citations(
         seen.add(prefix)
         found = lookup_commit(Path(index_dir), prefix) if index_dir is not None else None
         was_shown = any(c.sha.startswith(prefix) for c in shown)
-        out.append(CommitCitation(m.group(0), found[0] if found else prefix, found is not None,
-                                  was_shown, found[1] if found else ""))
+        out.append(
+            CommitCitation(
+                m.group(0),
+                found[0] if found else prefix,
+                found is not None,
+                was_shown,
+                found[1] if found else "",
+            )
+        )
     return tuple(out)
 
 
@@ -279,7 +301,7 @@ def verify_citations(
     seen: set[tuple[str, int, int]] = set()
     lines_of: dict[str, int | None] = {}
     shown_paths = {i.path for i in pack.items} if pack is not None else set()
-    for m in _CITATION.finditer(text):
+    for m in _citation_matches(text):
         path = _resolve(m.group("path").removeprefix("./"), shown_paths)
         start = int(m.group("start"))
         end = int(m.group("end") or start)
@@ -299,6 +321,21 @@ def verify_citations(
         in_context = pack is not None and not problem and _shown(pack, path, start, end)
         out.append(Citation(m.group(0), path, start, end, not problem, in_context, problem))
     return tuple(out)
+
+
+def _citation_matches(text: str) -> list[re.Match[str]]:
+    """``path:line`` forms, then prose forms ("`path` ... line N-M") that do not overlap them,
+    in the order they appear."""
+    found = list(_CITATION.finditer(text))
+    taken = [m.span() for m in found]
+    for m in _PROSE_CITATION.finditer(text):
+        if any(m.start() < end and start < m.end() for start, end in taken):
+            continue
+        path = m.group("path")
+        quoted = bool(m.group("tick"))
+        if quoted or "/" in path or _PROSE_EXTENSION.fullmatch(path.rpartition(".")[2]):
+            found.append(m)
+    return sorted(found, key=lambda m: m.start())
 
 
 def _resolve(path: str, shown: set[str]) -> str:

@@ -15,6 +15,7 @@ from retrieval.tokens import TokenCounter
 
 from .models.base import Message, ToolCall
 from .models.errors import ContextTooLongError, ModelError
+from .models.text_calls import parse_text_calls
 
 #: Share of the prompt (after system prompt and tool schemas) each section may use. Retrieved
 #: code takes whatever the others leave, so the prompt fills its budget but never grows past it.
@@ -40,7 +41,8 @@ class Limits:
     max_consecutive_failures: int = 5
     #: Identical tool calls in a row before the model is told; one more ends the run.
     max_repeats: int = 3
-    #: Retries of a retryable model error (rate limit, server error, timeout) per step.
+    #: Retries of a retryable model error (rate limit, server error, timeout) per model call,
+    #: the adapter's and the loop's together (agent/models/http.py retry_budget).
     model_retries: int = 2
     #: Shrink-and-retry rounds after the provider says the prompt is too long.
     overflow_retries: int = 2
@@ -228,6 +230,7 @@ def assemble_prompt(
 
 
 _LOCATION = re.compile(r"[\w./-]+\.\w+:\d+")
+_TEXT_RESULT = re.compile(r'<tool_response name="[^"]*">\n(.*?)\n</tool_response>', re.S)
 
 
 def observation_digest(messages: Sequence[Message], limit: int = 600) -> str:
@@ -236,11 +239,17 @@ def observation_digest(messages: Sequence[Message], limit: int = 600) -> str:
     names. Whole outputs would make the lexical query slow and vague."""
     parts: list[str] = []
     for m in messages:
-        parts += [f"{c.name} {c.raw_arguments[:200]}" for c in m.tool_calls]
-        if m.role == "tool":
-            lines = m.content.strip().splitlines()
+        calls = m.tool_calls
+        if m.role == "assistant" and not calls and "{" in m.content:  # calls written as text
+            calls = parse_text_calls(m.content).calls
+        parts += [f"{c.name} {c.raw_arguments[:200]}" for c in calls]
+        results = [m.content] if m.role == "tool" else []
+        if m.role == "user":  # results of calls written as text (loop._observation)
+            results = [r.group(1) for r in _TEXT_RESULT.finditer(m.content)]
+        for text in results:
+            lines = text.strip().splitlines()
             parts.append(lines[0][:200] if lines else "")
-            parts += list(dict.fromkeys(_LOCATION.findall(m.content)))[:5]
+            parts += list(dict.fromkeys(_LOCATION.findall(text)))[:5]
     return " ".join(p for p in parts if p)[:limit]
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from indexer.config import Config
+from indexer.config import TOOL_FORMATS, Config, section_settings
 from indexer.errors import RepoctxError
 from retrieval.context import ContextPack, assemble_context
 from retrieval.freshness import generation
@@ -37,6 +37,9 @@ from .errors import AgentError
 from .memory import REMEMBER, ProjectMemory, learned_facts, read_instructions
 from .models.base import Completion, Message, ModelClient, ToolCall, ToolSpec, Usage
 from .models.errors import ModelError
+from .models.http import retry_budget
+from .models.text_calls import CALL_EXAMPLE, parse_text_calls, prose, tools_prompt
+from .outcome import Ending, asks_for_change, text_ending
 from .plan import (
     PLAN_PROMPT,
     UPDATE_PLAN,
@@ -83,6 +86,15 @@ NUDGE_TEXT = (
     "You answered without calling a tool. If the task is done, call `finish` with your "
     "summary; otherwise call the next tool."
 )
+NUDGE_NO_CHANGE = (
+    "You answered without calling a tool, and no file has been changed yet although the task "
+    "asks for a change. Make it with the tools (read the code, then `edit`), or call `finish` "
+    "with status `blocked` saying what stops you."
+)
+NATIVE_ONLY = (
+    "You wrote a tool call as text. This run reads only the tool-calling interface of the API "
+    "(tool format `native`): send the call through it, not in your message."
+)
 
 
 @dataclass(frozen=True)
@@ -99,15 +111,22 @@ class RunOptions:
     on_event: Callable[[dict[str, Any]], None] | None = None
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
+    #: How tool calls are read: native (the API's `tool_calls` only), text (the tools are
+    #: described in the prompt and the calls read from the reply's text) or auto (native first,
+    #: else text). None: `agent.tool_format` of the configuration, else auto.
+    tool_format: str | None = None
 
 
 @dataclass(frozen=True)
 class RunReport:
     run_id: str
-    status: str  # done | blocked | gave_up | stopped | failed | interrupted
-    #: finished | answered | max_steps | max_tokens | timeout | consecutive_failures |
-    #: repetition | empty_answer | model_error | model_service | context_overflow | interrupted |
-    #: error (the index or the checkpoints failed)
+    #: done (completed: `finish` called, or a question answered) | blocked | gave_up (what the
+    #: model told `finish`) | no_progress (a change was asked for, none was made) | stopped |
+    #: failed | interrupted
+    status: str
+    #: finished | answered | no_change | no_finish | max_steps | max_tokens | timeout |
+    #: consecutive_failures | repetition | empty_answer | model_error | model_service |
+    #: context_overflow | interrupted | error (the index or the checkpoints failed)
     reason: str
     message: str
     final: str  # the model's summary (finish) or answer
@@ -122,6 +141,8 @@ class RunReport:
     plan: dict[str, Any]
     branch: str | None = None
     commit: str | None = None
+    #: How the model's tool calls came: native, text, or '' (it made none).
+    tool_format: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,12 +184,33 @@ class AgentRun:
             run_id = resolve_run(config.index_path, options.resume)
             self._load(run_id)
         offered = set(options.granted) | ({"write", "execute"} if options.confirm else set())
+        self.can_write = "write" in offered
+        self.tool_format = options.tool_format or section_settings(config, "agent").get(
+            "tool_format", "auto"
+        )
+        if self.tool_format not in TOOL_FORMATS:
+            raise AgentError(
+                f"Unknown tool format {self.tool_format!r} — use one of {', '.join(TOOL_FORMATS)}."
+            )
+        #: The form of the latest tool calls: native | text ('' before the first).
+        self.used_format = ""
         self.ctx = ToolContext.create(
             config, granted=options.granted, confirm=options.confirm, run_id=run_id
         )
         self.run_id = self.ctx.run_id
         self.specs: list[ToolSpec] = [*self.registry.specs(offered), UPDATE_PLAN, REMEMBER]
-        self.tools_tokens = self.counter.count(json.dumps([asdict(s) for s in self.specs]))
+        self.names = frozenset(s.name for s in self.specs)
+        if self.tool_format == "text":
+            # No `tools` in the request: the tools are described in the system prompt, whose
+            # tokens are counted with it.
+            self.system, self.offered, self.tools_tokens = (
+                f"{SYSTEM_PROMPT}\n\n{tools_prompt(self.specs)}",
+                [],
+                0,
+            )
+        else:
+            self.system, self.offered = SYSTEM_PROMPT, self.specs
+            self.tools_tokens = self.counter.count(json.dumps([asdict(s) for s in self.specs]))
         self.trace = TraceWriter(trace_path(config.index_path, self.run_id))
         self._packs: dict[tuple[str, int, int], ContextPack] = {}
 
@@ -232,6 +274,7 @@ class AgentRun:
                 granted=sorted(self.opts.granted),
                 limits=asdict(self.limits),
                 tools=[s.name for s in self.specs],
+                tool_format=self.tool_format,
             )
             self.emit(
                 "instructions",
@@ -290,7 +333,7 @@ class AgentRun:
         self,
         budget: int,
         *,
-        system: str = SYSTEM_PROMPT,
+        system: str | None = None,
         tools_tokens: int | None = None,
         plan_text: str | None = None,
         closing: str = "",
@@ -312,7 +355,7 @@ class AgentRun:
         return assemble_prompt(
             counter=self.counter,
             budget=budget,
-            system=system,
+            system=self.system if system is None else system,
             tools_tokens=self.tools_tokens if tools_tokens is None else tools_tokens,
             task=self.task,
             notes=redact("\n\n".join([*notes, self.instructions.text]).strip()),
@@ -348,40 +391,43 @@ class AgentRun:
         tools: list[ToolSpec] | tuple[()] | None = None,
     ) -> tuple[StepPrompt, Completion]:
         """One model call with bounded retries: retryable errors wait and retry, a context
-        overflow shrinks the prompt budget and retries, anything else ends the run."""
+        overflow shrinks the prompt budget and retries, anything else ends the run. The
+        adapter's own retries and these come out of one budget (``limits.model_retries``)."""
         prompt = self._context(step, build(self.budget))
         attempts = overflows = 0
-        while True:
-            try:
-                completion = self.model.complete(
-                    prompt.messages,
-                    self.specs if tools is None else tools,
-                    max_tokens=self.limits.completion_tokens,
-                )
-                break
-            except ModelError as exc:
-                kind = classify_model_error(exc)
-                self.emit(
-                    "model_error",
-                    step=step,
-                    kind=kind,
-                    message=str(exc),
-                    attempt=attempts + overflows + 1,
-                    retryable=exc.retryable,
-                )
-                if (
-                    kind == "context_overflow"
-                    and overflows < self.limits.overflow_retries
-                    and self.budget > MIN_BUDGET
-                ):
-                    overflows += 1
-                    self.budget = max(MIN_BUDGET, int(self.budget * 0.6))
-                    prompt = self._context(step, build(self.budget))
-                elif exc.retryable and attempts < self.limits.model_retries:
-                    attempts += 1
-                    self.opts.sleep(exc.retry_after or 2.0**attempts)
-                else:
-                    raise RunEnded(kind, f"The model call failed: {exc}", "failed") from exc
+        with retry_budget(self.limits.model_retries) as retries:
+            while True:
+                try:
+                    completion = self.model.complete(
+                        prompt.messages,
+                        self.offered if tools is None else tools,
+                        max_tokens=self.limits.completion_tokens,
+                    )
+                    break
+                except ModelError as exc:
+                    kind = classify_model_error(exc)
+                    self.emit(
+                        "model_error",
+                        step=step,
+                        kind=kind,
+                        message=str(exc),
+                        attempt=attempts + overflows + 1,
+                        retryable=exc.retryable,
+                        retries_left=retries.left,
+                    )
+                    if (
+                        kind == "context_overflow"
+                        and overflows < self.limits.overflow_retries
+                        and self.budget > MIN_BUDGET
+                    ):
+                        overflows += 1
+                        self.budget = max(MIN_BUDGET, int(self.budget * 0.6))
+                        prompt = self._context(step, build(self.budget))
+                    elif exc.retryable and retries.take():
+                        attempts += 1
+                        self.opts.sleep(exc.retry_after or 2.0**attempts)
+                    else:
+                        raise RunEnded(kind, f"The model call failed: {exc}", "failed") from exc
         m, usage = completion.message, completion.usage
         if usage.total_tokens == 0:  # servers that report no usage: count it ourselves
             out = self.counter.count(m.content + "".join(c.raw_arguments for c in m.tool_calls))
@@ -432,11 +478,10 @@ class AgentRun:
 
     def _step(self, step: int) -> None:
         reply = self.complete(step, "act", self.prompt)[1].message
-        if not reply.tool_calls:
-            return self._no_calls(step, reply)
-        verdict = self.guard.calls(
-            tuple((c.name, canonical_arguments(c)) for c in reply.tool_calls)
-        )
+        calls, form, hint = self._read_calls(step, reply)
+        if not calls:
+            return self._no_calls(step, reply, hint)
+        verdict = self.guard.calls(tuple((c.name, canonical_arguments(c)) for c in calls))
         if verdict == "stop":
             raise RunEnded(
                 "repetition",
@@ -451,19 +496,18 @@ class AgentRun:
                 message=f"{self.guard.repeats} "
                 "identical calls in a row: not run, the model was told",
             )
-        obs: list[Message] = [reply]
         results: list[tuple[ToolCall, ToolResult]] = []
         try:
-            for call in reply.tool_calls:
+            for call in calls:
                 results.append((call, self._call(step, call, blocked=verdict == "block")))
-                obs.append(Message.tool(call.id, results[-1][1].text(), call.name))
         except KeyboardInterrupt:  # every call gets an answer, so the resumed conversation is valid
-            obs += [
-                Message.tool(c.id, "Not run: the user interrupted the run.", c.name)
-                for c in reply.tool_calls[len(results) :]
+            answers = [(c, r.text()) for c, r in results] + [
+                (c, "Not run: the user interrupted the run.") for c in calls[len(results) :]
             ]
+            obs = self._observation(reply, form, answers, hint)
             self._end_step(step, obs, step_summary(step, results) + " [interrupted]", False)
             raise
+        obs = self._observation(reply, form, [(c, r.text()) for c, r in results], hint)
         errors = [r.error for _, r in results if r.error]
         self._end_step(
             step,
@@ -482,8 +526,59 @@ class AgentRun:
                 str(done[-1].data.get("status", "done")),
             )
 
-    def _no_calls(self, step: int, reply: Message) -> None:
+    def _read_calls(self, step: int, reply: Message) -> tuple[tuple[ToolCall, ...], str, str]:
+        """The calls to run, their form (native | text), and a correction for a call written
+        in the text that could not be read (or, in native mode, was written there at all)."""
+        if reply.tool_calls:  # the API's own calls come first
+            calls, form, hint, where = reply.tool_calls, "native", "", ""
+        else:
+            parsed = parse_text_calls(reply.content, names=self.names, id_prefix=f"text_{step}")
+            if self.tool_format == "native":
+                return (), "", NATIVE_ONLY if parsed.calls or parsed.malformed else ""
+            calls, hint, where = parsed.calls, parsed.malformed, parsed.form
+            form = "text" if calls else ""
+        if form and form != self.used_format:
+            self.used_format = form
+            how = {"tag": "in <tool_call> tags", "fenced": "in code fences", "json": "as JSON"}
+            self.emit(
+                "notice",
+                step=step,
+                kind="tool_format",
+                format=form,
+                form=where,
+                message="the model sends native tool calls"
+                if form == "native"
+                else f"the model writes its tool calls in its text ({how.get(where, where)}); "
+                "they are read from there",
+            )
+        return tuple(calls), form, hint
+
+    def _observation(
+        self, reply: Message, form: str, answers: list[tuple[ToolCall, str]], hint: str
+    ) -> list[Message]:
+        """What the model sees of this step next time: its reply and every call's result.
+        Calls it wrote as text get their results as text too (Hermes `<tool_response>`), so a
+        server without tool support still gets a conversation it can render."""
+        if form != "text":
+            obs = [reply, *(Message.tool(c.id, text, c.name) for c, text in answers)]
+            return obs + ([Message.user(hint)] if hint else [])
+        parts = [
+            f'<tool_response name="{c.name}">\n{text}\n</tool_response>' for c, text in answers
+        ]
+        return [reply, Message.user("\n\n".join([*parts, hint] if hint else parts))]
+
+    def _no_calls(self, step: int, reply: Message, hint: str = "") -> None:
         text = reply.content.strip()
+        if hint:  # a tool call it meant to make: tell it what is wrong, it is no answer
+            self.emit("notice", step=step, kind="malformed_call", message=hint)
+            self._end_step(
+                step,
+                [reply, Message.user(hint)],
+                f"step {step}: a tool call that could not be read (not run)",
+                failed=True,
+                last_error=hint,
+            )
+            return
         verdict = self.guard.no_calls(empty=not text)
         if not text and verdict == "stop":
             raise RunEnded(
@@ -494,20 +589,42 @@ class AgentRun:
             )
         if verdict == "stop":
             self._end_step(step, [reply], f"step {step}: answered in text", False)
-            raise RunEnded("answered", text, "done")
+            end = self._text_ending(text)
+            raise RunEnded(end.reason, end.message, end.status)
         self.emit(
             "notice",
             step=step,
             kind="empty_answer" if not text else "text_only",
             message="empty reply" if not text else "reply without tool calls",
         )
-        obs = [Message.user(NUDGE_EMPTY)] if not text else [reply, Message.user(NUDGE_TEXT)]
+        change_missing = self._change_expected() and not self._changed()
+        nudge = NUDGE_NO_CHANGE if change_missing else NUDGE_TEXT
+        if self.tool_format == "text" or self.used_format == "text":
+            nudge += f" Write each tool call like this: {CALL_EXAMPLE}"
+        obs = [Message.user(NUDGE_EMPTY)] if not text else [reply, Message.user(nudge)]
         said = " ".join(text.split())[:120]
         self._end_step(
             step,
             obs,
             f"step {step}: " + (f"said: {said}" if text else "(empty reply)"),
             failed=not text,
+        )
+
+    def _change_expected(self) -> bool:
+        return self.can_write and asks_for_change(self.task)
+
+    def _changed(self) -> list[FileStat]:
+        store = self.ctx.checkpoints
+        return diff_stats(self.config.root, run_originals(store, self.run_id)) if store else []
+
+    def _text_ending(self, text: str) -> Ending:
+        """How a run ends when the model stops calling tools (see agent/outcome.py)."""
+        return text_ending(
+            self.task,
+            prose(text, self.names),
+            can_write=self.can_write,
+            changed=len(self._changed()),
+            run_id=self.run_id,
         )
 
     def _call(self, step: int, call: ToolCall, blocked: bool = False) -> ToolResult:
@@ -607,11 +724,12 @@ class AgentRun:
 
     def _finish(self, end: RunEnded, t0: float) -> RunReport:
         elapsed = round(self.prior_s + self.opts.clock() - t0, 3)
-        store = self.ctx.checkpoints
-        changed = diff_stats(self.config.root, run_originals(store, self.run_id)) if store else []
+        changed = self._changed()
         paths = [c.path for c in changed]
         stat = git_stat(self.config.root, paths)
-        final = end.message if end.reason in ("finished", "answered") else ""
+        # What the user reads as the result: never a tool call the model wrote as text.
+        final = prose(end.message, self.names) if end.reason in ("finished", "answered") else ""
+        message = final if end.reason in ("finished", "answered") else end.message
         plan = self.plan.to_dict() if self.plan else {}
         summary = {
             "final": final,
@@ -622,12 +740,13 @@ class AgentRun:
             "model_calls": self.model_calls,
             "steps": self.next_step - 1,
             "elapsed_s": elapsed,
+            "tool_format": {"setting": self.tool_format, "used": self.used_format},
         }
         self.emit(
             "end",
             status=end.status,
             reason=end.reason,
-            message=end.message,
+            message=message,
             summary=summary,
             plan=plan,
         )
@@ -649,7 +768,7 @@ class AgentRun:
             self.run_id,
             end.status,
             end.reason,
-            end.message,
+            message,
             final,
             self.next_step - 1,
             self.usage,
@@ -662,6 +781,7 @@ class AgentRun:
             plan,
             branch,
             sha,
+            self.used_format,
         )
 
 

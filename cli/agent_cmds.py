@@ -10,10 +10,23 @@ from typing import Any
 
 import click
 
-from .common import echo_json, handle_errors, index_dir_option, json_option, make_config
+from indexer.config import TOOL_FORMATS
+
+from .common import (
+    ModelSettings,
+    echo_json,
+    handle_errors,
+    index_dir_option,
+    json_option,
+    make_config,
+    model_options,
+    open_model,
+)
 from .query_cmds import find_root
 
 TOOL_LEVELS = ("read", "write", "execute")
+#: Exit status of a run that was asked for a change and made none.
+EXIT_NO_PROGRESS = 3
 
 
 def _config(root: Path, index_dir: Path | None):
@@ -81,6 +94,15 @@ def agent() -> None:
     metavar="RUN",
     help="Continue an interrupted or stopped run (id, prefix or `last`).",
 )
+@click.option(
+    "--tool-format",
+    type=click.Choice(TOOL_FORMATS),
+    default=None,
+    help="How the model calls tools: native (the API's tool calls), text (tools described in "
+    "the prompt, calls read from the reply) or auto: native, else text (default; config "
+    "`agent.tool_format`, env REPOCTX_AGENT_TOOL_FORMAT).",
+)
+@model_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @_root_option
 @index_dir_option
@@ -97,6 +119,10 @@ def run_cmd(
     read_only: bool,
     commit: bool,
     resume: str | None,
+    tool_format: str | None,
+    model_timeout: float | None,
+    connect_timeout: float | None,
+    model_retries: int | None,
     quiet: bool,
     root: Path,
     index_dir: Path | None,
@@ -108,7 +134,6 @@ def run_cmd(
     from agent.ask import model_spec
     from agent.budget import Limits
     from agent.loop import RunOptions, run_agent
-    from agent.models import create_model
 
     if not task and not resume:
         raise click.UsageError("Give a TASK, or --resume RUN.")
@@ -116,13 +141,15 @@ def run_cmd(
         raise click.UsageError("--yes and --read-only contradict each other; pick one.")
     config = _config(root, index_dir)
     spec = model_spec(model_flag, config.extra)
-    model = create_model(spec)
+    settings = ModelSettings.resolve(config, model_timeout, connect_timeout, model_retries)
+    model = open_model(spec, settings)
     limits = Limits()
     overrides = {
         "max_steps": max_steps,
         "max_tokens": max_tokens,
         "timeout_s": timeout_s,
         "prompt_budget": budget,
+        "model_retries": settings.retries,
     }
     limits = replace(limits, **{k: v for k, v in overrides.items() if v is not None})
     interactive = sys.stdin.isatty() and sys.stderr.isatty()
@@ -144,6 +171,7 @@ def run_cmd(
         commit=commit,
         resume=resume,
         on_event=None if quiet or as_json else _progress,
+        tool_format=tool_format,
     )
     report = run_agent(config, task or "", model, options)
     if as_json:
@@ -152,6 +180,8 @@ def run_cmd(
         _print_report(report)
     if report.status == "interrupted":
         sys.exit(130)
+    if report.status == "no_progress":
+        sys.exit(EXIT_NO_PROGRESS)
     if report.status in ("failed", "stopped"):
         sys.exit(2)
 
@@ -202,6 +232,8 @@ def _print_report(report) -> None:
         "elapsed_s": report.elapsed_s,
     }
     click.echo(render_summary(summary))
+    if report.tool_format == "text":
+        click.echo("Tool calls: written in the model's text, read from there.")
     if report.branch:
         click.echo(f"Committed {report.commit[:10]} on branch {report.branch} (not pushed).")
     click.echo(

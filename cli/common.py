@@ -8,7 +8,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,75 @@ def index_dir_option(f: Callable) -> Callable:
 
 def json_option(f: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")(f)
+
+
+def model_options(f: Callable) -> Callable:
+    """--model-timeout, --connect-timeout and --model-retries (see open_model)."""
+    f = click.option(
+        "--model-retries",
+        type=click.IntRange(min=0, max=20),
+        default=None,
+        help="Retries of a failed model call (rate limit, server error, timeout), the adapter's "
+        "and the agent's together (default 2; config `model_retries`, env REPOCTX_MODEL_RETRIES).",
+    )(f)
+    f = click.option(
+        "--connect-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="SECONDS",
+        help="Seconds to connect to the model server (default 10; config "
+        "`model_connect_timeout_s`, env REPOCTX_MODEL_CONNECT_TIMEOUT_S).",
+    )(f)
+    f = click.option(
+        "--model-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        metavar="SECONDS",
+        help="Seconds the model server may stay silent; a streamed reply is never cut while "
+        "tokens flow (default 600; config `model_timeout_s`, env REPOCTX_MODEL_TIMEOUT_S).",
+    )(f)
+    return f
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The model client's time limits and retries, flags over the configuration."""
+
+    timeout_s: float
+    connect_timeout_s: float
+    retries: int
+
+    @classmethod
+    def resolve(
+        cls,
+        config: Config,
+        timeout_s: float | None,
+        connect_timeout_s: float | None,
+        retries: int | None,
+    ) -> ModelSettings:
+        from indexer.config import setting
+
+        return cls(
+            timeout_s if timeout_s is not None else setting(config, "model_timeout_s"),
+            connect_timeout_s
+            if connect_timeout_s is not None
+            else setting(config, "model_connect_timeout_s"),
+            retries if retries is not None else setting(config, "model_retries"),
+        )
+
+
+def open_model(spec: str | None, settings: ModelSettings) -> Any:
+    """The model client for ``spec``, streaming (a slow local model is timed by its silence,
+    not by the length of its answer)."""
+    from agent.models import create_model
+
+    return create_model(
+        spec,
+        timeout=settings.timeout_s,
+        connect_timeout=settings.connect_timeout_s,
+        max_retries=settings.retries,
+        stream=True,
+    )
 
 
 def root_option(f: Callable) -> Callable:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import echo_json
+from .common import ModelSettings, echo_json, model_options, open_model
 from .query_cmds import open_graph, read_options
 
 DEFAULT_BUDGET = 8000
@@ -136,6 +136,7 @@ def context_cmd(
     show_default=True,
     help="Longest answer the model may write.",
 )
+@model_options
 @read_options
 def ask_cmd(
     question: str,
@@ -144,6 +145,9 @@ def ask_cmd(
     tokenizer: str | None,
     model_flag: str | None,
     max_tokens: int,
+    model_timeout: float | None,
+    connect_timeout: float | None,
+    model_retries: int | None,
     root: Path,
     index_dir: Path | None,
     as_json: bool,
@@ -156,9 +160,8 @@ def ask_cmd(
     spec = model_spec(model_flag, config.extra)
     model = None
     if spec:
-        from agent.models import create_model
-
-        model = create_model(spec)
+        settings = ModelSettings.resolve(config, model_timeout, connect_timeout, model_retries)
+        model = open_model(spec, settings)
     answer = ask(
         conn,
         config.root,

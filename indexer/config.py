@@ -30,6 +30,9 @@ __all__ = ["SETTINGS", "Config", "Setting", "check_setting", "check_uri", "env_n
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 ENGINES = ("local", "ray")
 SANDBOX_MODES = ("auto", "required", "off")
+#: How the agent reads tool calls: the provider's `tool_calls` only, calls written in the reply's
+#: text (tools described in the prompt), or native first and text when there is none.
+TOOL_FORMATS = ("auto", "native", "text")
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,11 @@ SETTINGS: dict[str, Setting] = {
     "model": Setting("str", note="provider:model, e.g. openai:gpt-4o-mini"),
     "tokenizer": Setting("str", "auto"),
     "context_budget": Setting("int", 8000, lo=1, hi=10_000_000, note="tokens"),
+    # the model client (agent/models): `ask` and `agent run`
+    "model_timeout_s": Setting("float", 600.0, above=0, hi=DAY_S,
+                               note="seconds of silence from the model server"),
+    "model_connect_timeout_s": Setting("float", 10.0, above=0, hi=3600.0, note="seconds"),
+    "model_retries": Setting("int", 2, lo=0, hi=20, note="retries of one model call"),
     # [agent] (agent/tools/settings.py and agent/workspace.py)
     "agent.allow_commands": Setting("list", note="program names"),
     "agent.git_write": Setting("bool", False),
@@ -150,6 +158,7 @@ SETTINGS: dict[str, Setting] = {
     "agent.sandbox_read": Setting("list", (), note="paths"),
     "agent.sandbox_write": Setting("list", (), note="paths"),
     "agent.sandbox_deny_read": Setting("list", (), note="paths"),
+    "agent.tool_format": Setting("choice", "auto", choices=TOOL_FORMATS),
 }
 #: Top-level keys that hold a table of settings.
 SECTIONS = ("agent",)

@@ -604,3 +604,336 @@ def test_message_tool_spec_types_are_the_models_own() -> None:
     assert isinstance(REMEMBER, ToolSpec) and isinstance(UPDATE_PLAN, ToolSpec)
     assert Message.tool("x", "y").role == "tool"
     assert ok("fine").ok
+
+
+# -- tool calls written as text (llama.cpp + Qwen), honest outcomes, time limits ----------------
+
+MODEL = "qwen2.5-coder-1.5b"
+
+
+def llama_reply(content: str) -> dict:
+    """A non-streamed reply exactly as llama-cpp-python 0.3.36 sends it: the call in `content`,
+    no `tool_calls`, finish_reason "stop"."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940},
+    }
+
+
+def llama_stream(content: str, pieces: int = 4) -> list[str]:
+    """The same reply streamed as llama-cpp-python streams it: a role delta, content deltas, an
+    empty delta with the finish reason, [DONE] — and no usage (it ignores include_usage)."""
+    size = max(1, -(-len(content) // pieces))
+    base = {"id": "chatcmpl-2", "model": MODEL, "created": 1, "object": "chat.completion.chunk"}
+
+    def chunk(delta: dict, finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return f"data: {json.dumps({**base, 'choices': [choice]})}\r\n\r\n"
+
+    parts = [content[i : i + size] for i in range(0, len(content), size)]
+    return [
+        chunk({"role": "assistant"}),
+        *(chunk({"content": p}) for p in parts),
+        chunk({}, "stop"),
+        "data: [DONE]\r\n\r\n",
+    ]
+
+
+class LlamaServer:
+    """A 127.0.0.1 server answering like llama-cpp-python's: each reply is a JSON body, a list
+    of server-sent events, or (status, body); `stall` seconds of silence after the events."""
+
+    def __init__(self) -> None:
+        self.replies: list[Any] = []
+        self.requests: list[dict] = []
+        self.connections: list[Any] = []
+        self.overlaps: list[int] = []
+        self.release = threading.Event()
+        self.url = ""
+
+
+def _peer_open(sock) -> bool:
+    import select
+    import socket
+
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return not readable or sock.recv(1, socket.MSG_PEEK) != b""
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.fixture
+def llama() -> Iterator[LlamaServer]:
+    srv = LlamaServer()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            srv.overlaps.append(sum(_peer_open(c) for c in srv.connections))
+            srv.connections.append(self.connection)
+            srv.requests.append(body)
+            reply = srv.replies.pop(0) if srv.replies else (500, {"error": "unscripted"})
+            stall = 0.0
+            if isinstance(reply, dict) and "stall" in reply:
+                stall, reply = reply["stall"], reply["events"]
+            try:
+                if isinstance(reply, list):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for frame in reply:
+                        self.wfile.write(frame.encode())
+                        self.wfile.flush()
+                    srv.release.wait(stall)
+                    return
+                status, payload = reply if isinstance(reply, tuple) else (200, reply)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    yield srv
+    srv.release.set()
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def llama_client(srv: LlamaServer, **kw: Any) -> OpenAIClient:
+    kw.setdefault("retry", RetryPolicy(max_retries=0))
+    return OpenAIClient(MODEL, base_url=srv.url, sleep=lambda s: None, **kw)
+
+
+FENCED_READ = (
+    "```json\n"
+    + json.dumps({"name": "read_span", "arguments": {"path": "pkg/calc.py", "end_line": 12}})
+    + "\n```"
+)
+BARE_EDIT = json.dumps({"name": "edit", "arguments": FIX})
+TAGGED_TEST_AND_FINISH = (
+    '<tool_call>\n{"name": "run_tests", "arguments": {}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "finish", "arguments": {"summary": "add adds again."}}\n</tool_call>'
+)
+
+
+def test_calls_written_as_text_by_a_llama_cpp_server_are_run(repo: Path, llama) -> None:
+    llama.replies = [
+        llama_reply(PLAN),
+        llama_stream(FENCED_READ),
+        llama_reply("The sign is wrong. " + BARE_EDIT),
+        llama_stream(TAGGED_TEST_AND_FINISH),
+    ]
+    report = run(repo, [], model=llama_client(llama, stream=True))
+    assert (report.status, report.reason, report.final) == ("done", "finished", "add adds again.")
+    assert "return a + b" in (repo / "pkg/calc.py").read_text()
+    assert report.tests[-1].passed and report.tool_format == "text"
+    trace = events(repo, report.run_id)
+    assert [e["name"] for e in trace if e["type"] == "tool_call"] == [
+        "read_span",
+        "edit",
+        "run_tests",
+        "finish",
+    ]
+    assert all(e["ok"] for e in trace if e["type"] == "tool_call")
+    (notice,) = [e for e in trace if e.get("kind") == "tool_format"]
+    assert (notice["format"], notice["form"], notice["step"]) == ("text", "fenced", 1)
+    end = trace[-1] if trace[-1]["type"] == "end" else next(e for e in trace if e["type"] == "end")
+    assert end["summary"]["tool_format"] == {"setting": "auto", "used": "text"}
+    assert trace[0]["tool_format"] == "auto"
+    # The requests: tools offered with tool_choice; results of text calls come back as text
+    # (no `tool` messages a template without tools could not render).
+    assert llama.requests[1]["tool_choice"] == "auto" and llama.requests[1]["tools"]
+    third = llama.requests[2]["messages"]
+    assert [m["role"] for m in third] == ["system", "user", "assistant", "user"]
+    assert third[2]["content"] == FENCED_READ and "tool_calls" not in third[2]
+    assert third[3]["content"].startswith('<tool_response name="read_span">\n')
+    assert "return a - b" in third[3]["content"]
+    fourth = llama.requests[3]["messages"]
+    assert fourth[2]["content"].startswith("The sign is wrong.")
+    assert '<tool_response name="edit">' in fourth[3]["content"]
+    assert "step 1: read_span" in fourth[1]["content"]  # the history line of a text call
+
+
+def test_a_malformed_call_gets_a_correction_not_an_ending(repo: Path, llama) -> None:
+    broken = '<tool_call>\n{"name": "edit", "arguments": {"path": "pkg/calc.py"\n</tool_call>'
+    llama.replies = [
+        llama_reply(PLAN),
+        llama_reply(broken),
+        llama_reply(broken),  # twice in a row: still not an answer
+        llama_reply(BARE_EDIT),
+        llama_reply(json.dumps({"name": "finish", "arguments": {"summary": "Fixed."}})),
+    ]
+    report = run(repo, [], model=llama_client(llama))
+    assert (report.status, report.reason) == ("done", "finished")
+    trace = events(repo, report.run_id)
+    notices = [e for e in trace if e.get("kind") == "malformed_call"]
+    assert len(notices) == 2 and "could not be read" in notices[0]["message"]
+    steps = [e for e in trace if e["type"] == "step"]
+    assert [s["failed"] for s in steps[:2]] == [True, True]
+    correction = llama.requests[2]["messages"][-1]
+    assert correction["role"] == "user"
+    assert correction["content"].startswith("Your reply looks like a tool call")
+    assert "Expecting ',' delimiter" in correction["content"]
+
+
+def test_text_format_describes_the_tools_in_the_prompt_and_sends_none(repo: Path, llama) -> None:
+    llama.replies = [
+        llama_reply(PLAN),
+        llama_reply(f"<tool_call>\n{BARE_EDIT}\n</tool_call>"),
+        llama_reply(TAGGED_TEST_AND_FINISH),
+    ]
+    report = run(repo, [], model=llama_client(llama), tool_format="text")
+    assert (report.status, report.tool_format) == ("done", "text")
+    assert report.tests[-1].passed
+    for request in llama.requests[1:]:
+        assert "tools" not in request and "tool_choice" not in request
+        system = request["messages"][0]["content"]
+        assert "<tools>" in system and '"name": "edit"' in system and "<tool_call>" in system
+    assert events(repo, report.run_id)[0]["tool_format"] == "text"
+
+
+def test_native_format_does_not_run_calls_written_as_text(repo: Path, llama) -> None:
+    llama.replies = [
+        llama_reply(PLAN),
+        llama_reply(BARE_EDIT),
+        chat(None, [("call_1", "finish", {"summary": "Gave up.", "status": "gave_up"})]),
+    ]
+    report = run(repo, [], model=llama_client(llama), tool_format="native")
+    assert (report.status, report.tool_format) == ("gave_up", "native")
+    assert "return a - b" in (repo / "pkg/calc.py").read_text()  # the text edit did not run
+    correction = llama.requests[2]["messages"][-1]["content"]
+    assert "tool format `native`" in correction
+
+
+def test_text_without_a_change_on_a_change_task_is_no_progress(repo: Path) -> None:
+    model = ScriptedModel([PLAN, "The bug is in add.", "add subtracts instead of adding."])
+    report = run(repo, [], model=model)
+    assert (report.status, report.reason) == ("no_progress", "no_change")
+    assert report.final == "" and "without changing any file" in report.message
+    assert "add subtracts instead of adding." in report.message  # its last words, quoted
+    # The nudge after the first text reply says that nothing has changed yet.
+    assert "no file has been changed yet" in model.calls[2].messages[-1].content
+
+
+def test_text_after_a_change_without_finish_is_not_completed(repo: Path) -> None:
+    script = [PLAN, call("edit", **FIX), "I fixed it.", "Done."]
+    report = run(repo, script)
+    assert (report.status, report.reason) == ("stopped", "no_finish")
+    assert "changed 1 file(s)" in report.message and "repoctx agent undo" in report.message
+
+
+def test_a_question_answered_in_text_is_completed(repo: Path) -> None:
+    model = ScriptedModel([PLAN, "add is in pkg/calc.py.", "add is defined at pkg/calc.py:4."])
+    options = RunOptions(granted=ALL, sleep=lambda s: None)
+    report = run_agent(config(repo), "Where is add defined?", model, options)
+    assert (report.status, report.reason) == ("done", "answered")
+    assert report.final == "add is defined at pkg/calc.py:4."
+
+
+def test_cli_no_progress_exit_status_and_a_summary_without_raw_calls(
+    repo: Path, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    base = ["--root", str(repo), "--yes"]
+    stuck = tmp_path / "stuck.jsonl"
+    stuck.write_text("\n".join(json.dumps(x) for x in [PLAN, "I see.", "It subtracts."]) + "\n")
+    res = runner.invoke(cli, ["agent", "run", "Fix add", "--model", f"scripted:{stuck}", *base])
+    assert res.exit_code == 3, res.output
+    assert "no_progress: no_change" in res.output and "Nothing was done" in res.output
+
+    # A summary that carries a tool call written as text shows only its words.
+    summary = 'Fixed add.\n```json\n{"name": "run_tests", "arguments": {}}\n```'
+    done = tmp_path / "done.jsonl"
+    done.write_text(
+        "\n".join(json.dumps(x) for x in [PLAN, call("edit", **FIX), finish(summary)]) + "\n"
+    )
+    res = runner.invoke(cli, ["agent", "run", "Fix add", "--model", f"scripted:{done}", *base])
+    assert res.exit_code == 0, res.output
+    # stdout is the report (stderr shows each tool call with its arguments, as progress)
+    assert "Summary: Fixed add.\nChanged: pkg/calc.py" in res.stdout
+    assert '"name"' not in res.stdout and "```" not in res.stdout
+
+
+def test_cli_tool_format_flag_beats_config_and_env(repo: Path, tmp_path: Path) -> None:
+    (repo / ".repoctx.toml").write_text(TOML + 'tool_format = "text"\n')
+    script = tmp_path / "s.jsonl"
+    script.write_text("\n".join(json.dumps(x) for x in [PLAN, finish()]) + "\n")
+    runner = CliRunner()
+    args = ["agent", "run", "Fix add", "--model", f"scripted:{script}", "--root", str(repo)]
+    env = {"REPOCTX_AGENT_TOOL_FORMAT": "native"}
+    formats = []
+    for extra in ([], ["--tool-format", "native"]):
+        res = runner.invoke(cli, [*args, *extra, "--json"], env=env)
+        assert res.exit_code == 0, res.output
+        run_id = json.loads(res.stdout)["run_id"]
+        formats.append(events(repo, run_id)[0]["tool_format"])
+    assert formats == ["text", "native"]  # the file over the environment, the flag over both
+    res = runner.invoke(cli, [*args, "--tool-format", "xml"])
+    assert res.exit_code == 2 and "xml" in res.output
+
+
+def test_a_stalled_stream_is_closed_before_the_loop_retries(repo: Path, llama) -> None:
+    llama.replies = [
+        {"events": llama_stream(PLAN)[:2], "stall": 5},  # the model goes silent mid-reply
+        llama_stream(PLAN),
+        llama_stream(json.dumps({"name": "finish", "arguments": {"summary": "ok"}})),
+    ]
+    client = llama_client(llama, stream=True, timeout=0.5)
+    report = run(repo, [], model=client, limits=Limits(model_retries=1))
+    assert report.status == "done" and len(llama.requests) == 3
+    assert llama.overlaps == [0, 0, 0]  # no request ran beside an earlier one
+    (error,) = [e for e in events(repo, report.run_id) if e["type"] == "model_error"]
+    assert error["kind"] == "model_service" and "stopped sending" in error["message"]
+
+
+def test_the_adapter_and_the_loop_share_one_retry_budget(repo: Path, llama) -> None:
+    llama.replies = [(503, {"error": {"message": "busy"}})] * 10
+    client = llama_client(llama, retry=RetryPolicy(max_retries=5))
+    report = run(repo, [], model=client, limits=Limits(model_retries=2))
+    assert (report.status, report.reason) == ("failed", "model_service")
+    # 1 try + 2 retries, not (5 + 1) * (2 + 1).
+    assert len(llama.requests) == 3
+
+
+@pytest.mark.parametrize(
+    ("task", "change"),
+    [
+        ("Fix the bug in pkg/calc.py add", True),
+        ("The EU total is ten times too high; fix it", True),
+        ("Find and fix the bug in add", True),
+        ("Can you rename add to plus?", True),
+        ("Why does test_add fail? Fix it.", True),
+        ("test_add fails", True),
+        ("Where is add defined?", False),
+        ("How does add work", False),
+        ("Explain how add works", False),
+        ("Could you explain add?", False),
+        ("Where are add and update defined?", False),
+    ],
+)
+def test_which_tasks_ask_for_a_change(task: str, change: bool) -> None:
+    from agent.outcome import asks_for_change
+
+    assert asks_for_change(task) is change

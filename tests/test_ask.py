@@ -92,6 +92,16 @@ def test_ask_without_a_model_gives_ranked_locations(shop):
         ("../outside.py:1", [("../outside.py", 1, 1, False)]),
         ("shop/tax.py:12-10", [("shop/tax.py", 12, 10, False)]),
         ("http://example.com:8080/x and version 3.11:5", []),
+        # prose forms
+        ("compute_tax is in `shop/tax.py` file at line 10-12.", [("shop/tax.py", 10, 12, True)]),
+        ("shop/tax.py line 12 rounds", [("shop/tax.py", 12, 12, True)]),
+        ("see `tax.py`, lines 10 to 12", [("shop/tax.py", 10, 12, True)]),
+        (
+            "The decoder: `pyjson/decoder.py` file at line 20-43",
+            [("pyjson/decoder.py", 20, 43, False)],
+        ),
+        ("shop/cart.py:3 and also line 14", [("shop/cart.py", 3, 3, True)]),
+        ("e.g. line 5, version 3.11 line 2, in shop/tax.py. Line 5 is long", []),
     ],
 )
 def test_citation_forms(shop, text, expected):
@@ -197,7 +207,12 @@ def test_ask_shows_similar_past_commits_and_checks_commit_citations(tmp_path):
 
     root = make_repo(tmp_path / "shop", SHOP)
     write_files(root, {"shop/tax.py": (root / "shop/tax.py").read_text() + "\n# mars has no tax\n"})
-    git(root, "commit", "-qam", "Tax rate lookup fails for the mars region\n\nrate_for raised KeyError.")
+    git(
+        root,
+        "commit",
+        "-qam",
+        "Tax rate lookup fails for the mars region\n\nrate_for raised KeyError.",
+    )
     real = git(root, "rev-parse", "HEAD").strip()
     write_files(root, {"README.md": "# shop\n\nDocs.\n"})
     git(root, "commit", "-qam", "Rewrite the readme")
@@ -206,8 +221,15 @@ def test_ask_shows_similar_past_commits_and_checks_commit_citations(tmp_path):
     try:
         text = f"See commit {real[:9]} and commit deadbeef00 for the mars region tax rate."
         model = ScriptedModel([text])
-        answer = ask(conn, root, "Why does the tax rate lookup fail for the mars region?",
-                     model=model, budget_tokens=700, tokenizer="minilm", index_dir=cfg.index_path)
+        answer = ask(
+            conn,
+            root,
+            "Why does the tax rate lookup fail for the mars region?",
+            model=model,
+            budget_tokens=700,
+            tokenizer="minilm",
+            index_dir=cfg.index_path,
+        )
     finally:
         conn.close()
     assert [c.sha for c in answer.commits][:1] == [real]
@@ -223,5 +245,45 @@ def test_ask_shows_similar_past_commits_and_checks_commit_citations(tmp_path):
     from agent.ask import render_commits
     from retrieval.tokens import get_tokenizer
 
-    used = answer.pack.used_tokens + get_tokenizer("minilm").count(render_commits(answer.commits) + "\n\n")
+    used = answer.pack.used_tokens + get_tokenizer("minilm").count(
+        render_commits(answer.commits) + "\n\n"
+    )
     assert used <= 700
+
+
+def test_cli_ask_model_timeout_and_retries_reach_the_adapter(shop):
+    """--model-timeout and --model-retries are the adapter's: a server that says nothing is a
+    timeout after that many seconds, tried once, and the error names the setting to raise."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    root, _ = shop
+    release, seen = threading.Event(), []
+
+    class Silent(BaseHTTPRequestHandler):
+        def log_message(self, format, *args):
+            pass
+
+        def do_POST(self):
+            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            release.wait(10)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True).start()
+    env = {"REPOCTX_MODEL_BASE_URL": f"http://127.0.0.1:{httpd.server_address[1]}/v1"}
+    args = ["ask", QUESTION, "-C", str(root), "--model", "llamacpp:m", "--tokenizer", "minilm"]
+    try:
+        res = CliRunner().invoke(
+            cli, [*args, "--model-timeout", "0.5", "--model-retries", "0"], env=env
+        )
+        bad = CliRunner().invoke(cli, args, env={**env, "REPOCTX_MODEL_RETRIES": "many"})
+    finally:
+        release.set()
+        httpd.shutdown()
+        httpd.server_close()
+    assert res.exit_code == 1, res.output
+    assert "sent nothing for 0.5s" in res.output and "--model-timeout" in res.output
+    assert len(seen) == 1 and seen[0]["stream"] is True
+    assert (
+        bad.exit_code == 1 and "`model_retries` = 'many' from REPOCTX_MODEL_RETRIES" in bad.output
+    )

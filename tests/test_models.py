@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +55,7 @@ class Reply:
     delay: float = 0.0  # wait before answering
     events: list[Any] | None = None  # server-sent events: dicts (as data:) or raw strings
     stall: float = 0.0  # wait after the events, before closing
+    gap: float = 0.0  # wait before each event (a slow model producing tokens)
 
 
 @dataclass
@@ -69,6 +72,10 @@ class FakeProvider:
         # Set at teardown so handlers that are told to wait finish promptly.
         self.release = threading.Event()
         self.url = ""
+        # Each request's connection, and how many earlier connections the client still held
+        # open when it arrived: a retry beside a request the server still works on.
+        self.connections: list[socket.socket] = []
+        self.overlaps: list[int] = []
 
     def reply(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -82,6 +89,8 @@ def _handler(fake: FakeProvider) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             headers = {k.lower(): v for k, v in self.headers.items()}
+            fake.overlaps.append(sum(_client_holds(c) for c in fake.connections))
+            fake.connections.append(self.connection)
             fake.requests.append(Seen(self.path, headers, json.loads(raw)))
             reply = fake.replies.popleft() if fake.replies else Reply(418, {"error": "unscripted"})
             if reply.delay:
@@ -112,6 +121,8 @@ def _handler(fake: FakeProvider) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             for event in reply.events or []:
+                if reply.gap:
+                    fake.release.wait(reply.gap)
                 frame = event if isinstance(event, str) else f"data: {json.dumps(event)}\n\n"
                 self.wfile.write(frame.encode())
                 self.wfile.flush()
@@ -119,6 +130,15 @@ def _handler(fake: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 fake.release.wait(reply.stall)
 
     return Handler
+
+
+def _client_holds(sock: socket.socket) -> bool:
+    """Whether the client still has this connection open (it sent no FIN)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return not readable or sock.recv(1, socket.MSG_PEEK) != b""
+    except (OSError, ValueError):  # the server closed it after answering
+        return False
 
 
 @pytest.fixture
@@ -589,6 +609,123 @@ def test_openai_stream_that_stalls_times_out(server: FakeProvider, sleeps: list[
     client = openai_client(server, sleeps, stream=True, timeout=0.3)
     with pytest.raises(ModelTimeoutError):
         client.complete([Message.user("Hi")])
+
+
+# -- time limits: silence, not total time; one retry budget; no overlapping retries -----------
+
+
+def _text_chunks(words: list[str]) -> list[Any]:
+    return [
+        *(_chunk({"content": w}) for w in words),
+        _chunk({}, "stop"),
+        "data: [DONE]\n\n",
+    ]
+
+
+def test_a_slow_stream_is_not_a_timeout_while_tokens_flow(
+    server: FakeProvider, sleeps: list[float]
+) -> None:
+    # 8 pieces 0.15 s apart: 1.2 s in all, four times the 0.3 s timeout, never 0.3 s silent.
+    words = ["one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight"]
+    server.reply(Reply(events=_text_chunks(words), gap=0.15))
+    client = openai_client(server, sleeps, stream=True, timeout=0.3)
+    start = time.monotonic()
+    result = client.complete([Message.user("count")])
+    assert time.monotonic() - start > 1.0
+    assert result.message.content == "".join(words) and not sleeps
+
+
+def test_silence_in_the_middle_of_a_stream_times_out(
+    server: FakeProvider, sleeps: list[float]
+) -> None:
+    server.reply(Reply(events=[_chunk({"content": "par"}), _chunk({"content": "tial"})], stall=5))
+    client = openai_client(server, sleeps, stream=True, timeout=0.3)
+    with pytest.raises(ModelTimeoutError, match="stopped sending for 0.3s") as info:
+        client.complete([Message.user("Hi")])
+    assert "--model-timeout" in str(info.value) and "REPOCTX_MODEL_TIMEOUT_S" in str(info.value)
+
+
+def test_the_connect_timeout_does_not_bound_the_wait_for_an_answer(
+    server: FakeProvider, sleeps: list[float]
+) -> None:
+    server.reply(Reply(delay=0.6, body=chat_reply("late but fine")))
+    client = openai_client(server, sleeps, timeout=3, connect_timeout=0.2)
+    assert client.complete([Message.user("Hi")]).message.content == "late but fine"
+    assert not sleeps
+
+
+def test_a_retry_closes_the_timed_out_request_first(
+    server: FakeProvider, sleeps: list[float]
+) -> None:
+    # The first request hangs (a CPU model on a long prompt); the retry must not run beside it.
+    server.reply(Reply(delay=5, body=chat_reply("never")), Reply(body=chat_reply("second")))
+    client = openai_client(server, sleeps, timeout=0.3, retry=RetryPolicy(max_retries=1))
+    assert client.complete([Message.user("Hi")]).message.content == "second"
+    assert len(server.requests) == 2 and len(sleeps) == 1
+    assert server.overlaps == [0, 0]
+
+
+def test_retries_inside_a_budget_come_out_of_it(server: FakeProvider, sleeps: list[float]) -> None:
+    from agent.models import retry_budget
+
+    server.reply(*[Reply(503, {"error": {"message": "busy"}}) for _ in range(6)])
+    client = openai_client(server, sleeps, retry=RetryPolicy(max_retries=5))
+    with retry_budget(1) as budget, pytest.raises(ServiceError):
+        client.complete([Message.user("Hi")])
+    # Its own policy would have sent 6 requests; the shared budget allows one retry.
+    assert len(server.requests) == 2 and len(sleeps) == 1 and budget.left == 0
+
+
+def test_tool_choice_is_sent_and_dropped_where_the_server_rejects_it(
+    server: FakeProvider, sleeps: list[float]
+) -> None:
+    vllm = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    server.reply(
+        Reply(body=chat_reply("a")),
+        Reply(400, {"object": "error", "message": vllm, "type": "BadRequestError", "code": 400}),
+        Reply(body=chat_reply("b")),
+        Reply(body=chat_reply("c")),
+        Reply(body=chat_reply("d")),
+    )
+    client = openai_client(server, sleeps)
+    replies = [client.complete([Message.user("Hi")], [SEARCH]).message.content for _ in range(3)]
+    assert replies == ["a", "b", "c"]
+    sent = [r.body for r in server.requests]
+    assert sent[0]["tool_choice"] == "auto"
+    # Refused for tool_choice: the same request again without it, then never again.
+    assert sent[1]["tool_choice"] == "auto"
+    assert "tool_choice" not in sent[2] and sent[2]["tools"] == sent[1]["tools"]
+    assert "tool_choice" not in sent[3] and client.tool_choice is None
+    assert len(sleeps) == 0
+    # No tools, no tool_choice.
+    openai_client(server, sleeps).complete([Message.user("Hi")])
+    assert "tool_choice" not in server.requests[-1].body
+    assert "tools" not in server.requests[-1].body
+
+
+def test_create_model_takes_timeouts_and_retries_and_says_which_flag_is_wrong(
+    server: FakeProvider,
+) -> None:
+    from agent.models import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
+    from indexer.config import SETTINGS
+
+    # The defaults the configuration table quotes are the adapters' own.
+    assert SETTINGS["model_timeout_s"].default == DEFAULT_TIMEOUT_S == 600
+    assert SETTINGS["model_connect_timeout_s"].default == DEFAULT_CONNECT_TIMEOUT_S
+    assert SETTINGS["model_retries"].default == DEFAULT_RETRIES
+    env = {"REPOCTX_MODEL_BASE_URL": server.url}
+    client = create_model("llamacpp:m", env=env, timeout=0.3, connect_timeout=0.1, max_retries=0)
+    server.reply(Reply(delay=5, body=chat_reply()))
+    with pytest.raises(ModelTimeoutError, match="sent nothing for 0.3s"):
+        client.complete([Message.user("Hi")])
+    assert len(server.requests) == 1  # max_retries=0
+    for kw, flag in [
+        ({"timeout": 0}, "--model-timeout"),
+        ({"connect_timeout": -1}, "--connect-timeout"),
+        ({"max_retries": -1}, "--model-retries"),
+    ]:
+        with pytest.raises(ModelConfigError, match=flag):
+            create_model("llamacpp:m", env=env, **kw)
 
 
 def test_openai_stream_cut_short_is_a_connection_error(

@@ -401,6 +401,27 @@ def test_wrong_arguments_are_explained(ctx, reg, name, args, needle):
     assert needle in result.error
 
 
+def test_null_optional_arguments_mean_not_given(ctx, reg):
+    # Models send `"lang": null` for "no filter"; the defaults then apply (mode hybrid, k 10).
+    args = {"query": "Sum of two numbers", "lang": None, "path_glob": None, "k": None, "mode": None}
+    result = reg.call("search_code", args, ctx)
+    assert result.ok, result.error
+    assert "pkg/calc.py" in result.output
+    read = reg.call("read_span", {"path": "pkg/calc.py", "start_line": None}, ctx)
+    assert read.ok and "def add" in read.output
+
+
+def test_null_required_and_unknown_arguments_are_still_errors(ctx, reg):
+    missing = reg.call("read_span", {"path": None}, ctx)
+    assert not missing.ok
+    # The type is named once: not "got null None".
+    assert "argument `path` must be a string, got null." in missing.error
+    unknown = reg.call("search_code", {"query": "add", "language": None}, ctx)
+    assert not unknown.ok and "unknown argument `language`" in unknown.error
+    wrong = reg.call("search_code", {"query": "add", "k": "5"}, ctx)
+    assert not wrong.ok and "argument `k` must be an integer, got string '5'" in wrong.error
+
+
 def test_malformed_json_and_unknown_tools_are_results_not_exceptions(ctx, reg):
     bad = reg.call_tool(ToolCall.from_raw("c1", "read_span", '{"path": '), ctx)
     assert not bad.ok and "not valid JSON" in bad.error and '{"path": "..."}' in bad.error

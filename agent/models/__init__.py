@@ -26,10 +26,18 @@ from .errors import (
     ServiceError,
     UnknownModelError,
 )
-from .http import RetryPolicy
+from .http import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    RetryBudget,
+    RetryPolicy,
+    retry_budget,
+)
 from .openai import DEFAULT_BASE_URL as OPENAI_BASE_URL
 from .openai import OpenAIClient
 from .scripted import ScriptedCall, ScriptedModel
+from .text_calls import TextCalls, parse_text_calls, prose
 
 #: Local OpenAI-compatible servers and their default addresses; none needs a key.
 LOCAL_SERVERS = {
@@ -46,9 +54,10 @@ def create_model(
     *,
     base_url: str | None = None,
     api_key: str | None = None,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
-    max_retries: int = 3,
+    max_retries: int = DEFAULT_RETRIES,
     stream: bool = False,
     on_text: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -59,13 +68,30 @@ def create_model(
     Arguments win over ``env`` (default ``os.environ``): REPOCTX_MODEL (when ``spec`` is empty),
     REPOCTX_MODEL_BASE_URL, REPOCTX_API_KEY, then the provider's own OPENAI_BASE_URL /
     OPENAI_API_KEY / ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY.
+
+    ``timeout`` is the longest silence from the server (seconds), ``connect_timeout`` the time
+    to connect, ``max_retries`` the retries of a failed call (429, 5xx, timeouts); the CLI takes
+    them from --model-timeout, --connect-timeout, --model-retries or the settings
+    ``model_timeout_s``, ``model_connect_timeout_s``, ``model_retries``.
     """
     env = os.environ if env is None else env
     spec = (spec or _first(env, "REPOCTX_MODEL") or "").strip()
     if not spec:
         raise ModelConfigError()
     if timeout <= 0:
-        raise ModelConfigError(f"The model timeout must be positive, got {timeout} — fix it.")
+        raise ModelConfigError(
+            f"The model timeout must be more than 0 seconds, got {timeout:g} — pass e.g. "
+            "--model-timeout 600."
+        )
+    if connect_timeout <= 0:
+        raise ModelConfigError(
+            f"The connect timeout must be more than 0 seconds, got {connect_timeout:g} — pass "
+            "e.g. --connect-timeout 10."
+        )
+    if max_retries < 0:
+        raise ModelConfigError(
+            f"The model retries must be 0 or more, got {max_retries} — pass e.g. --model-retries 2."
+        )
     provider, sep, model = spec.partition(":")
     if not sep:
         provider, model = "openai", spec
@@ -79,6 +105,7 @@ def create_model(
         return ScriptedModel(model, name=f"scripted:{model}")
     options = {
         "timeout": timeout,
+        "connect_timeout": connect_timeout,
         "retry": RetryPolicy(max_retries=max_retries),
         "sleep": sleep,
         "stream": stream,
@@ -126,6 +153,9 @@ def _host(url: str) -> str:
 
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_RETRIES",
+    "DEFAULT_TIMEOUT_S",
     "LOCAL_SERVERS",
     "PROVIDERS",
     "AnthropicClient",
@@ -143,14 +173,19 @@ __all__ = [
     "OpenAIClient",
     "QuotaExceededError",
     "RateLimitError",
+    "RetryBudget",
     "RetryPolicy",
     "ScriptExhaustedError",
     "ScriptedCall",
     "ScriptedModel",
     "ServiceError",
     "ToolCall",
+    "TextCalls",
     "ToolSpec",
     "Usage",
     "UnknownModelError",
     "create_model",
+    "parse_text_calls",
+    "prose",
+    "retry_budget",
 ]

@@ -9,7 +9,13 @@ from typing import Any
 
 from .base import Completion, Message, ToolCall, ToolSpec, Usage
 from .errors import MalformedResponseError, ModelConfigError, ModelConnectionError
-from .http import JsonHttp, RetryPolicy, error_from_payload
+from .http import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    JsonHttp,
+    RetryPolicy,
+    error_from_payload,
+)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -35,7 +41,8 @@ class AnthropicClient:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         stream: bool = False,
@@ -56,7 +63,9 @@ class AnthropicClient:
         self._headers = {"anthropic-version": API_VERSION}
         if api_key:
             self._headers["x-api-key"] = api_key
-        self._http = JsonHttp(timeout=timeout, retry=retry, sleep=sleep)
+        self._http = JsonHttp(
+            timeout=timeout, connect_timeout=connect_timeout, retry=retry, sleep=sleep
+        )
 
     def complete(
         self,

@@ -71,7 +71,7 @@ class ModelConnectionError(ServiceError):
 
 
 class ModelTimeoutError(ModelError):
-    """The model server did not answer in time — retry, raise the timeout, or use a smaller model."""
+    """The model server went silent for longer than the request timeout — raise it (`--model-timeout SECONDS`, `model_timeout_s` in .repoctx.toml or REPOCTX_MODEL_TIMEOUT_S), or use a smaller model or a shorter prompt (`--budget`)."""
 
     retryable = True
 

@@ -6,6 +6,7 @@ Standard library only (urllib): the calls are plain POSTs and a dependency would
 from __future__ import annotations
 
 import email.utils
+import functools
 import http.client
 import ipaddress
 import json
@@ -18,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -51,33 +53,81 @@ _MODEL_MISSING_RE = re.compile(r"model\b[^.\n]{0,120}\b(not found|does not exist
 _AUTH_CODES = frozenset({"invalid_api_key", "authentication_error", "permission_error"})
 
 
+#: Seconds of silence (no byte from the server) before a request times out. Local CPU models
+#: spend minutes on a long prompt before their first token; a streamed reply is never cut
+#: while tokens flow, however long it takes in total.
+DEFAULT_TIMEOUT_S = 600.0
+#: Seconds to open the connection (and the TLS handshake): a server that is not there is
+#: known quickly, whatever the request timeout.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: Retries of one model call, shared by the adapter and the agent loop (see retry_budget).
+DEFAULT_RETRIES = 2
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how long to retry retryable failures (429, 5xx, timeouts, refused connections)."""
 
-    max_retries: int = 3
+    max_retries: int = DEFAULT_RETRIES
     backoff_base_s: float = 0.5
     backoff_max_s: float = 20.0
     #: A Retry-After longer than this is not waited for; the error is raised with ``retry_after``.
     max_retry_after_s: float = 60.0
 
 
+class RetryBudget:
+    """Retries left for one logical model call. The agent loop opens one per call with
+    :func:`retry_budget`; every layer that would retry (this module's backoff, the loop's own
+    retry of a stream cut short) takes from it, so the retries of a call never multiply."""
+
+    def __init__(self, retries: int) -> None:
+        self.left = max(0, retries)
+
+    def take(self) -> bool:
+        """Use one retry; False when none is left."""
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+_BUDGET: ContextVar[RetryBudget | None] = ContextVar("repoctx_retry_budget", default=None)
+
+
+@contextmanager
+def retry_budget(retries: int) -> Iterator[RetryBudget]:
+    """Share ``retries`` among every retry of the model calls made inside the block (in this
+    thread); inside it, an adapter's own ``RetryPolicy.max_retries`` is not used."""
+    budget = RetryBudget(retries)
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
 class JsonHttp:
     """POSTs JSON and returns decoded JSON objects, or streams server-sent events.
 
     ``sleep`` and ``rand`` are injectable so tests can observe backoff without waiting.
-    ``timeout`` applies to connecting and to each read, not to the whole exchange.
+    ``connect_timeout`` bounds opening the connection; ``timeout`` is the longest silence
+    allowed after it (waiting for the status line, and between any two reads of the body), not
+    the length of the whole exchange. A failed attempt's connection is closed before the next
+    one starts, so a retry never runs beside a request the server is still working on (servers
+    such as llama.cpp's stop generating when the client goes away).
     """
 
     def __init__(
         self,
         *,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.retry = retry or RetryPolicy()
         self.sleep = sleep
         self.rand = rand
@@ -117,14 +167,15 @@ class JsonHttp:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         all_headers = {"Content-Type": "application/json", "Accept": "application/json"}
         all_headers.update(headers)
-        opener = _opener_for(url)
+        opener = _opener_for(url, self.timeout)
         attempt = 0
         while True:
             attempt += 1
             request = urllib.request.Request(url, data=data, headers=all_headers, method="POST")
             give_up = False
             try:
-                resp = opener.open(request, timeout=self.timeout)
+                # urllib's timeout is the connect timeout here; reads get self.timeout.
+                resp = opener.open(request, timeout=self.connect_timeout)
                 try:
                     return consume(resp)
                 except BaseException:
@@ -135,12 +186,15 @@ class JsonHttp:
                 exc.close()
                 error = error_from_response(exc.code, body, exc.headers)
                 cause: BaseException = exc
-            except TimeoutError as exc:
+            except TimeoutError as exc:  # connected, then silence (urllib closed the socket)
                 error, cause = self._timeout_error(url), exc
             except urllib.error.URLError as exc:
                 cause = exc
-                if isinstance(exc.reason, TimeoutError):
-                    error = self._timeout_error(url)
+                if isinstance(exc.reason, TimeoutError):  # while connecting or sending
+                    error = ModelConnectionError(
+                        detail=f"could not connect to {url} within {self.connect_timeout:g}s "
+                        "(the connect timeout: --connect-timeout, `model_connect_timeout_s`)"
+                    )
                 else:
                     error = ModelConnectionError(detail=f"{url}: {exc.reason}")
                     # A certificate problem will not fix itself between attempts.
@@ -154,15 +208,21 @@ class JsonHttp:
             self.sleep(delay)
 
     def _timeout_error(self, url: str) -> ModelTimeoutError:
-        return ModelTimeoutError(detail=f"no answer from {url} within {self.timeout:g}s")
+        return ModelTimeoutError(detail=f"{url} sent nothing for {self.timeout:g}s")
 
     def _delay(self, attempt: int, error: ModelError) -> float | None:
         """Seconds to wait before the next attempt, or None to give up."""
-        if not error.retryable or attempt > self.retry.max_retries:
+        if not error.retryable:
+            return None
+        if error.retry_after is not None and error.retry_after > self.retry.max_retry_after_s:
+            return None
+        budget = _BUDGET.get()
+        if budget is not None:
+            if not budget.take():
+                return None
+        elif attempt > self.retry.max_retries:
             return None
         if error.retry_after is not None:
-            if error.retry_after > self.retry.max_retry_after_s:
-                return None
             return error.retry_after
         ceiling = min(self.retry.backoff_max_s, self.retry.backoff_base_s * 2 ** (attempt - 1))
         # "Equal jitter": keeps a floor so retries never hammer, spreads clients apart above it.
@@ -276,12 +336,58 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _opener_for(url: str) -> urllib.request.OpenerDirector:
+class _Connection(http.client.HTTPConnection):
+    """Connects within ``timeout`` (the connect timeout), then reads with ``read_timeout``."""
+
+    def __init__(self, *args: Any, read_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_timeout = read_timeout
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(self.read_timeout)
+
+
+class _TlsConnection(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, read_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_timeout = read_timeout
+
+    def connect(self) -> None:
+        super().connect()  # TCP and the TLS handshake, both within the connect timeout
+        self.sock.settimeout(self.read_timeout)
+
+
+class _HttpHandler(urllib.request.HTTPHandler):
+    def __init__(self, read_timeout: float) -> None:
+        super().__init__()
+        self.read_timeout = read_timeout
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_Connection, read_timeout=self.read_timeout), req)
+
+
+class _HttpsHandler(urllib.request.HTTPSHandler):
+    def __init__(self, read_timeout: float) -> None:
+        super().__init__()
+        self.read_timeout = read_timeout
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        factory = functools.partial(_TlsConnection, read_timeout=self.read_timeout)
+        return self.do_open(factory, req, context=self._context)
+
+
+def _opener_for(url: str, read_timeout: float) -> urllib.request.OpenerDirector:
     host = urlsplit(url).hostname or ""
+    handlers: list[urllib.request.BaseHandler] = [
+        _HttpHandler(read_timeout),
+        _HttpsHandler(read_timeout),
+        _NoRedirect(),
+    ]
     if _is_loopback(host):
         # Local servers (Ollama, llama.cpp, vLLM) must not be routed through an HTTP(S)_PROXY.
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-    return urllib.request.build_opener(_NoRedirect())
+        handlers.insert(0, urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener(*handlers)
 
 
 def _is_loopback(host: str) -> bool:

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from .base import Completion, Message, ToolCall, ToolSpec, Usage
-from .errors import MalformedResponseError, ModelConfigError, ModelConnectionError
-from .http import JsonHttp, RetryPolicy, error_from_payload
+from .errors import (
+    BadRequestError,
+    MalformedResponseError,
+    ModelConfigError,
+    ModelConnectionError,
+)
+from .http import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    JsonHttp,
+    RetryPolicy,
+    error_from_payload,
+)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# How servers name the field when they refuse it ("tool_choice", vLLM's "tool choice").
+_TOOL_CHOICE = re.compile(r"tool[_ -]?choice", re.I)
 
 _FINISH = {
     "stop": "stop",
@@ -30,6 +44,10 @@ class OpenAIClient:
     gets ``/v1`` appended. No key is sent when ``api_key`` is empty (local servers need none).
     With ``stream=True`` the reply is read as server-sent events and ``on_text`` receives each
     piece of text as it arrives.
+
+    ``tool_choice`` ("auto" unless given) goes with every request that offers tools; a server
+    that rejects the field (vLLM without --enable-auto-tool-choice) is asked again without it,
+    and this client does not send it again.
     """
 
     def __init__(
@@ -38,12 +56,14 @@ class OpenAIClient:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
         stream: bool = False,
         on_text: Callable[[str], None] | None = None,
         max_tokens_field: str | None = None,
+        tool_choice: str | None = "auto",
         name: str | None = None,
     ) -> None:
         if not model:
@@ -54,13 +74,16 @@ class OpenAIClient:
         self.name = name or f"openai:{model}"
         self.stream = stream
         self.on_text = on_text
+        self.tool_choice = tool_choice
         # OpenAI deprecated `max_tokens` (newer models reject it); local servers may only know it.
         hosted = urlsplit(self.base_url).hostname == "api.openai.com"
         self.max_tokens_field = max_tokens_field or (
             "max_completion_tokens" if hosted else "max_tokens"
         )
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = JsonHttp(timeout=timeout, retry=retry, sleep=sleep)
+        self._http = JsonHttp(
+            timeout=timeout, connect_timeout=connect_timeout, retry=retry, sleep=sleep
+        )
 
     def complete(
         self,
@@ -74,12 +97,20 @@ class OpenAIClient:
             messages, tools, max_tokens=max_tokens, temperature=temperature
         )
         start = time.monotonic()
-        raw = (
-            self._stream(payload)
-            if self.stream
-            else self._http.post(self.url, payload, self._headers)
-        )
+        try:
+            raw = self._send(payload)
+        except BadRequestError as exc:
+            if "tool_choice" not in payload or not _TOOL_CHOICE.search(str(exc)):
+                raise
+            self.tool_choice = None  # this server takes tools but not the field
+            payload = {k: v for k, v in payload.items() if k != "tool_choice"}
+            raw = self._send(payload)
         return parse_response(raw, time.monotonic() - start, self.model)
+
+    def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
+        if self.stream:
+            return self._stream(payload)
+        return self._http.post(self.url, payload, self._headers)
 
     def build_request(
         self,
@@ -95,6 +126,8 @@ class OpenAIClient:
         }
         if tools:
             payload["tools"] = [to_wire_tool(t) for t in tools]
+            if self.tool_choice:
+                payload["tool_choice"] = self.tool_choice
         if max_tokens is not None:
             payload[self.max_tokens_field] = max_tokens
         if temperature is not None:

@@ -22,7 +22,7 @@ from ..errors import AgentError, CheckpointError
 from ..models.base import ToolCall, ToolSpec
 from ..redact import redact_counted, redact_value
 from ..workspace import Workspace
-from .schema import check_schema, validate, with_defaults
+from .schema import check_schema, drop_null_optionals, validate, with_defaults
 from .session import ToolSession
 from .settings import AgentSettings
 
@@ -242,7 +242,7 @@ class ToolRegistry:
                 f"{type(arguments).__name__}. For example {_example(tool)}.",
                 bad_arguments=True,
             )
-        args = dict(arguments)
+        args = drop_null_optionals(dict(arguments), tool.parameters)
         problems = validate(args, tool.parameters)
         if problems:
             return fail(

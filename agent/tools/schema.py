@@ -69,6 +69,16 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _got(value: Any) -> str:
+    """The wrong value as the message shows it, its type named once: "null", "true",
+    "integer 5", "string 'x'"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{_type_name(value)} {_show(value)}"
+
+
 def _type_name(value: Any) -> str:
     for name in ("boolean", "integer", "number", "string", "array", "object", "null"):
         if _TYPES[name](value):
@@ -84,7 +94,7 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
         names = [types] if isinstance(types, str) else list(types)
         if not any(_TYPES[t](value) for t in names):
             want = " or ".join(names)
-            return [f"{label} must be {_article(want)}, got {_type_name(value)} {_show(value)}"]
+            return [f"{label} must be {_article(want)}, got {_got(value)}"]
     errors: list[str] = []
     if "enum" in schema and value not in schema["enum"]:
         options = ", ".join(repr(o) for o in schema["enum"])
@@ -129,6 +139,26 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
             if key in value:
                 errors += validate(value[key], sub, _join(path, key))
     return errors
+
+
+def drop_null_optionals(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` without the top-level optional keys whose value is ``null``: models send
+    ``"lang": null`` for "not given", and the tool then sees the key as absent (its default
+    applies). A required key, or one whose schema allows null, keeps its null."""
+    required = set(schema.get("required", ()))
+    props = schema.get("properties", {})
+    return {
+        key: value
+        for key, value in arguments.items()
+        if value is not None or key not in props or key in required or _allows_null(props[key])
+    }
+
+
+def _allows_null(schema: dict[str, Any]) -> bool:
+    if "type" not in schema:
+        return True  # no declared type: any value, null included
+    types = schema["type"]
+    return "null" in ([types] if isinstance(types, str) else types)
 
 
 def with_defaults(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
