@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: run install test bench
+.PHONY: run install test test-fast bench
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -24,3 +24,9 @@ test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest
+
+# The fast lane while developing (under a minute): no Ray, no real model, no process-kill tests.
+# Run `make install` (or `make test`) once first.
+test-fast: $(PY)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -m "not slow"

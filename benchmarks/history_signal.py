@@ -36,7 +36,8 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and the proj
 
 from benchmarks._common import git_revision, log  # noqa: E402
 from benchmarks.loc_metrics import by_source, chunk_units, file_units, first_unique, task_scores  # noqa: E402
-from benchmarks.loc_repos import DEFAULT_MIRRORS, is_test_path, materialize  # noqa: E402
+from benchmarks.loc_repos import DEFAULT_MIRRORS, materialize  # noqa: E402
+from indexer.testpaths import is_test_path  # noqa: E402
 
 DEFAULT_CACHE = Path("~/.cache/repoctx-history").expanduser()
 DEPTH = 50
@@ -93,8 +94,11 @@ def reachable_exactly(tree, index_dir: Path, commit: str) -> bool:
     """The history index holds exactly the commits reachable from ``commit``."""
     import sqlite3
 
-    want = set(subprocess.run(["git", "rev-list", commit], cwd=tree, capture_output=True,
-                              text=True, check=True).stdout.split())
+    want = set(
+        subprocess.run(
+            ["git", "rev-list", commit], cwd=tree, capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
     conn = sqlite3.connect(index_dir / "history.db")
     try:
         have = {r[0] for r in conn.execute("SELECT sha FROM commits")}
@@ -111,7 +115,9 @@ def task_commit_absent(index_dir: Path, task: dict) -> bool | None:
     sha12 = task["instance_id"].rsplit("@", 1)[-1]
     conn = sqlite3.connect(index_dir / "history.db")
     try:
-        n = conn.execute("SELECT count(*) FROM commits WHERE sha LIKE ?", [sha12 + "%"]).fetchone()[0]
+        n = conn.execute("SELECT count(*) FROM commits WHERE sha LIKE ?", [sha12 + "%"]).fetchone()[
+            0
+        ]
     finally:
         conn.close()
     return n == 0
@@ -158,15 +164,22 @@ def run(args) -> dict:
         if not args.keep:
             shutil.rmtree(index_dir, ignore_errors=True)
         cfg = load_config(tree.tree, env={}, index_dir=str(index_dir), jobs=args.jobs)
-        rb = builds.setdefault(repo, {"tasks": 0, "history_s": [], "modes": defaultdict(int),
-                                      "graph_s": []})
+        rb = builds.setdefault(
+            repo, {"tasks": 0, "history_s": [], "modes": defaultdict(int), "graph_s": []}
+        )
         for n, task in enumerate(rtasks, 1):
             try:
                 tree.checkout(task["base_commit"])
             except RuntimeError as exc:  # a snapshot missing a blob: skip, count
                 log(f"{task['instance_id']}: checkout failed, skipped ({exc})")
-                rows.append({"instance_id": task["instance_id"], "source": task["source"],
-                             "repo": repo, "skipped": "checkout"})
+                rows.append(
+                    {
+                        "instance_id": task["instance_id"],
+                        "source": task["source"],
+                        "repo": repo,
+                        "skipped": "checkout",
+                    }
+                )
                 continue
             stats = build(cfg, chunks=False)  # the graph, then the history (build_phase)
             hstat = history_status(index_dir)
@@ -178,17 +191,28 @@ def run(args) -> dict:
             rb["modes"][hs.mode] += 1
             rb["tasks"] += 1
             if n == 1:
-                rb["scratch"] = {"seconds": round(hs.seconds, 2), "commits": hs.commits,
-                                 "db_mb": round((index_dir / "history.db").stat().st_size / 1e6, 1)}
+                rb["scratch"] = {
+                    "seconds": round(hs.seconds, 2),
+                    "commits": hs.commits,
+                    "db_mb": round((index_dir / "history.db").stat().st_size / 1e6, 1),
+                }
             exact = reachable_exactly(tree.tree, index_dir, task["base_commit"])
             absent = task_commit_absent(index_dir, task)
             conn = store.open_for_read(index_dir).conn
             q = parse_query(task["problem_statement"])
-            row = {"instance_id": task["instance_id"], "source": task["source"], "repo": repo,
-                   "graph_s": round(stats.seconds, 3),
-                   "history_mode": hs.mode, "history_s": round(hs.seconds, 3),
-                   "history_added": hs.added, "history_removed": hs.removed,
-                   "commits": hs.commits, "reachable_exactly": exact, "task_commit_absent": absent}
+            row = {
+                "instance_id": task["instance_id"],
+                "source": task["source"],
+                "repo": repo,
+                "graph_s": round(stats.seconds, 3),
+                "history_mode": hs.mode,
+                "history_s": round(hs.seconds, 3),
+                "history_added": hs.added,
+                "history_removed": hs.removed,
+                "commits": hs.commits,
+                "reachable_exactly": exact,
+                "task_commit_absent": absent,
+            }
             ranked: dict[str, list[str]] = {}
             for name, params in vs.items():
                 ctx = SignalContext(conn, tree.tree, index_dir, scope=Scope(exclude_tests=True))
@@ -214,8 +238,10 @@ def run(args) -> dict:
             if out:
                 out.write(json.dumps(row) + "\n")
                 out.flush()
-            log(f"{repo} {n}/{len(rtasks)} {task['instance_id']}: {hs.mode} +{hs.added}/-{hs.removed} "
-                f"in {hs.seconds:.2f}s; default {row['default']}")
+            log(
+                f"{repo} {n}/{len(rtasks)} {task['instance_id']}: {hs.mode} +{hs.added}/-{hs.removed} "
+                f"in {hs.seconds:.2f}s; default {row['default']}"
+            )
     if out:
         out.close()
     done = [r for r in rows if "skipped" not in r]
@@ -229,14 +255,19 @@ def run(args) -> dict:
         },
         "latency_ms": {
             "history_files": {"p50": pct(latency_files, 0.5), "p95": pct(latency_files, 0.95)},
-            "history_files+symbols": {"p50": pct(latency_both, 0.5), "p95": pct(latency_both, 0.95)},
+            "history_files+symbols": {
+                "p50": pct(latency_both, 0.5),
+                "p95": pct(latency_both, 0.95),
+            },
         },
         "builds": {
             repo: {
                 "tasks": b["tasks"],
                 "scratch": b.get("scratch"),
                 "incremental_s": {
-                    "median": round(statistics.median(b["history_s"][1:]), 3) if len(b["history_s"]) > 1 else None,
+                    "median": round(statistics.median(b["history_s"][1:]), 3)
+                    if len(b["history_s"]) > 1
+                    else None,
                     "max": round(max(b["history_s"][1:]), 3) if len(b["history_s"]) > 1 else None,
                 },
                 "modes": dict(b["modes"]),
@@ -258,12 +289,19 @@ def main() -> None:
     ap.add_argument("--repos", default="", help="Comma-separated owner/name list (default all).")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--variants", default="", help="Comma-separated variant names (default all).")
-    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
-                    help="Work trees and indexes (outside the project).")
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="Work trees and indexes (outside the project).",
+    )
     ap.add_argument("--mirrors", type=Path, default=DEFAULT_MIRRORS)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--keep", action="store_true",
-                    help="Reuse the indexes in --cache (default: history from scratch per repository).")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="Reuse the indexes in --cache (default: history from scratch per repository).",
+    )
     ap.add_argument("--out", default="", help="Per-task JSON lines, written as it goes.")
     args = ap.parse_args()
     print(json.dumps(run(args), indent=2))

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 
 from indexer.lexical import STOPWORDS, index_terms
+from indexer.testpaths import is_test_path
 
-from .loc_repos import RepoTree, is_test_path
+from .loc_repos import RepoTree
 
 
 def tokens(text: str) -> list[str]:

@@ -12,17 +12,6 @@ from pathlib import Path
 DEFAULT_CACHE = Path(os.environ.get("REPOCTX_BENCH_CACHE", "~/.cache/repoctx-bench")).expanduser()
 DEFAULT_MIRRORS = Path("/work/.mirror")
 
-#: Test files are never gold and are not ranked (tasks README).
-TEST_DIRS = frozenset({"test", "tests", "testing"})
-
-
-def is_test_path(path: str) -> bool:
-    parts = path.split("/")
-    name = parts[-1]
-    if any(p in TEST_DIRS for p in parts[:-1]):
-        return True
-    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
-
 
 def _git(*args: str, cwd: Path | None = None, git_dir: Path | None = None) -> str:
     cmd = ["git"]

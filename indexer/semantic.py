@@ -24,13 +24,11 @@ from .config import Config
 from .errors import ModelMismatchError
 from .models import Progress
 from .store import WriteDB
+from .testpaths import sql_is_test_path
 
 #: Chunks fetched, reused or embedded, and committed together.
 BATCH = 256
-_TEST_PATH_SQL = (
-    "(f.path GLOB 'test*/*' OR f.path GLOB '*/test*/*' OR f.path GLOB '*/test_*.py' "
-    "OR f.path GLOB 'test_*.py' OR f.path GLOB '*_test.*' OR f.path GLOB '*/tests/*')"
-)
+_TEST_PATH_SQL, _TEST_PATH_PARAMS = sql_is_test_path("f.path")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +56,11 @@ def _follow_vectors_uri(config: Config, conn) -> str:
     )
 
     recorded = recorded_vectors_uri(conn) or ""
-    wanted = check_uri(config.vectors_uri, "vectors URI") if config.vectors_uri else \
-        locate_vectors(None, recorded, config.index_path)  # refuses a recorded credential
+    wanted = (
+        check_uri(config.vectors_uri, "vectors URI")
+        if config.vectors_uri
+        else locate_vectors(None, recorded, config.index_path)
+    )  # refuses a recorded credential
     if wanted == str(config.index_path / VECTORS_DIR):
         wanted = ""
     if wanted != recorded:
@@ -72,7 +73,9 @@ def _follow_vectors_uri(config: Config, conn) -> str:
 def coverage(conn) -> tuple[int, int]:
     """(chunks with a vector, all chunks)."""
     # embedded is -1 for a chunk whose file could not be read back: not a vector either.
-    done, total = conn.execute("SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks").fetchone()
+    done, total = conn.execute(
+        "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
+    ).fetchone()
     return int(done), int(total)
 
 
@@ -116,7 +119,9 @@ def embed_pending(
     tombstones = [r[0] for r in conn.execute("SELECT chunk_id FROM vector_tombstones")]
     if not pending_total and not tombstones and not reembed:
         done, total = coverage(conn)
-        return EmbedStats(total, 0, 0, 0, model_name, time.perf_counter() - t0, done / total if total else 1.0)
+        return EmbedStats(
+            total, 0, 0, 0, model_name, time.perf_counter() - t0, done / total if total else 1.0
+        )
     pool = None
     if engine is not None and embedder is None and engine.worth_it(chunks=pending_total):
         pool = embedder = engine.embed_pool(config.embed_model, config.embed_batch_size)
@@ -132,7 +137,8 @@ def embed_pending(
             vs = VectorStore.open(uri, embedder.dim, embedder.name, options)
             if _forget_missing_rows(conn, vs):
                 pending_total = conn.execute(
-                    "SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
+                    "SELECT count(*) FROM chunks WHERE embedded = 0"
+                ).fetchone()[0]
         t_embed = time.perf_counter()  # after loading lancedb (~2 s of imports) and the model
         with conn:
             store.set_meta(db, "embed_model", embedder.name)
@@ -151,7 +157,9 @@ def embed_pending(
         vs.delete_chunk_ids([str(i) for i in tombstones])
         removed = len(tombstones)
         with conn:
-            conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(i,) for i in tombstones])
+            conn.executemany(
+                "DELETE FROM vector_tombstones WHERE chunk_id = ?", [(i,) for i in tombstones]
+            )
     if embedded > 1000:  # never after a one-file edit: these take seconds on a large table
         vs.maybe_index()
         if vs.needs_optimize():
@@ -173,8 +181,10 @@ def _forget_lost_vectors(conn, uri: str) -> None:
     chunk marked embedded without a vector: mark them pending so this build embeds them."""
     from .vectors import table_missing
 
-    if table_missing(uri) and conn.execute("SELECT EXISTS(SELECT 1 FROM chunks WHERE embedded = 1)"
-                                           ).fetchone()[0]:
+    if (
+        table_missing(uri)
+        and conn.execute("SELECT EXISTS(SELECT 1 FROM chunks WHERE embedded = 1)").fetchone()[0]
+    ):
         with conn:
             conn.execute("UPDATE chunks SET embedded = 0 WHERE embedded = 1")
 
@@ -187,8 +197,11 @@ def _forget_missing_rows(conn, vs) -> int:
     if not marked or vs.count() >= marked:
         return 0
     present = vs.chunk_ids()
-    lost = [(cid,) for (cid,) in conn.execute("SELECT id FROM chunks WHERE embedded = 1")
-            if str(cid) not in present]
+    lost = [
+        (cid,)
+        for (cid,) in conn.execute("SELECT id FROM chunks WHERE embedded = 1")
+        if str(cid) not in present
+    ]
     if lost:
         with conn:
             conn.executemany("UPDATE chunks SET embedded = 0 WHERE id = ?", lost)
@@ -222,7 +235,7 @@ def _pending_rows(conn, total: int) -> Iterator[list]:
                 "SELECT c.id, c.content_hash, f.path, f.language, c.start_line, c.end_line, "
                 "c.symbol, c.header FROM chunks c JOIN files f ON f.id = c.file_id "
                 f"WHERE c.embedded = 0 AND {_TEST_PATH_SQL} = ? AND c.id > ? ORDER BY c.id LIMIT ?",
-                [is_test, last, min(BATCH, total - done)],
+                [*_TEST_PATH_PARAMS, is_test, last, min(BATCH, total - done)],
             ).fetchall()
             if not rows:
                 break
@@ -231,7 +244,9 @@ def _pending_rows(conn, total: int) -> Iterator[list]:
             yield rows
 
 
-def _embed_batches(config: Config, conn, vs, pool, model: str, total: int, progress) -> tuple[int, int]:
+def _embed_batches(
+    config: Config, conn, vs, pool, model: str, total: int, progress
+) -> tuple[int, int]:
     """Embed pending chunks through ``pool`` (in process, or Ray actors with up to
     ``pool.window`` batches in flight), writing vectors and marks batch by batch.
     Returns (texts embedded, chunks whose vector was reused)."""
@@ -264,8 +279,10 @@ def _embed_batches(config: Config, conn, vs, pool, model: str, total: int, progr
             conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in ok_ids])
             if len(ok_ids) < len(rows):  # unreadable now: leave for the next build, but move on
                 ok = set(ok_ids)
-                conn.executemany("UPDATE chunks SET embedded = -1 WHERE id = ?",
-                                 [(r[0],) for r in rows if r[0] not in ok])
+                conn.executemany(
+                    "UPDATE chunks SET embedded = -1 WHERE id = ?",
+                    [(r[0],) for r in rows if r[0] not in ok],
+                )
         done += len(rows)
         if len(recent) > 4 * BATCH * (pool.window + 1):  # only in-flight overlaps need it
             for key in list(recent)[: len(recent) // 2]:

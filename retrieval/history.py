@@ -34,7 +34,7 @@ _ISSUE_REF = re.compile(r"(?<![\w&])#(\d{1,7})\b")
 @dataclass(frozen=True, slots=True)
 class HistoryParams:
     """How commits vote. The defaults are the best of `benchmarks/history_signal.py` on the
-    localization development tasks (see the README's History section)."""
+    localization development tasks (see the History section of docs/search.md)."""
 
     #: Most similar commits that vote.
     depth: int = 50

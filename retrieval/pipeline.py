@@ -30,7 +30,7 @@ def default_signals(
     """Every built-in signal (vectors and history when the index has them: they answer
     nothing otherwise). ``local_vectors`` adds `semantic_local` (vectors inside the best files):
     off by default — it adds 25–35 ms to a search (an exact scan of those files' vectors) for a
-    gain the cross-validated figures do not show on issues (see the README's ablation)."""
+    gain the cross-validated figures do not show on issues (see the ablation in docs/search.md)."""
     from .graph_signal import Graph
     from .local_signals import LocalLexical, LocalVectors
     from .sources import ChunkLexical, Errors, FileLexical, Frames, Names, Paths, Vectors

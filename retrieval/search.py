@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.errors import VectorsMissingError
+from indexer.testpaths import is_test_path
 
 from .freshness import stale_paths
-from .signals import is_test_path
 
 MODES = ("hybrid", "semantic", "lexical")
 #: Candidates taken from each signal before fusion.
@@ -80,8 +80,14 @@ class Searcher:
         """A searcher for ``config``'s index, with its vectors location and storage options."""
         from indexer.storage import storage_options
 
-        return cls(conn, config.index_path, config.root, embedder=embedder,
-                   vectors_uri=config.vectors_uri, storage_options=storage_options(config))
+        return cls(
+            conn,
+            config.index_path,
+            config.root,
+            embedder=embedder,
+            vectors_uri=config.vectors_uri,
+            storage_options=storage_options(config),
+        )
 
     def _meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
@@ -136,12 +142,16 @@ class Searcher:
         out = []
         if done < total:
             pct = int(1000 * done / total) / 10  # floor: 99.96% is not "100.0%"
-            out.append(f"Vectors cover {pct}% of {total} chunks, so semantic results miss the "
-                       "rest — `repoctx index build` embeds them.")
+            out.append(
+                f"Vectors cover {pct}% of {total} chunks, so semantic results miss the "
+                "rest — `repoctx index build` embeds them."
+            )
         rows = vs.count()
         if rows < done:
-            out.append(f"The vector table holds {rows} vectors for {done} embedded chunks — "
-                       "run `repoctx index verify --repair` to embed the missing ones.")
+            out.append(
+                f"The vector table holds {rows} vectors for {done} embedded chunks — "
+                "run `repoctx index verify --repair` to embed the missing ones."
+            )
         return out
 
     def query_vector(self, query: str):
@@ -174,7 +184,13 @@ class Searcher:
         return {str(r[0]) for r in rows}
 
     def semantic(
-        self, query: str, k: int = DEPTH, *, lang=None, path_glob=None, exclude_tests: bool = False,
+        self,
+        query: str,
+        k: int = DEPTH,
+        *,
+        lang=None,
+        path_glob=None,
+        exclude_tests: bool = False,
         paths=None,
     ) -> list[_Cand]:
         """The ``k`` chunks nearest ``query``; ``paths``: only in those files."""
@@ -223,7 +239,11 @@ class Searcher:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         depth = max(depth or DEPTH, k)
         ctx = SignalContext(
-            self.conn, self.root, self.index_dir, Scope(lang, path_glob, exclude_tests), searcher=self
+            self.conn,
+            self.root,
+            self.index_dir,
+            Scope(lang, path_glob, exclude_tests),
+            searcher=self,
         )
         warnings: list[str] = []
         missing = self.vectors_unavailable() if mode != "lexical" else None
@@ -233,8 +253,10 @@ class Searcher:
                 "the chunks, or search with `--mode lexical`."
             )
         if mode == "hybrid" and missing and self._meta("embed_model"):
-            warnings.append(f"Semantic search skipped: {missing}; results are lexical and exact "
-                            "only — `repoctx index build` re-embeds.")
+            warnings.append(
+                f"Semantic search skipped: {missing}; results are lexical and exact "
+                "only — `repoctx index build` re-embeds."
+            )
         if mode != "lexical" and not missing:
             warnings.extend(self.vector_warnings())
         if mode == "lexical":
@@ -252,7 +274,11 @@ class Searcher:
         self.last_timings = ctx.cache.get("timings", {})
         fused = [(c.hit.chunk_id, c.score) for c in chunks]
         per_source = {
-            src: {h.chunk_id: (rank_, h.score) for rank_, h in enumerate(hits, 1) if h.chunk_id is not None}
+            src: {
+                h.chunk_id: (rank_, h.score)
+                for rank_, h in enumerate(hits, 1)
+                if h.chunk_id is not None
+            }
             for src, hits in ranking.runs.items()
         }
         # definitions named or voted for (symbol, history, graph) rank the chunk they start in
@@ -261,8 +287,9 @@ class Searcher:
                 per_source.setdefault(e.signal, {}).setdefault(c.hit.chunk_id, (e.rank, e.score))
         hits = self._hydrate(fused, per_source)
         gen = int(self._meta("generation") or 0)
-        return SearchResult(query, mode, tuple(hits), self.semantic_coverage(), gen,
-                            tuple(warnings))
+        return SearchResult(
+            query, mode, tuple(hits), self.semantic_coverage(), gen, tuple(warnings)
+        )
 
     def _hydrate(self, fused: Sequence[tuple[int, float]], per_source: dict) -> list[SearchHit]:
         if not fused:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from indexer.testpaths import is_test_path, sql_is_test_path
+
 if TYPE_CHECKING:
     from .query import Query
 
@@ -37,26 +39,6 @@ class Hit:
     end_line: int = 0
     #: Provenance for people and models ("commit 1a2b3c4 Fix ...", "traceback frame").
     note: str = ""
-
-
-#: Paths of tests (as in the localization README): left out of results on request.
-TEST_GLOBS = (
-    "test/*",
-    "tests/*",
-    "testing/*",
-    "*/test/*",
-    "*/tests/*",
-    "*/testing/*",
-    "test_*.py",
-    "*/test_*.py",
-    "*_test.py",
-    "conftest.py",
-    "*/conftest.py",
-)
-
-
-def is_test_path(path: str) -> bool:
-    return any(fnmatch.fnmatchcase(path, g) for g in TEST_GLOBS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +68,9 @@ class Scope:
         """`` AND ...`` conditions on the files table aliased ``file_alias``."""
         sql, params = "", []
         if self.exclude_tests:
-            sql += "".join(f" AND {file_alias}.path NOT GLOB ?" for _ in TEST_GLOBS)
-            params.extend(TEST_GLOBS)
+            tests, globs = sql_is_test_path(f"{file_alias}.path")
+            sql += f" AND NOT {tests}"
+            params.extend(globs)
         if self.lang:
             sql += f" AND {file_alias}.language = ?"
             params.append(self.lang)

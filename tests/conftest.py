@@ -119,3 +119,22 @@ def s3_bucket(s3_endpoint, monkeypatch, request):
     bucket = f"t-{slug}-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     return f"s3://{bucket}"
+
+
+# --------------------------------------------------------------------------- the fast lane
+#: `make test-fast` (pytest -m "not slow", under a minute on 2 cores) leaves out the modules whose
+#: tests take seconds each: Ray clusters, the real embedding model, kill -9 and process
+#: supervision, sandboxes, rebuilds under concurrent readers, whole agent runs, snapshots, the
+#: MCP server. CI (`make test`) runs everything.
+SLOW_MODULES = frozenset({
+    "test_ray_engine", "test_ray_cluster", "test_embed", "test_atomic_rebuild",
+    "test_hostile_files", "test_watch", "test_index_damage", "test_sandbox", "test_runner",
+    "test_object_storage", "test_mcp", "test_incremental", "test_secrets", "test_semantic",
+    "test_agent_loop", "test_snapshot", "test_llm_recordings",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -146,3 +146,25 @@ def test_every_command_has_help():
         assert cmd.help or cmd.short_help, f"{' '.join(path)} has no help text"
         result = run(*path, "--help")
         assert "Usage:" in result.stdout
+
+
+def test_search_modes_filters_and_output(repo):
+    run("index", "build", repo, "--embed-model", "hashing", "-q")
+    lexical = json.loads(run("search", "Cart add item", "-C", repo, "-m", "lexical", "--json").stdout)
+    assert lexical["mode"] == "lexical" and lexical["hits"]
+    assert lexical["hits"][0]["path"] == "shop/cart.py"
+    assert {s for h in lexical["hits"] for s in h["ranks"]} == {"lexical"}
+    hybrid = json.loads(run("search", "Cart add item", "-C", repo, "--json").stdout)
+    assert {"lexical", "semantic"} <= {s for h in hybrid["hits"] for s in h["ranks"]}
+    assert hybrid["semantic_coverage"] == 1.0
+
+    scoped = run("search", "Cart", "-C", repo, "-m", "lexical", "--path", "shop/api.py", "--json")
+    hits = json.loads(scoped.stdout)["hits"]
+    assert hits and {h["path"] for h in hits} == {"shop/api.py"}
+    assert json.loads(run("search", "Cart", "-C", repo, "--lang", "go", "--json").stdout)["hits"] == []
+
+    text = run("search", "Cart add item", "-C", repo, "-m", "lexical", "-k", "1").stdout
+    assert text.splitlines()[0].startswith("shop/cart.py:1-")
+    assert "shop/api.py" not in text  # -k 1: one result
+    bad = run("search", "Cart", "-C", repo, "-m", "fuzzy", ok=False)
+    assert bad.exit_code == 2 and "fuzzy" in bad.output

@@ -3,6 +3,7 @@ indexed repository: the invariants every caller relies on."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from retrieval.fusion import FusionModel, fuse, ranked_chunks
+from retrieval.fusion import RRF_K, FusionModel, fuse, ranked_chunks
 from retrieval.pipeline import default_signals, rank, run_signals
 from retrieval.query import parse_query
 from retrieval.signals import Hit, Scope, SignalContext
@@ -307,3 +308,80 @@ def test_a_search_without_vectors_uses_the_weights_fitted_without_them(indexed, 
     shipped = FusionModel.load()
     assert "semantic" in {k.split(".")[0] for k in shipped.file}
     assert not any(k.startswith("semantic.") for k in shipped.for_signals({"lexical"}).file)
+
+
+# --------------------------------------------------------------------------- fusion arithmetic
+# Scores checked against the formulas written out by hand (retrieval/fusion.py's docstring).
+
+
+def test_rrf_file_score_is_the_sum_of_reciprocal_ranks(indexed):
+    _, _, conn = indexed
+    runs = {
+        "a": [Hit("file", "shop/tax.py", 3.0), Hit("file", "shop/cart.py", 2.0)],
+        "b": [Hit("file", "shop/cart.py", 9.0)],
+    }
+    scores = {f.path: f.score for f in fuse(runs, conn, FusionModel.rrf()).files}
+    assert scores["shop/tax.py"] == pytest.approx(1 / (RRF_K + 1))
+    assert scores["shop/cart.py"] == pytest.approx(1 / (RRF_K + 2) + 1 / (RRF_K + 1))
+
+
+def test_a_files_second_chunk_does_not_push_the_next_file_down(indexed):
+    _, _, conn = indexed
+    chunks = [
+        Hit("chunk", "shop/tax.py", 5.0, start_line=1, end_line=3),
+        Hit("chunk", "shop/tax.py", 4.0, start_line=5, end_line=8),
+        Hit("chunk", "shop/cart.py", 3.0, start_line=1, end_line=3),
+    ]
+    files = fuse({"a": chunks}, conn, FusionModel.rrf()).files
+    cart = next(f for f in files if f.path == "shop/cart.py")
+    assert cart.score == pytest.approx(1 / (RRF_K + 2))  # second file, not third hit
+    assert [e.rank for e in cart.evidence] == [2]
+
+
+def test_fitted_score_is_bias_plus_weighted_features_plus_rrf_of_unknown_signals(indexed):
+    _, _, conn = indexed
+    model = FusionModel({"bias": 0.5, "a.rr": 2.0, "a.top1": 1.0, "a.rel": 3.0}, {}, "hand")
+    runs = {
+        "a": [Hit("file", "shop/tax.py", 4.0), Hit("file", "shop/cart.py", 1.0)],
+        "new": [Hit("file", "shop/cart.py", 1.0)],
+    }
+    scores = {f.path: f.score for f in fuse(runs, conn, model).files}
+    # tax: rank 1 of a (rr 1/2, top1, rel 4/4); cart: rank 2 of a (rr 1/3, rel 1/4) + RRF of "new"
+    assert scores["shop/tax.py"] == pytest.approx(0.5 + 2 * (1 / 2) + 1.0 + 3 * 1.0)
+    assert scores["shop/cart.py"] == pytest.approx(
+        0.5 + 2 * (1 / 3) + 3 * 0.25 + 1 / (RRF_K + 1)
+    )
+
+
+def test_a_search_picks_the_variant_fitted_without_the_signals_it_lacks():
+    without_sem = FusionModel({"bias": 1.0}, {}, "no semantic")
+    without_both = FusionModel({"bias": 2.0}, {}, "no semantic, no history")
+    model = FusionModel(
+        {"bias": 0.0},
+        {},
+        "full",
+        variants=(
+            (frozenset({"semantic"}), without_sem),
+            (frozenset({"semantic", "history"}), without_both),
+        ),
+    )
+    assert model.for_signals({"lexical", "semantic", "history"}) is model
+    assert model.for_signals({"lexical", "history"}) is without_sem
+    assert model.for_signals({"lexical"}) is without_both
+    # a variant is never used while a signal it was fitted without is there
+    assert model.for_signals({"lexical", "semantic"}) is model
+
+
+def test_weights_round_trip_through_their_json(tmp_path):
+    model = FusionModel(
+        {"bias": 0.1, "lexical.rr": 1.5},
+        {"bias": -0.2, "semantic.rel": 0.7},
+        "fit",
+        variants=((frozenset({"semantic"}), FusionModel({"bias": 0.3}, {"bias": 0.4}, "v")),),
+    )
+    path = tmp_path / "weights.json"
+    path.write_text(json.dumps(model.to_json()))
+    back = FusionModel.load(path)
+    assert dict(back.file) == dict(model.file) and dict(back.unit) == dict(model.unit)
+    assert back.for_signals({"lexical"}).file == {"bias": 0.3}
+    assert FusionModel.load(tmp_path / "missing.json").name == "rrf"  # no file: plain RRF

@@ -1,0 +1,182 @@
+"""What a context pack is made of: its items, seeds and reasons, the packing policy, and how
+it renders as prompt text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+from indexer.errors import RepoctxError
+
+from ..pipeline import default_signals
+
+#: Where a seed came from: focus, or a signal of `retrieval.pipeline.default_signals`.
+HIT_SOURCES = ("focus", *(s.name for s in default_signals(local_vectors=True)))
+FULL, SKELETON = "full", "skeleton"
+PREAMBLE = (
+    "Repository context selected for the task. Each block starts with `path:start-end` and "
+    "holds those lines verbatim; the last section lists related definitions by signature only."
+)
+SKELETON_HEADER = "Related definitions (signatures only):"
+SEP_FULL, SEP_SKEL = "\n\n", "\n"
+#: No tokenizer here packs code into more bytes per token than this (o200k: at most 6.9 on
+#: stdlib definitions; WordPiece skips whitespace): larger definitions are not even read.
+MAX_BYTES_PER_TOKEN = 16
+
+
+class ContextError(RepoctxError):
+    """The context cannot be assembled — check the focus paths and the budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why an item is in the pack: a hit (``source`` in HIT_SOURCES, with its rank) or an
+    edge of the reference graph (``source`` is the relation, read "<item> <relation> <via>",
+    reached from ``seed``)."""
+
+    source: str
+    rank: int = 0
+    via: str = ""
+    seed: str = ""
+    confidence: float = 0.0
+
+    def __str__(self) -> str:
+        if not self.via:  # a hit of a signal (or focus), not an edge of the graph
+            return (
+                f"{self.source} hit #{self.rank}" if self.rank else f"{self.source} hit"
+            )
+        text = f"{self.source} {self.via}"
+        if self.seed and self.seed != self.via:
+            text += f" (from seed {self.seed})"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class ContextItem:
+    """One block of the pack: ``kind`` full (the lines, verbatim) or skeleton (signature and
+    first doc line). ``start_line``-``end_line`` are the lines whose content the item holds:
+    for a skeleton only its definition's first line (its text names the whole span)."""
+
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str  # module-qualified definition, '' for module-level lines
+    kind: str
+    text: str
+    tokens: int
+    score: float
+    reasons: tuple[Reason, ...]
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return (self.start_line, self.end_line)
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """A starting point: a search hit, a name or path in the task, or a focus file."""
+
+    source: str
+    rank: int
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str
+    score: float
+
+
+@dataclass(frozen=True)
+class ContextPack:
+    task: str
+    budget: int
+    used_tokens: int  # of render(), counted by ``tokenizer``
+    items: tuple[ContextItem, ...]
+    seeds: tuple[Seed, ...]
+    timings: dict[str, float]  # milliseconds per phase
+    tokenizer: str = ""
+    warnings: tuple[str, ...] = ()
+    line_numbers: bool = False
+    #: The fused ranking the seeds came from (`retrieval.fusion.Ranking`); not serialized.
+    ranking: object | None = field(default=None, repr=False, compare=False)
+
+    def render(self) -> str:
+        """The pack as prompt text: full blocks in rank order, then the skeleton list."""
+        return render_blocks(
+            [i.text for i in self.items if i.kind == FULL],
+            [i.text for i in self.items if i.kind == SKELETON],
+        )
+
+    def covers(self, path: str, start_line: int, end_line: int) -> bool:
+        """Whether a full item holds all of ``path:start_line-end_line``."""
+        return any(
+            i.kind == FULL
+            and i.path == path
+            and i.start_line <= start_line
+            and end_line <= i.end_line
+            for i in self.items
+        )
+
+    def to_dict(self) -> dict:
+        d = asdict(replace(self, ranking=None))
+        d.pop("ranking", None)
+        for item, src in zip(d["items"], self.items, strict=True):
+            item["reasons"] = [{**asdict(r), "text": str(r)} for r in src.reasons]
+        return d
+
+
+@dataclass(frozen=True)
+class PackPolicy:
+    """Knobs of assembly; the defaults were set on the localization development set (see the
+    module docstring)."""
+
+    #: Rank constant of the seeds' weights (smaller: top units dominate more).
+    seed_k: int = 10
+    #: Weight of focus seeds against the task's (the ranking's seeds weigh 1).
+    source_weights: dict[str, float] = field(default_factory=lambda: {"focus": 3.0})
+    #: Units of the fused ranking that seed the graph walk.
+    unit_seeds: int = 40
+    #: Fusion weights (`retrieval.fusion.FusionModel`); None: the shipped ones.
+    model: object | None = None
+    use_graph: bool = True  # False: seeds in fused order only (the baseline)
+    alpha: float = 0.3  # PageRank restart probability
+    hops: int = 2
+    fanout: int = 30
+    expand: int = 120
+    full_share: float = 0.9  # of the budget for full items; the rest for skeletons
+    item_share: float = 0.35  # largest single full item
+    expand_share: float = 0.5  # a member grows to its top-level class up to this size
+    class_share: float = (
+        0.5  # a class ranked for its own lines goes in whole up to this size
+    )
+    focus_share: float = 0.5  # whole focus files up to this size
+    upgrade: bool = (
+        True  # room left at the end shows skeletons in full (False: an outline)
+    )
+    max_candidates: int = 400
+    #: Test code rarely is what a task is about: seeds and scores in test files count this much
+    #: (focus files excepted).
+    test_weight: float = 0.3
+    #: Whether test files compete in the ranking that picks the seeds (False: they come in only
+    #: through the graph, at ``test_weight``, or as focus), so their many matches on the task's
+    #: words do not take the seeds and the second stage's best files from the code.
+    rank_tests: bool = True
+    full_candidates: int = 200  # only this many of the best are tried in full at first
+    line_numbers: bool = False  # prefix every code line with its number
+
+
+Key = (
+    int | tuple
+)  # a symbol id, or ("span", path, start, end) for lines outside definitions
+
+
+def render_blocks(fulls: Sequence[str], skeletons: Sequence[str]) -> str:
+    if not fulls and not skeletons:
+        return ""
+    out = [PREAMBLE, SEP_FULL]
+    for text in fulls:
+        out += [text, SEP_FULL]
+    if skeletons:
+        out += [SKELETON_HEADER, SEP_SKEL]
+        for text in skeletons:
+            out += [text, SEP_SKEL]
+    return "".join(out)

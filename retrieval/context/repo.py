@@ -1,0 +1,128 @@
+"""What assembly reads from the index: definitions by id, by file and by span, their enclosing
+classes, and file lines, each loaded once per pack."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# --------------------------------------------------------------------------- index access
+
+
+@dataclass(slots=True)
+class Sym:
+    id: int
+    path: str
+    name: str
+    qualname: str
+    kind: str
+    start: int
+    end: int
+    signature: str
+    doc: str
+    parent: int | None
+    language: str
+    module: str
+    nbytes: int
+
+    @property
+    def local(self) -> str:
+        """The qualified name inside its file (``Cart.add``)."""
+        if self.module and self.qualname.startswith(self.module + "."):
+            return self.qualname[len(self.module) + 1 :]
+        return self.qualname
+
+
+_SYM_SQL = (
+    "SELECT s.id, f.path, s.name, s.qualname, s.kind, s.start_line, s.end_line, s.signature, "
+    "s.doc, s.parent_id, coalesce(f.language, ''), coalesce(f.module, ''), "
+    "s.end_byte - s.start_byte "
+    "FROM symbols s JOIN files f ON f.id = s.file_id "
+)
+
+
+class Repo:
+    """Cached reads of the index and of the files on disk."""
+
+    def __init__(self, conn: sqlite3.Connection, root: Path) -> None:
+        self.conn = conn
+        self.root = root
+        self.syms: dict[int, Sym] = {}
+        self._file_syms: dict[str, list[Sym]] = {}
+        self._lines: dict[str, list[str] | None] = {}
+        self._paths: set[str] | None = None
+
+    def load(self, ids: Iterable[int]) -> None:
+        """Load symbols and their ancestors."""
+        want = [i for i in set(ids) if i not in self.syms]
+        while want:
+            for k in range(0, len(want), 900):
+                part = want[k : k + 900]
+                rows = self.conn.execute(
+                    _SYM_SQL + f"WHERE s.id IN ({','.join('?' * len(part))})", part
+                ).fetchall()
+                for row in rows:
+                    self.syms[row[0]] = Sym(*row)
+            want = list(
+                {
+                    s.parent
+                    for s in self.syms.values()
+                    if s.parent is not None and s.parent not in self.syms
+                }
+            )
+
+    def file_symbols(self, path: str) -> list[Sym]:
+        if path not in self._file_syms:
+            rows = self.conn.execute(
+                _SYM_SQL + "WHERE f.path = ? ORDER BY s.start_line, s.end_line DESC",
+                [path],
+            )
+            syms = [Sym(*row) for row in rows]
+            for s in syms:
+                self.syms.setdefault(s.id, s)
+            self._file_syms[path] = syms
+        return self._file_syms[path]
+
+    def symbols_between(self, path: str, start: int, end: int) -> list[Sym]:
+        """Definitions (not modules) that overlap lines ``start``-``end`` of ``path``."""
+        if path in self._file_syms:
+            return [
+                s
+                for s in self._file_syms[path]
+                if s.kind != "module" and s.start <= end and s.end >= start
+            ]
+        rows = self.conn.execute(
+            _SYM_SQL + "WHERE s.file_id = (SELECT id FROM files WHERE path = ?) "
+            "AND s.start_line <= ? AND s.end_line >= ? AND s.kind != 'module' "
+            "ORDER BY s.start_line, s.end_line DESC",
+            [path, end, start],
+        )
+        syms = [Sym(*row) for row in rows]
+        for s in syms:
+            self.syms.setdefault(s.id, s)
+        return syms
+
+    def top(self, sym: Sym) -> Sym:
+        """The outermost definition around ``sym`` (itself when top-level)."""
+        seen = 0
+        while sym.parent is not None and sym.parent in self.syms and seen < 32:
+            sym = self.syms[sym.parent]
+            seen += 1
+        return sym
+
+    def lines(self, path: str) -> list[str] | None:
+        if path not in self._lines:
+            try:
+                text = (self.root / path).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                self._lines[path] = None
+            else:
+                self._lines[path] = text.splitlines()
+        return self._lines[path]
+
+    def paths(self) -> set[str]:
+        if self._paths is None:
+            self._paths = {r[0] for r in self.conn.execute("SELECT path FROM files")}
+        return self._paths

@@ -1,0 +1,201 @@
+"""Step 1 of assembly: seeds from focus entries and from the task's fused ranking, with the
+chunks that were hit (where a definition too long to show whole is cut)."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from indexer.errors import RepoctxError
+
+from ..pipeline import default_signals
+from ..tokens import TokenCounter
+from .records import ContextError, Key, PackPolicy, Reason, Seed
+from .repo import Repo, Sym
+
+# --------------------------------------------------------------------------- seeds
+
+
+class Seeds:
+    """Seed scores (the personalization vector), hit reasons and seed records."""
+
+    def __init__(self, repo: Repo, policy: PackPolicy) -> None:
+        self.repo = repo
+        self.policy = policy
+        self.weight: dict[Key, float] = defaultdict(float)
+        self.reasons: dict[Key, list[Reason]] = defaultdict(list)
+        self.hit_spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        self.pinned: dict[Key, int] = {}  # focus units -> order
+        self.records: list[Seed] = []
+        self.spans: dict[tuple, tuple[str, int, int]] = {}
+        self.ranking = None
+
+    def _credit(self, key: Key, source: str, rank: int, share: float = 1.0) -> None:
+        w = (
+            self.policy.source_weights.get(source, 1.0)
+            / (self.policy.seed_k + rank)
+            * share
+        )
+        self.weight[key] += w
+        if not any(r.source == source for r in self.reasons[key]):
+            self.reasons[key].append(Reason(source, rank))
+
+    def _span_key(self, path: str, start: int, end: int) -> tuple:
+        key = ("span", path, start, end)
+        self.spans[key] = (path, start, end)
+        return key
+
+    # -- focus ----------------------------------------------------------------------------
+
+    def add_focus(
+        self, focus: Sequence[str], counter: TokenCounter, budget: int
+    ) -> None:
+        order = 0
+        for entry in focus:
+            for path, span in self._focus_paths(entry):
+                lines = self.repo.lines(path)
+                if lines is None:
+                    raise ContextError(
+                        f"Cannot read focus file {path} — check the path."
+                    )
+                n = max(len(lines), 1)
+                syms = [s for s in self.repo.file_symbols(path) if s.kind != "module"]
+                if span is not None:
+                    start, end = max(1, span[0]), min(n, span[1])
+                    if start > end:
+                        raise ContextError(
+                            f"Focus {entry} is outside {path} ({n} lines) — fix the line range."
+                        )
+                    units: list[Key] = [self._span_key(path, start, end)]
+                else:
+                    cost = counter.count("\n".join(lines))
+                    if cost <= self.policy.focus_share * budget or not syms:
+                        units = [self._span_key(path, 1, n)]
+                    else:
+                        units = [s.id for s in syms if s.parent is None]
+                for key in units:
+                    order += 1
+                    self.pinned[key] = order
+                    self._credit(key, "focus", order)
+                self.records.append(
+                    Seed(
+                        "focus",
+                        order,
+                        path,
+                        span[0] if span else 1,
+                        span[1] if span else n,
+                        "",
+                        1.0,
+                    )
+                )
+
+    def _focus_paths(self, entry: str) -> list[tuple[str, tuple[int, int] | None]]:
+        m = re.fullmatch(r"(.+?):(\d+)(?:-(\d+))?", entry)
+        raw, span = (
+            (m.group(1), (int(m.group(2)), int(m.group(3) or m.group(2))))
+            if m
+            else (entry, None)
+        )
+        p = Path(raw)
+        full = p if p.is_absolute() else self.repo.root / p
+        try:
+            rel = full.resolve().relative_to(self.repo.root.resolve()).as_posix()
+        except ValueError as exc:
+            raise ContextError(
+                f"Focus path {raw} is outside the repository {self.repo.root} "
+                "— pass a path inside it."
+            ) from exc
+        if full.is_dir():
+            prefix = "" if rel == "." else rel.rstrip("/") + "/"
+            files = sorted(q for q in self.repo.paths() if q.startswith(prefix))
+            if not files:
+                raise ContextError(
+                    f"No indexed files under focus directory {raw} — "
+                    "check the path or run `repoctx index build`."
+                )
+            return [(q, None) for q in files]
+        if not full.is_file():
+            raise ContextError(f"Focus path {raw} does not exist — check the path.")
+        return [(rel, span)]
+
+    # -- the task -------------------------------------------------------------------------
+
+    def add_task(
+        self, task: str, searcher, warnings: list[str], index_dir=None, ranking=None
+    ) -> None:
+        """Seeds from the fused ranking of every signal (`retrieval.pipeline`), in its order:
+        the same ranking `search`, the agent and the MCP server use."""
+        from ..pipeline import rank
+        from ..signals import Scope, SignalContext
+
+        use_vectors = searcher is not None and searcher.semantic_coverage() > 0
+        scope = Scope(exclude_tests=not self.policy.rank_tests)
+        ctx = SignalContext(
+            self.repo.conn, self.repo.root, index_dir, scope, searcher=searcher
+        )
+
+        def signals(vectors: bool):
+            # without the graph: neither its signal in the ranking nor the walk below
+            return [
+                s
+                for s in default_signals(vectors=vectors)
+                if self.policy.use_graph or s.name != "graph"
+            ]
+
+        if ranking is None:
+            try:
+                ranking = rank(ctx, task, signals(use_vectors), self.policy.model)
+            except (
+                RepoctxError
+            ) as exc:  # vectors unreadable: rank without them, and say so
+                warnings.append(f"semantic search unavailable: {exc}")
+                ranking = rank(ctx, task, signals(False), self.policy.model)
+        self.ranking = ranking
+        self.timings = ctx.cache.get("timings", {})
+        n = 0
+        for ru in ranking.units:
+            if n >= self.policy.unit_seeds:
+                break
+            u = ru.unit
+            if (
+                not ru.evidence
+            ):  # ranked for its file's sake only: not evidence of its own
+                continue
+            if u.kind == "module":
+                key: Key = self._span_key(u.path, u.start, u.end)
+            else:
+                sym = self._unit_symbol(u.path, u.qualname, u.start)
+                if sym is None:
+                    continue
+                key = sym.id
+            n += 1
+            w = 1.0 / (self.policy.seed_k + n)
+            self.weight[key] += w
+            for e in ru.evidence[:4]:
+                if not any(r.source == e.signal for r in self.reasons[key]):
+                    self.reasons[key].append(Reason(e.signal, e.rank))
+            top = ru.evidence[0].signal if ru.evidence else "fused"
+            self.records.append(
+                Seed(top, n, u.path, u.start, u.end, u.qualname, round(w, 6))
+            )
+        for hits in ranking.runs.values():
+            for h in hits:
+                if h.chunk_id is None:
+                    continue
+                around = [
+                    s
+                    for s in self.repo.symbols_between(
+                        h.path, h.start_line, h.start_line
+                    )
+                ]
+                if around:
+                    inner = min(around, key=lambda s: s.end - s.start)
+                    self.hit_spans[inner.id].append((h.start_line, h.end_line))
+
+    def _unit_symbol(self, path: str, qualname: str, start: int) -> Sym | None:
+        for s in self.repo.file_symbols(path):
+            if s.qualname == qualname and s.start == start:
+                return s
+        return None
