@@ -36,15 +36,15 @@ import numpy as np
 
 from .config import DEFAULT_EMBED_MODEL
 from .errors import EmbeddingModelError
+from .hashing import HashingEmbedder, hashing_dim, identifier_tokens, normalise  # noqa: F401
 from .tokenizer import (  # noqa: F401 (re-exported: the token counter's public names)
     DEFAULT_MODEL_ID,
     ModelSource,
     ModelTokenizer,
-    _hashing_dim,
-    _load_model_tokenizer,
-    _read_json,
     canonical_model_name,
+    load_model_tokenizer,
     load_tokenizer,
+    read_json,
     resolve_model,
 )
 
@@ -78,62 +78,6 @@ class Embedder(Protocol):
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Model tokens per text, special tokens included, not truncated."""
         ...
-
-
-def _normalise(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
-
-
-# --------------------------------------------------------------------------- hashing (tests)
-
-_WORD = re.compile(r"[A-Za-z0-9]+")
-_SUBWORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-
-
-def identifier_tokens(text: str) -> list[str]:
-    """Lower-cased words with identifiers split at ``_`` and camelCase: ``parseJSONDoc`` ->
-    ``parse json doc``."""
-    return [sub.lower() for word in _WORD.findall(text) for sub in _SUBWORD.findall(word)]
-
-
-@lru_cache(maxsize=65536)
-def _bucket(token: str, dim: int) -> tuple[int, float]:
-    # blake2b, not hash(): vectors must be identical across processes and runs.
-    h = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
-    return h % dim, (1.0 if (h >> 63) & 1 else -1.0)
-
-
-class HashingEmbedder:
-    """Deterministic bag-of-identifier-words embedder for tests: no model, no downloads."""
-
-    def __init__(self, dim: int = 64, max_tokens: int = 256) -> None:
-        if dim < 2:
-            raise ValueError("dim must be at least 2")
-        self.dim = dim
-        self.max_tokens = max_tokens
-        self.name = f"hashing:{dim}"
-        self.calls = 0  # embed() calls that reached the "model"
-        self.texts_embedded = 0
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        if not texts:
-            return out
-        self.calls += 1
-        self.texts_embedded += len(texts)
-        for row, text in enumerate(texts):
-            # A text without words still needs a unit vector; give all of them the same one.
-            for token in identifier_tokens(text) or ["\0empty"]:
-                index, sign = _bucket(token, self.dim)
-                out[row, index] += sign
-        return _normalise(out)
-
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        return [len(identifier_tokens(t)) for t in texts]
-
-    count = count_tokens
 
 
 # --------------------------------------------------------------------------- runtimes
@@ -281,7 +225,7 @@ _PROBES = (
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (_normalise(a) * _normalise(b)).sum(axis=1)
+    return (normalise(a) * normalise(b)).sum(axis=1)
 
 
 def _export_openvino(torch_rt: _TorchRuntime, tokenizer: ModelTokenizer) -> tuple[Any, list[str]]:
@@ -434,7 +378,7 @@ class SentenceTransformerEmbedder:
         runtime = self._load()
         self.calls += 1
         self.texts_embedded += len(texts)
-        return _normalise(runtime.encode(list(texts), self.batch_size))
+        return normalise(runtime.encode(list(texts), self.batch_size))
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return self.tokenizer.count(texts)
@@ -495,7 +439,7 @@ class SentenceTransformerEmbedder:
 
     def _cached_info(self) -> dict[str, Any]:
         key_dir = self._key_dir()
-        return _read_json(key_dir / "info.json") if key_dir is not None else {}
+        return read_json(key_dir / "info.json") if key_dir is not None else {}
 
     def _write_info(self, updates: dict[str, Any], files: Path | None = None) -> None:
         """Merge ``updates`` into info.json, and with ``files`` (an exported model) replace
@@ -577,13 +521,13 @@ class SentenceTransformerEmbedder:
 
 @lru_cache(maxsize=8)
 def _load_model_tokenizer_cached(source: ModelSource) -> ModelTokenizer:
-    return _load_model_tokenizer(source)
+    return load_model_tokenizer(source)
 
 
 def create_embedder(name: str, **kw: Any) -> HashingEmbedder | SentenceTransformerEmbedder:
     """``hashing`` / ``hashing:N`` -> HashingEmbedder (``kw`` other than ``max_tokens`` are
     ignored); anything else -> SentenceTransformerEmbedder(name, **kw)."""
-    dim = _hashing_dim(name)
+    dim = hashing_dim(name)
     if dim is not None:
         return HashingEmbedder(
             dim, **({"max_tokens": kw["max_tokens"]} if "max_tokens" in kw else {})

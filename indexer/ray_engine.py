@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from .build import FileResult, load_file, parse_content
 from .config import Config
 from .errors import ConfigError
 from .models import Progress
+from .parse_worker import FileResult, load_file, parse_content
 
 #: Parse batches in flight per worker: enough to hide a round trip, few enough to bound memory.
 INFLIGHT_PER_WORKER = 2

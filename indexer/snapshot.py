@@ -35,22 +35,22 @@ from pathlib import Path
 from typing import Any
 
 from . import store
-from .build import build, content_hash
+from .build import build
 from .config import Config
 from .errors import RepoctxError
 from .gitsafe import git_env
 from .lock import WriteLock
 from .models import Progress
+from .parse_worker import content_hash
 from .storage import (
     check_uri,
     filesystem,
     is_remote,
-    open_vectors,
     record_vectors_uri,
     storage_options,
     vectors_uri,
 )
-from .vectors import TABLE
+from .vectors import TABLE, open_vectors
 
 FORMAT = 1
 MANIFEST = "manifest.json"

@@ -18,7 +18,7 @@ from .errors import ConfigError
 if TYPE_CHECKING:  # config.py imports this module for the URI checks
     from .config import Config
 
-__all__ = ["check_uri", "filesystem", "is_remote", "open_vectors", "redact_uri",
+__all__ = ["check_uri", "filesystem", "is_remote", "redact_uri",
            "storage_options", "uri_credentials", "vectors_uri"]
 
 #: Query parameters whose name contains one of these words carry a credential (AWS, GCS and
@@ -180,13 +180,6 @@ def vectors_uri(config: Config, conn=None) -> str:
     """The vector table of this index; ``conn`` (the graph) supplies the recorded location."""
     recorded = recorded_vectors_uri(conn) if conn is not None else None
     return locate_vectors(config.vectors_uri, recorded, config.index_path)
-
-
-def open_vectors(config: Config, conn, dim: int, model: str):
-    """The index's VectorStore, wherever its table lives."""
-    from .vectors import VectorStore
-
-    return VectorStore.open(vectors_uri(config, conn), dim, model, storage_options(config))
 
 
 def filesystem(uri: str, options: dict[str, str] | None = None) -> tuple[Any, str]:

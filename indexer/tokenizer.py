@@ -23,24 +23,10 @@ from .errors import EmbeddingModelError
 if TYPE_CHECKING:
     import numpy as np
 
-    from .embed import HashingEmbedder
+    from .hashing import HashingEmbedder
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 _HUB_ORG = "sentence-transformers"
-
-
-def _hashing_dim(model: str) -> int | None:
-    """64 for ``hashing``, N for ``hashing:N``, None for any other model name."""
-    if model == "hashing":
-        return 64
-    if model.startswith("hashing:"):
-        try:
-            return int(model.split(":", 1)[1])
-        except ValueError:
-            raise EmbeddingModelError(
-                f"Bad embedding model {model!r} — use `hashing` or `hashing:<dim>`."
-            ) from None
-    return None
 
 
 # --------------------------------------------------------------------------- model lookup
@@ -67,7 +53,9 @@ class ModelSource:
 
 def canonical_model_name(model: str) -> str:
     """The name an embedder for ``model`` records in the index, without loading anything."""
-    dim = _hashing_dim(model)
+    from .hashing import hashing_dim  # numpy, only when asked
+
+    dim = hashing_dim(model)
     if dim is not None:
         return f"hashing:{dim}"
     if model in (DEFAULT_EMBED_MODEL, DEFAULT_MODEL_ID):
@@ -157,7 +145,7 @@ def _with_local_files(source: ModelSource) -> ModelSource:
     )
 
 
-def _read_json(path: Path | None) -> dict[str, Any]:
+def read_json(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
@@ -172,9 +160,9 @@ def _read_json(path: Path | None) -> dict[str, Any]:
 
 def _max_tokens(source: ModelSource) -> int:
     """The sequence length sentence-transformers truncates to, read from the model's files."""
-    st_config = _read_json(_model_file(source, "sentence_bert_config.json"))
-    config = _read_json(_model_file(source, "config.json"))
-    tok_config = _read_json(_model_file(source, "tokenizer_config.json"))
+    st_config = read_json(_model_file(source, "sentence_bert_config.json"))
+    config = read_json(_model_file(source, "config.json"))
+    tok_config = read_json(_model_file(source, "tokenizer_config.json"))
     limit = st_config.get("max_seq_length")
     if not isinstance(limit, int):
         limit = tok_config.get("model_max_length")
@@ -236,8 +224,9 @@ class ModelTokenizer:
         split = [_BERT_PRE.findall(line) for line in text.splitlines()]
         unknown = list({w for words in split for w in words if w not in cache})
         if unknown:
-            for w, enc in zip(unknown, self._counter.encode_batch(unknown, add_special_tokens=False),
-                              strict=True):
+            for w, enc in zip(
+                unknown, self._counter.encode_batch(unknown, add_special_tokens=False), strict=True
+            ):
                 cache[w] = len(enc.ids)
         return [sum(cache[w] for w in words) for words in split]
 
@@ -305,25 +294,27 @@ class ModelTokenizer:
 @lru_cache(maxsize=8)
 def load_tokenizer(model: str) -> ModelTokenizer | HashingEmbedder:
     """The token counter for ``model`` (a ``HashingEmbedder`` for ``hashing[:N]``)."""
-    dim = _hashing_dim(model)
+    from .hashing import hashing_dim  # numpy, only when asked
+
+    dim = hashing_dim(model)
     if dim is not None:
-        from .embed import HashingEmbedder  # the test model counts its own words
+        from .hashing import HashingEmbedder  # the test model counts its own words
 
         return HashingEmbedder(dim)
-    return _load_model_tokenizer(resolve_model(model))
+    return load_model_tokenizer(resolve_model(model))
 
 
-def _load_model_tokenizer(source: ModelSource) -> ModelTokenizer:
+def load_model_tokenizer(source: ModelSource) -> ModelTokenizer:
     source = _with_local_files(source)
     max_tokens = _max_tokens(source)
     lowercase = bool(
-        _read_json(_model_file(source, "sentence_bert_config.json")).get("do_lower_case")
+        read_json(_model_file(source, "sentence_bert_config.json")).get("do_lower_case")
     )
     tokenizer_json = _model_file(source, "tokenizer.json")
     if tokenizer_json is not None:
         from tokenizers import Tokenizer
 
-        pad = _read_json(_model_file(source, "tokenizer_config.json")).get("pad_token")
+        pad = read_json(_model_file(source, "tokenizer_config.json")).get("pad_token")
         pad = pad.get("content") if isinstance(pad, dict) else pad
         tok = Tokenizer.from_file(str(tokenizer_json))
         return ModelTokenizer(

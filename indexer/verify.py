@@ -540,7 +540,7 @@ def _repair_vectors(config: Config, db, found: _Findings) -> tuple[list[str], bo
         | set(ids.get("wrong_model_vector", []))
     )
     if drop:
-        from .storage import open_vectors
+        from .vectors import open_vectors
 
         model = store.get_meta(db, "embed_model") or ""
         dim = int(store.get_meta(db, "embed_dim", "0") or 0)

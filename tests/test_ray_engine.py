@@ -20,7 +20,7 @@ from indexer import store
 from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import ConfigError
-from indexer.storage import open_vectors
+from indexer.vectors import open_vectors
 from tests.conftest import dump_graph, git, make_repo, write_files
 
 ray = pytest.importorskip("ray")
