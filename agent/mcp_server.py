@@ -41,8 +41,7 @@ from indexer import store
 from indexer.build import build, index_exists
 from indexer.config import Config
 from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
-from indexer.languages import language_for_path
-from indexer.watch import event_filter
+from indexer.watch import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
 from retrieval.freshness import generation, stale_paths
 from retrieval.status import index_status
 
@@ -55,12 +54,8 @@ from .workspace import Workspace
 SERVER_NAME = "repoctx"
 SYNC_PREFIX = "mcp-sync-"
 #: Files whose change alters what discovery lists: always worth a build.
-RULE_FILES = frozenset({".gitignore", ".repoctxignore", ".repoctx.toml", "pyproject.toml"})
 #: `.git` entries whose change means the checked-out branch (and so the tree) moved.
-GIT_SIGNALS = ("HEAD", "packed-refs", "info/exclude")
-GIT_SIGNAL_DIRS = ("refs/heads/",)
 #: Directories that only ever hold files without a grammar (their files are dropped anyway).
-NEVER_INDEXED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 
 INSTRUCTIONS = """\
 repoctx indexes this repository (symbol graph with resolved references, lexical and semantic \
@@ -128,8 +123,16 @@ class _Events:
         paths = [src]
         if getattr(event, "dest_path", ""):
             paths.append(os.fsdecode(event.dest_path))
-        if any(live.relevant(p, event.is_directory) for p in paths):
+        # The watcher's own filter (`indexer.watch.ChangeFilter`): ignore rules included.
+        kinds = [live.filter.classify(p, event.is_directory) for p in paths]
+        if any(kind == KEEP for kind, _ in kinds):
+            if any(r.rpartition("/")[2] in RULE_FILES or r.startswith(".git/info/") for _, r in kinds):
+                live.filter.rules_changed()  # what is ignored may have changed
             live.mark_dirty()
+        else:
+            for kind, rel in kinds:
+                if kind == CHECK:
+                    live.mark_dirty(check=rel)
 
 
 class LiveIndex:
@@ -148,6 +151,9 @@ class LiveIndex:
         self._marker_prefix = os.path.join(self.index_dir, f"{SYNC_PREFIX}{os.getpid()}-")
         self._cond = threading.Condition()
         self._dirty = 1  # changes may have happened while no server was running
+        self._keep = True  # some change needs a build whatever the ignore rules say
+        self._check: dict[str, None] = {}  # changed paths that matter unless ignored
+        self.filter = ChangeFilter(config)
         self._built = 0
         self._markers = 0  # markers written
         self._seen = 0  # highest marker the observer reported
@@ -199,23 +205,6 @@ class LiveIndex:
 
     # -- events -------------------------------------------------------------------------------
 
-    def relevant(self, path: str, is_dir: bool) -> bool:
-        """Whether a change at ``path`` can alter what the index holds."""
-        if not _within(path, self.root) or path == self.root:
-            return False
-        if _within(path, self.index_dir):
-            return False  # the build's own writes
-        rel = os.path.relpath(path, self.root).replace(os.sep, "/")
-        if rel == ".git" or rel.startswith(".git/"):
-            inner = rel[5:]
-            return inner in GIT_SIGNALS or inner.startswith(GIT_SIGNAL_DIRS)
-        if "/.git/" in rel:
-            return False
-        name = rel.rpartition("/")[2]
-        if is_dir:
-            return name not in NEVER_INDEXED_DIRS
-        return name in RULE_FILES or language_for_path(rel) is not None
-
     def marker_number(self, path: str) -> int | None:
         """n for this server's marker ``path``, else None."""
         if not path.startswith(self._marker_prefix):
@@ -223,9 +212,15 @@ class LiveIndex:
         tail = path[len(self._marker_prefix) :]
         return int(tail) if tail.isdigit() else None
 
-    def mark_dirty(self) -> None:
+    def mark_dirty(self, check: str | None = None) -> None:
+        """Note a change; ``check``: the path of one that matters only if the ignore rules
+        do not exclude it (decided in a batch by ``refresh``)."""
         with self._cond:
             self._dirty += 1
+            if check is None:
+                self._keep = True
+            elif not self._keep and len(self._check) < 100_000:
+                self._check[check] = None
 
     def _synced(self, n: int) -> None:
         with self._cond:
@@ -276,7 +271,15 @@ class LiveIndex:
             target = self._dirty
             if target == self._built:
                 return RefreshReport()
+            keep, check = self._keep, list(self._check)
+            self._keep, self._check = False, {}
+        if not keep and not self.filter.any_relevant(check):  # only ignored paths changed
+            with self._cond:
+                self._built = max(self._built, target)
+            return RefreshReport()
         report = self._build()
+        if report.blocked:  # nothing was built: the next call must try again
+            self.mark_dirty()
         if not report.blocked:
             with self._cond:
                 self._built = max(self._built, target)

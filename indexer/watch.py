@@ -168,6 +168,11 @@ class ChangeFilter:
     def rules_changed(self) -> None:
         self._dir_ignored.clear()
 
+    def any_relevant(self, paths: Sequence[str], limit: int = 64) -> bool:
+        """Whether some of the CHECK paths ``paths`` is not ignored; past ``limit`` checks the
+        answer is yes (a stat-only build is cheaper than checking them one by one)."""
+        return any(i >= limit or not self.ignored(rel) for i, rel in enumerate(paths))
+
     def ignored(self, rel: str) -> bool:
         """Whether discovery's path rules exclude ``rel``; ancestors are checked (and cached)
         first so a burst inside one ignored directory costs a handful of checks."""
@@ -396,13 +401,7 @@ class Watcher:
                 settle_at = time.monotonic() + max(s.debounce_s, 0.5)
 
     def _any_relevant(self, paths: Sequence[str]) -> bool:
-        limit = self.settings.max_ignore_checks
-        for i, rel in enumerate(paths):
-            if i >= limit:
-                return True  # too many to check one by one: a stat-only build is cheaper
-            if not self.filter.ignored(rel):
-                return True
-        return False
+        return self.filter.any_relevant(paths, self.settings.max_ignore_checks)
 
     def _rules_changed(self) -> None:
         self.filter.rules_changed()

@@ -307,3 +307,42 @@ def test_serve_without_an_index_says_how_to_build_one(tmp_path):
     out = CliRunner().invoke(cli, ["serve", "--mcp", str(root)])
     assert out.exit_code == 1 and "repoctx index build" in out.output
     assert CliRunner().invoke(cli, ["serve", str(root)]).exit_code == 2  # --mcp is required
+
+
+def test_refresh_follows_the_watchers_filter_ignore_rules_included(tmp_path):
+    """The server's live refresh uses `indexer.watch.ChangeFilter`: a change under an ignored
+    directory builds nothing, a source file builds, a file no grammar reads builds nothing,
+    and a new ignore rule takes effect at once."""
+    from agent.mcp_server import RepoctxMCP, ServeOptions
+
+    root = make_repo(tmp_path / "r", {**FILES, ".gitignore": "build/\n"})
+    cfg = load_config(root, env={}, jobs=1, embed_model="hashing")
+    build(cfg)
+    service = RepoctxMCP(cfg, ServeOptions(poll_interval_s=3600)).start()
+    try:
+        live = service.live
+
+        def refresh():  # serialised with the server's own calls, as the server does
+            with service._lock:
+                return live.refresh()
+
+        refresh()  # the first call catches up with the tree (or the warm-up did)
+        assert not refresh().refreshed  # nothing changed since
+
+        (root / "build").mkdir()
+        (root / "build" / "generated.py").write_text("def generated():\n    pass\n")
+        assert not refresh().refreshed, "an ignored path started a build"
+
+        (root / "notes.bin").write_bytes(b"\0\1")
+        assert not refresh().refreshed, "a file no grammar reads started a build"
+
+        (root / "shop" / "tax.py").write_text("def tax(x):\n    return x\n")
+        report = refresh()
+        assert report.refreshed and report.files_parsed == 1
+
+        (root / ".gitignore").write_text("build/\nshop/ignored_now.py\n")
+        assert refresh().refreshed  # a rule file changed: always a build
+        (root / "shop" / "ignored_now.py").write_text("def later():\n    pass\n")
+        assert not refresh().refreshed, "the new ignore rule was not applied"
+    finally:
+        service.close()
