@@ -10,8 +10,9 @@ from typing import Any, cast
 
 from indexer.errors import RepoctxError
 
+from ..command_policy import plan_command
 from ..errors import CommandNotAllowedError, InvalidCommandError, NotAFileError
-from ..runner import CommandResult, ResourceLimits, plan_command, run_command
+from ..runner import CommandResult, ResourceLimits, run_command
 from ..sandbox import SandboxMode, SandboxPolicy
 from ..workspace import Workspace
 from .core import Tool, ToolContext, ToolResult, fail, ok
