@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from indexer import graph
+
 #: ref kind -> (relation of the target seen from the referrer, of the referrer seen from the
 #: target). Read "<node> <relation> <via>": compute_tax called-by checkout_total.
 REF_RELATIONS = {
@@ -75,22 +77,6 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def _degrees(conn: sqlite3.Connection, nodes: list[int]) -> dict[int, int]:
-    """References to each node, resolved or as an ambiguous candidate (index-only counts)."""
-    deg: dict[int, int] = dict.fromkeys(nodes, 0)
-    for k in range(0, len(nodes), 900):
-        part = nodes[k : k + 900]
-        marks = _marks(len(part))
-        for sql in (
-            f"SELECT target_id, count(*) FROM refs WHERE target_id IN ({marks}) GROUP BY target_id",
-            f"SELECT symbol_id, count(*) FROM ref_candidates WHERE symbol_id IN ({marks}) "
-            "GROUP BY symbol_id",
-        ):
-            for node, n in conn.execute(sql, part):
-                deg[node] += n
-    return deg
-
-
 def _neighbours(
     conn: sqlite3.Connection, frontier: list[int], fanout: int, degree: dict[int, int]
 ) -> list[tuple[int, int, str, float]]:
@@ -98,7 +84,6 @@ def _neighbours(
     only the ``fanout`` most confident (ranked in SQL: a hub has thousands of callers)."""
     marks = _marks(len(frontier))
     quiet = [n for n in frontier if degree.get(n, 0) <= HUB_DEGREE]
-    qmarks = _marks(len(quiet))
     best: dict[tuple[int, int, str], float] = {}
 
     def add(src: int | None, dst: int | None, relation: str, conf: float) -> None:
@@ -108,49 +93,21 @@ def _neighbours(
         if conf > best.get(key, 0.0):
             best[key] = conf
 
-    def refs(sql: str, outgoing: bool) -> None:
-        if not (frontier if outgoing else quiet):
-            return
-        for enc, tgt, kind, conf in conn.execute(sql, [*(frontier if outgoing else quiet), fanout]):
+    def refs(outgoing: bool, candidates: bool) -> None:
+        ids = frontier if outgoing else quiet
+        for enc, tgt, kind, conf in graph.strongest_edges(
+            conn, ids, outgoing=outgoing, fanout=fanout, candidates=candidates
+        ):
             fwd, back = REF_RELATIONS.get(kind, ("used-by", "uses"))
             if outgoing:
                 add(enc, tgt, fwd, conf)
             else:
                 add(tgt, enc, back, conf)
 
-    # (enc, tgt) pairs grouped (a function calling another ten times is one edge), ranked per
-    # frontier node and ref kind.
-    def ranked(inner: str, node: str) -> str:
-        return (
-            f"SELECT enc, tgt, kind, conf FROM (SELECT enc, tgt, kind, max(conf) AS conf, "
-            f"row_number() OVER (PARTITION BY {node}, kind ORDER BY max(conf) DESC) AS rn "
-            f"FROM ({inner}) GROUP BY enc, tgt, kind) WHERE rn <= ?"
-        )
-
-    out_sql = ranked(
-        "SELECT enclosing_id AS enc, target_id AS tgt, kind, confidence AS conf FROM refs "
-        f"WHERE enclosing_id IN ({marks}) AND target_id IS NOT NULL",
-        "enc",
-    )
-    refs(out_sql, True)
-    in_sql = ranked(
-        "SELECT enclosing_id AS enc, target_id AS tgt, kind, confidence AS conf FROM refs "
-        f"WHERE target_id IN ({qmarks})",
-        "tgt",
-    )
-    refs(in_sql, False)
-    cand_out = ranked(
-        "SELECT r.enclosing_id AS enc, c.symbol_id AS tgt, r.kind AS kind, c.confidence AS conf "
-        f"FROM refs r JOIN ref_candidates c ON c.ref_id = r.id WHERE r.enclosing_id IN ({marks})",
-        "enc",
-    )
-    refs(cand_out, True)
-    cand_in = ranked(
-        "SELECT r.enclosing_id AS enc, c.symbol_id AS tgt, r.kind AS kind, c.confidence AS conf "
-        f"FROM ref_candidates c JOIN refs r ON r.id = c.ref_id WHERE c.symbol_id IN ({qmarks})",
-        "tgt",
-    )
-    refs(cand_in, False)
+    refs(outgoing=True, candidates=False)
+    refs(outgoing=False, candidates=False)
+    refs(outgoing=True, candidates=True)
+    refs(outgoing=False, candidates=True)
     # Nesting: members and their classes; top-level definitions and their module.
     rows = conn.execute(
         f"SELECT id, parent_id, file_id, kind FROM symbols WHERE id IN ({marks}) "
@@ -196,7 +153,7 @@ def collect_subgraph(
     for hop in range(1, hops + 1):
         if not frontier:
             break
-        degree.update(_degrees(conn, [n for n in frontier if n not in degree]))
+        degree.update(graph.reference_counts(conn, [n for n in frontier if n not in degree]))
         by_group: dict[tuple[int, str], list[tuple[int, int, str, float]]] = defaultdict(list)
         for e in _neighbours(conn, frontier, fanout, degree):
             src, dst = e[0], e[1]
@@ -215,7 +172,7 @@ def collect_subgraph(
             dist[node] = hop
         mass.update(reached)
         frontier = sorted(reached, key=lambda n: -reached[n])[:expand]
-    degree.update(_degrees(conn, [n for n in dist if n not in degree]))
+    degree.update(graph.reference_counts(conn, [n for n in dist if n not in degree]))
     # Edges back towards the seeds make the walk symmetric inside the subgraph.
     for (src, dst, rel), conf in list(raw.items()):
         raw.setdefault((dst, src, _INVERSE[rel]), conf)

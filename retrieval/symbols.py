@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, replace
 
+from indexer import graph
 from indexer.models import RefRecord, SymbolRecord
 
 from .errors import SymbolNotFoundError
@@ -76,34 +77,20 @@ def _targets(conn: sqlite3.Connection, name: str, kind: str | None = None) -> li
     return hits
 
 
-_REF_SQL = """
-SELECT f.path, r.line, r.col, r.name, r.kind, coalesce(e.qualname, ''), {target}, r.resolution, {conf}
-FROM refs r JOIN files f ON f.id = r.file_id LEFT JOIN symbols e ON e.id = r.enclosing_id
-"""
-
-
 def references_to(
     conn: sqlite3.Connection, name: str, *, kinds: tuple[str, ...] | None = None, limit: int = 500
 ) -> tuple[list[SymbolRecord], list[RefRecord]]:
     """References to the definitions ``name`` matches: resolved edges first (highest
     confidence), then ambiguous references that list one of them as a candidate."""
     targets = _targets(conn, name)
-    ids = [t.id for t in targets]
-    marks = ",".join("?" * len(ids))
-    kind_sql = f" AND r.kind IN ({','.join('?' * len(kinds))})" if kinds else ""
-    kind_params = list(kinds or ())
-    direct = conn.execute(
-        _REF_SQL.format(target="r.target_id", conf="r.confidence")
-        + f" WHERE r.target_id IN ({marks}){kind_sql} ORDER BY r.confidence DESC, f.path, r.line LIMIT ?",
-        [*ids, *kind_params, limit],
-    ).fetchall()
-    ambiguous = conn.execute(
-        _REF_SQL.format(target="c.symbol_id", conf="c.confidence")
-        + f" JOIN ref_candidates c ON c.ref_id = r.id WHERE c.symbol_id IN ({marks}){kind_sql} "
-        "ORDER BY c.confidence DESC, f.path, r.line LIMIT ?",
-        [*ids, *kind_params, limit],
-    ).fetchall()
-    refs = [RefRecord(*row) for row in [*direct, *ambiguous][:limit]]
+    rows = graph.references_to(conn, [t.id for t in targets], kinds=kinds, limit=limit)
+    refs = [
+        RefRecord(
+            r.path, r.line, r.col, r.name, r.kind, r.enclosing, r.target_id, r.resolution,
+            r.confidence,
+        )
+        for r in rows[:limit]
+    ]
     return targets, mark_stale(conn, refs)
 
 
@@ -123,19 +110,9 @@ def callers(
 ) -> tuple[list[SymbolRecord], list[CallEdge]]:
     """Definitions that call what ``name`` matches."""
     targets = _targets(conn, name)
-    ids = [t.id for t in targets]
-    marks = ",".join("?" * len(ids))
-    rows = conn.execute(
-        f"""SELECT r.enclosing_id, f.path, r.line, r.confidence, r.resolution FROM refs r
-            JOIN files f ON f.id = r.file_id
-            WHERE r.target_id IN ({marks}) AND r.kind = 'call'
-            UNION ALL
-            SELECT r.enclosing_id, f.path, r.line, c.confidence, r.resolution FROM ref_candidates c
-            JOIN refs r ON r.id = c.ref_id JOIN files f ON f.id = r.file_id
-            WHERE c.symbol_id IN ({marks}) AND r.kind = 'call'
-            ORDER BY 4 DESC LIMIT ?""",
-        [*ids, *ids, limit],
-    ).fetchall()
+    refs = graph.references_to(conn, [t.id for t in targets], kinds=("call",), limit=limit)
+    refs.sort(key=lambda r: -r.confidence)  # resolved and ambiguous together, by confidence
+    rows = [(r.enclosing_id, r.path, r.line, r.confidence, r.resolution) for r in refs[:limit]]
     return targets, _edges(conn, rows)
 
 

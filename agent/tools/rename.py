@@ -15,6 +15,7 @@ import sqlite3
 from collections import defaultdict
 from typing import Any
 
+from indexer import graph
 from indexer.errors import RepoctxError
 from indexer.languages import language_for_path, ts_parser
 from retrieval.symbols import find_symbols
@@ -206,17 +207,9 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     start_byte, end_byte = conn.execute(
         "SELECT start_byte, end_byte FROM symbols WHERE id = ?", [sym.id]
     ).fetchone()
-    refs = conn.execute(
-        "SELECT f.path, r.line, r.col, r.kind, r.name FROM refs r JOIN files f ON f.id = r.file_id "
-        "WHERE r.target_id = ? ORDER BY f.path, r.line, r.col",
-        [sym.id],
-    ).fetchall()
-    ambiguous = conn.execute(
-        "SELECT f.path, r.line, r.kind FROM ref_candidates c JOIN refs r ON r.id = c.ref_id "
-        "JOIN files f ON f.id = r.file_id WHERE c.symbol_id = ? AND r.target_id IS NULL "
-        "ORDER BY f.path, r.line",
-        [sym.id],
-    ).fetchall()
+    found = graph.references_to(conn, [sym.id])
+    refs = sorted((r.path, r.line, r.col, r.kind, r.name) for r in found if not r.ambiguous)
+    ambiguous = sorted((r.path, r.line, r.kind) for r in found if r.ambiguous)
 
     old_b, new_b = old.encode(), new_name.encode()
     by_file: dict[str, list[tuple[int, str, int]]] = defaultdict(list)  # path -> (line, kind, col)

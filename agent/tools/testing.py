@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from indexer import graph
+
 from ..runner import CommandResult, run_command
 from .changes import ChangedSymbol, changed_ranges, changed_symbols
 from .command_tools import sandbox_policy
@@ -112,22 +114,7 @@ def select_tests(
     for _ in range(hops):
         if not frontier:
             break
-        ids = list(frontier)
-        found: set[int] = set()
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            marks = ",".join("?" * len(part))
-            found.update(
-                r[0]
-                for r in conn.execute(
-                    f"SELECT r.enclosing_id FROM refs r WHERE r.target_id IN ({marks}) "
-                    "AND r.enclosing_id IS NOT NULL UNION "
-                    "SELECT r.enclosing_id FROM ref_candidates c JOIN refs r ON r.id = c.ref_id "
-                    f"WHERE c.symbol_id IN ({marks}) AND r.enclosing_id IS NOT NULL",
-                    [*part, *part],
-                )
-            )
-        fresh = found - seen
+        fresh = graph.referrer_ids(conn, frontier) - seen
         seen |= fresh
         # A module-level use (an import) reaches everything in the module: stop there.
         kinds = _load(conn, fresh)

@@ -1,0 +1,82 @@
+"""indexer.graph: the one place that reads references as resolved edges and ambiguous
+candidates together, on a real index; and no other layer reads those tables itself."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from indexer import graph, store
+from tests.conftest import index, make_repo
+
+FILES = {
+    "a/x.py": "def dup():\n    pass\n",
+    "b/y.py": "def dup():\n    pass\n",
+    "c/z.py": "def use():\n    dup()\n\n\ndef other():\n    dup()\n    dup()\n",
+    "c/w.py": "from a.x import dup\n\n\ndef direct():\n    return dup()\n",
+    "a/__init__.py": "",
+}
+
+
+@pytest.fixture(scope="module")
+def conn(tmp_path_factory):
+    root = make_repo(tmp_path_factory.mktemp("graph") / "r", FILES)
+    cfg = index(root)
+    c = store.open_for_read(cfg.index_path).conn
+    yield c
+    c.close()
+
+
+def sym(conn, qualname: str) -> int:
+    return conn.execute("SELECT id FROM symbols WHERE qualname = ?", [qualname]).fetchone()[0]
+
+
+def test_references_are_resolved_first_then_candidates(conn):
+    x_dup = sym(conn, "a.x.dup")
+    rows = graph.references_to(conn, [x_dup], kinds=("call",))
+    resolved = [r for r in rows if not r.ambiguous]
+    ambiguous = [r for r in rows if r.ambiguous]
+    assert [(r.path, r.line, r.enclosing) for r in resolved] == [("c/w.py", 5, "w.direct")]
+    assert sorted((r.path, r.line) for r in ambiguous) == [("c/z.py", 2), ("c/z.py", 6), ("c/z.py", 7)]
+    assert rows == resolved + ambiguous  # resolved come first
+    assert all(r.target_id == x_dup for r in rows)
+    assert all(r.confidence < resolved[0].confidence for r in ambiguous)
+    # without candidates only the resolved edge; a kind filter that matches nothing: none
+    assert graph.references_to(conn, [x_dup], candidates=False) == [
+        r for r in graph.references_to(conn, [x_dup]) if not r.ambiguous
+    ]
+    assert graph.references_to(conn, [x_dup], kinds=("inherit",)) == []
+
+
+def test_referrers_and_counts_include_candidates(conn):
+    y_dup = sym(conn, "y.dup")  # reached only as a candidate
+    assert graph.referrer_ids(conn, [y_dup]) == {sym(conn, "z.use"), sym(conn, "z.other")}
+    counts = graph.reference_counts(conn, [y_dup, sym(conn, "a.x.dup")])
+    assert counts[y_dup] == 3  # three ambiguous calls list it
+    assert counts[sym(conn, "a.x.dup")] >= 4  # the same three, the resolved call, the import
+
+
+def test_strongest_edges_group_pairs_and_keep_the_fanout(conn):
+    other = sym(conn, "z.other")
+    cands = graph.strongest_edges(conn, [other], outgoing=True, fanout=10, candidates=True)
+    # two calls of dup() from other(): one edge per candidate, not per call
+    assert sorted(t for _, t, _, _ in cands) == sorted([sym(conn, "a.x.dup"), sym(conn, "y.dup")])
+    one = graph.strongest_edges(conn, [other], outgoing=True, fanout=1, candidates=True)
+    assert len(one) == 1
+    incoming = graph.strongest_edges(
+        conn, [sym(conn, "a.x.dup")], outgoing=False, fanout=10, candidates=False
+    )
+    assert [(e, k) for e, _, k, _ in incoming if k == "call"] == [(sym(conn, "w.direct"), "call")]
+
+
+def test_no_layer_above_the_indexer_reads_the_candidate_table():
+    root = Path(__file__).resolve().parent.parent
+    offenders = [
+        str(p.relative_to(root))
+        for layer in ("retrieval", "agent", "cli")
+        for p in (root / layer).rglob("*.py")
+        if re.search(r"\bref_candidates\b", p.read_text())
+    ]
+    assert offenders == []
