@@ -152,7 +152,8 @@ def _mb(n: int) -> str:
 
 
 from .snapshot_cmds import pull_cmd, push_cmd  # noqa: E402
-from .watch_cmds import verify_cmd, watch_cmd  # noqa: E402
+from .verify_cmds import verify_cmd  # noqa: E402
+from .watch_cmds import watch_cmd  # noqa: E402
 
 index.add_command(watch_cmd)
 index.add_command(verify_cmd)
