@@ -18,7 +18,8 @@ from pathlib import Path
 from retrieval.context import FULL, ContextPack, PackPolicy, assemble_context
 from retrieval.tokens import TokenCounter, get_tokenizer
 
-from .models import Message, ModelClient, Usage
+from .models import ContextTooLongError, Message, ModelClient, ModelTokenizer, Usage
+from .models import model_tokenizer as tokenizer_for
 from .redact import redact_pack
 from .workspace import Workspace
 
@@ -57,6 +58,8 @@ _PROSE_EXTENSION = re.compile(
     re.I,
 )
 SNIPPET_LINES = 6
+#: A retry after a context overflow needs at least this much code to be worth asking.
+MIN_RETRY_CONTEXT = 200
 #: Past commits shown with the context (similar to the question, from the history index).
 MAX_COMMITS = 3
 _COMMIT_REF = re.compile(r"\bcommit\s+`?([0-9a-f]{7,40})\b", re.I)
@@ -126,6 +129,11 @@ class Answer:
     #: Past commits similar to the question (empty without a history index).
     commits: tuple[PastCommit, ...] = ()
     commit_citations: tuple[CommitCitation, ...] = ()
+    #: How the prompt was counted (ModelTokenizer.describe) and its estimated size.
+    tokenizer: str = ""
+    prompt_tokens_est: int = 0
+    #: What happened on the way: a retry with a smaller context after an overflow.
+    notes: tuple[str, ...] = ()
 
     @property
     def invalid_citations(self) -> tuple[Citation, ...]:
@@ -144,10 +152,12 @@ class Answer:
             "commits": [asdict(c) for c in self.commits],
             "commit_citations": [asdict(c) for c in self.commit_citations],
             "latency_s": round(self.latency_s, 3),
+            "prompt_tokens_est": self.prompt_tokens_est,
+            "notes": list(self.notes),
             "context": {
                 "budget": self.pack.budget,
                 "used_tokens": self.pack.used_tokens,
-                "tokenizer": self.pack.tokenizer,
+                "tokenizer": self.tokenizer or self.pack.tokenizer,
                 "items": len(self.pack.items),
                 "timings": self.pack.timings,
             },
@@ -178,9 +188,15 @@ def ask(
     index_dir: str | Path | None = None,
     max_tokens: int = 1024,
     is_secret: Callable[[str], bool] | None = None,
+    model_tokenizer: ModelTokenizer | None = None,
 ) -> Answer:
     """Answer ``question``: with ``model``, from the assembled context with checked
     citations; without, the ranked locations of that context and a hint to configure one.
+
+    With a model the context is counted in the model's tokens (``model_tokenizer``, default:
+    its family's tokenizer, else ``tokenizer``) and keeps that counter's safety margin free;
+    when the server still says the prompt is too long, the context is assembled once more to
+    fit the window it reported, and asked again.
 
     Files ``is_secret`` names (default: the agent's built-in deny list; pass
     ``Workspace.from_config(config).is_secret`` to add `agent.deny`) are left out of the
@@ -189,32 +205,60 @@ def ask(
     policy = replace(PackPolicy(), line_numbers=model is not None)
     commits = past_commits(conn, root, question, index_dir)
     history_text = render_commits(commits)
-    if history_text:  # the commits come out of the same budget
+    tokens = None
+    if model is not None:
+        tokens = model_tokenizer or tokenizer_for(model, fallback=tokenizer, probe=False)
+        counter = tokens.counter
+        budget_tokens = tokens.usable(budget_tokens)
+    else:
         counter = tokenizer if isinstance(tokenizer, TokenCounter) else get_tokenizer(tokenizer)
-        budget_tokens = max(1, budget_tokens - counter.count(history_text + "\n\n"))
-        tokenizer = counter
-    pack = assemble_context(
-        conn,
-        root,
-        question,
-        budget_tokens,
-        focus=focus,
-        searcher=searcher,
-        tokenizer=tokenizer,
-        index_dir=index_dir,
-        policy=policy,
-    )
-    # The pack goes into the model's prompt directly, not through the tools.
-    pack = redact_pack(pack, is_secret or Workspace(root).is_secret)
+
+    def build(budget: int) -> tuple[ContextPack, list[Message]]:
+        if history_text:  # the commits come out of the same budget
+            budget = max(1, budget - counter.count(history_text + "\n\n"))
+        pack = assemble_context(
+            conn,
+            root,
+            question,
+            budget,
+            focus=focus,
+            searcher=searcher,
+            tokenizer=counter,
+            index_dir=index_dir,
+            policy=policy,
+        )
+        # The pack goes into the model's prompt directly, not through the tools.
+        pack = redact_pack(pack, is_secret or Workspace(root).is_secret)
+        context = pack.render() + (f"\n\n{history_text}" if history_text else "")
+        messages = [
+            Message.system(SYSTEM_PROMPT),
+            Message.user(f"{context}\n\nQuestion: {question}"),
+        ]
+        return pack, messages
+
+    pack, messages = build(budget_tokens)
     locations = tuple(_location(item) for item in pack.items)
-    if model is None:
+    if model is None or tokens is None:
         return Answer(question, "", "", (), locations, pack, hint=MODEL_HINT, commits=commits)
-    context = pack.render() + (f"\n\n{history_text}" if history_text else "")
-    messages = [
-        Message.system(SYSTEM_PROMPT),
-        Message.user(f"{context}\n\nQuestion: {question}"),
-    ]
-    completion = model.complete(messages, max_tokens=max_tokens, temperature=0.0)
+    estimate = tokens.prompt_tokens(messages)
+    notes: list[str] = []
+    try:
+        completion = model.complete(messages, max_tokens=max_tokens, temperature=0.0)
+    except ContextTooLongError as exc:
+        smaller = overflow_budget(
+            exc, tokens, budget_tokens, estimate, pack.used_tokens, max_tokens
+        )
+        if smaller is None:
+            raise
+        notes.append(
+            f"The prompt (~{estimate:,} tokens) was too long for the model"
+            + (f" ({exc.context_window:,}-token context)" if exc.context_window else "")
+            + f"; asked again with a {smaller:,}-token context instead of {budget_tokens:,}."
+        )
+        pack, messages = build(smaller)
+        locations = tuple(_location(item) for item in pack.items)
+        estimate = tokens.prompt_tokens(messages)
+        completion = model.complete(messages, max_tokens=max_tokens, temperature=0.0)
     text = completion.message.content
     citations = verify_citations(text, root, pack)
     return Answer(
@@ -228,7 +272,30 @@ def ask(
         latency_s=completion.latency_s,
         commits=commits,
         commit_citations=verify_commit_citations(text, root, index_dir, commits),
+        tokenizer=tokens.describe(),
+        prompt_tokens_est=estimate,
+        notes=tuple(notes),
     )
+
+
+def overflow_budget(
+    exc: ContextTooLongError,
+    tokens: ModelTokenizer,
+    budget: int,
+    estimate: int,
+    code_tokens: int,
+    max_tokens: int,
+) -> int | None:
+    """The context budget to ask again with after an overflow: what fits the window the server
+    reported beside the rest of the prompt and the answer (scaled by how far the server's count
+    was above ours), else 60 % of ``budget``; None when too little would be left."""
+    smaller = int(budget * 0.6)
+    if exc.context_window:
+        over = exc.prompt_tokens / estimate if exc.prompt_tokens and estimate else 1.0
+        room = int((exc.context_window - max_tokens) / max(1.0, over))
+        rest = estimate - code_tokens  # system prompt, question, commits, template
+        smaller = min(tokens.usable(room) - rest, int(budget * 0.9))
+    return smaller if smaller >= MIN_RETRY_CONTEXT else None
 
 
 def past_commits(

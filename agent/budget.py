@@ -16,6 +16,7 @@ from retrieval.tokens import TokenCounter
 from .models.base import Message, ToolCall
 from .models.errors import ContextTooLongError, ModelError
 from .models.text_calls import parse_text_calls
+from .models.tokenizer import DEFAULT_TEMPLATE, ChatTemplate, ModelTokenizer
 
 #: Share of the prompt (after system prompt and tool schemas) each section may use. Retrieved
 #: code takes whatever the others leave, so the prompt fills its budget but never grows past it.
@@ -26,8 +27,8 @@ DEFAULT_SHARES: dict[str, float] = {
     "observation": 0.33,  # the latest assistant message and tool results, whole if they fit
     "code": 0.35,
 }
-#: Never shrink the prompt budget below this on context-overflow retries.
-MIN_BUDGET = 2000
+#: Room a step needs besides the fixed prompt: the plan, the latest result and some code.
+MIN_ROOM = 800
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,19 @@ def _cut(text: str, size: int, keep: str) -> str:
     return text[:size] + marker.rstrip("\n")
 
 
+def fixed_tokens(tokens: ModelTokenizer, system: str, tools_tokens: int, task: str) -> int:
+    """What every step's prompt holds whatever the budget: the system prompt, the tool schemas,
+    the task and the template's markers, in the model's tokens."""
+    t = tokens.template
+    return (
+        tokens.count(system)
+        + tools_tokens
+        + tokens.count(f"# Task\n{task}")
+        + 2 * t.per_message
+        + t.reply
+    )
+
+
 # -- failures ------------------------------------------------------------------------------------
 
 #: Failure classes of tool results and model calls, as recorded in the trace.
@@ -156,8 +170,9 @@ def classify_model_error(exc: ModelError) -> str:
 
 # -- the prompt of one step ----------------------------------------------------------------------
 
-#: Tokens a provider adds around each message (role markers); counted so estimates stay honest.
-MESSAGE_OVERHEAD = 8
+#: Tokens a provider adds around each message (role markers) when its chat template is unknown;
+#: a known template's own counts come with the model's tokenizer (models/tokenizer.py).
+MESSAGE_OVERHEAD = DEFAULT_TEMPLATE.per_message
 #: Retrieval is skipped when less than this is left for code.
 MIN_CODE_TOKENS = 200
 
@@ -192,11 +207,13 @@ def assemble_prompt(
     query: str,
     retrieve: Retrieve,
     closing: str = "",
+    template: ChatTemplate = DEFAULT_TEMPLATE,
 ) -> StepPrompt:
     """Fit every section into its share of ``budget``; retrieved code gets what is left, so the
-    estimate never exceeds the budget however long the run."""
+    estimate never exceeds the budget however long the run. ``tools_tokens`` is the tool
+    schemas as the template renders them; ``template`` adds its markers around each message."""
     start = time.perf_counter()
-    fixed = counter.count(system) + tools_tokens + MESSAGE_OVERHEAD
+    fixed = counter.count(system) + tools_tokens + template.per_message + template.reply
     alloc = allocate(budget, fixed)
     task_cap = alloc.cap("task")
     task_text = clip_to_tokens(task, max(1, task_cap * 2 // 3), counter, keep="both")
@@ -204,16 +221,16 @@ def assemble_prompt(
     notes_text = clip_to_tokens(notes, task_cap - used_task, counter) if notes else ""
     plan_text = clip_to_tokens(plan, alloc.cap("plan"), counter, keep="both") if plan else ""
     history_text = _fit_history(history, alloc.cap("history"), counter)
-    obs = _fit_observation(observation, alloc.cap("observation"), counter)
+    obs = _fit_observation(observation, alloc.cap("observation"), counter, template)
     sections = {
         "system+tools": fixed,
         "task": used_task + (counter.count(notes_text) if notes_text else 0),
         "plan": counter.count(plan_text) if plan_text else 0,
         "history": counter.count(history_text) if history_text else 0,
-        "observation": sum(_message_tokens(m, counter) for m in obs),
+        "observation": sum(_message_tokens(m, counter, template) for m in obs),
     }
     skeleton = _user_text(task_text, notes_text, plan_text, "", history_text, closing)
-    spent = fixed + counter.count(skeleton) + MESSAGE_OVERHEAD + sections["observation"]
+    spent = fixed + counter.count(skeleton) + template.per_message + sections["observation"]
     code_budget = budget - spent - 16  # headers around the code block
     pack = None
     t0 = time.perf_counter()
@@ -224,7 +241,7 @@ def assemble_prompt(
     sections["code"] = pack.used_tokens if code else 0
     user = _user_text(task_text, notes_text, plan_text, code, history_text, closing)
     messages = (Message.system(system), Message.user(user), *obs)
-    tokens = fixed + counter.count(user) + MESSAGE_OVERHEAD + sections["observation"]
+    tokens = fixed + counter.count(user) + template.per_message + sections["observation"]
     total = (time.perf_counter() - start) * 1000
     return StepPrompt(messages, tokens, budget, sections, pack, ms, total)
 
@@ -282,17 +299,26 @@ def _fit_history(lines: Sequence[str], cap: int, counter: TokenCounter) -> str:
     return "\n".join(head + list(reversed(kept)))
 
 
-def _message_tokens(m: Message, counter: TokenCounter) -> int:
-    texts = [m.content] + [c.raw_arguments for c in m.tool_calls]
-    return sum(counter.count_many(texts)) + MESSAGE_OVERHEAD
+def _message_tokens(
+    m: Message, counter: TokenCounter, template: ChatTemplate = DEFAULT_TEMPLATE
+) -> int:
+    """As ModelTokenizer.message_tokens: the texts, the call names and the template's markers."""
+    texts = [m.content] + [t for c in m.tool_calls for t in (c.name, c.raw_arguments)]
+    wrap = template.per_result if m.role == "tool" else template.per_message
+    return sum(counter.count_many(texts)) + wrap + template.per_call * len(m.tool_calls)
 
 
-def _fit_observation(messages: Sequence[Message], cap: int, counter: TokenCounter) -> list[Message]:
+def _fit_observation(
+    messages: Sequence[Message],
+    cap: int,
+    counter: TokenCounter,
+    template: ChatTemplate = DEFAULT_TEMPLATE,
+) -> list[Message]:
     """The latest observation, whole if it fits; otherwise the largest parts are clipped, each
     to a fair share of what the others leave."""
     if not messages:
         return []
-    sizes = [_message_tokens(m, counter) for m in messages]
+    sizes = [_message_tokens(m, counter, template) for m in messages]
     if sum(sizes) <= cap:
         return list(messages)
     out: list[Message | None] = [None] * len(messages)
@@ -302,13 +328,15 @@ def _fit_observation(messages: Sequence[Message], cap: int, counter: TokenCounte
         share = max(32, left // (len(order) - rank))
         m = messages[i]
         if sizes[i] > share:
-            m = _clip_message(m, share, counter)
+            m = _clip_message(m, share, counter, template)
         out[i] = m
         left -= min(sizes[i], share)
     return [m for m in out if m is not None]
 
 
-def _clip_message(m: Message, limit: int, counter: TokenCounter) -> Message:
+def _clip_message(
+    m: Message, limit: int, counter: TokenCounter, template: ChatTemplate = DEFAULT_TEMPLATE
+) -> Message:
     calls = m.tool_calls
     if calls:
         per = max(16, limit // (2 * len(calls)))
@@ -325,7 +353,9 @@ def _clip_message(m: Message, limit: int, counter: TokenCounter) -> Message:
         )
         limit = max(16, limit - sum(counter.count(c.raw_arguments) for c in calls))
     # Test output and tracebacks end with the decisive lines: keep both ends.
-    content = clip_to_tokens(m.content, max(1, limit - MESSAGE_OVERHEAD), counter, keep="both")
+    wrap = template.per_result if m.role == "tool" else template.per_message
+    wrap += (template.per_call + 4) * len(calls)  # a call's name and wrapper
+    content = clip_to_tokens(m.content, max(1, limit - wrap), counter, keep="both")
     return replace(m, content=content, tool_calls=calls)
 
 

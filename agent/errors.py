@@ -43,3 +43,12 @@ class CheckpointError(AgentError):
 
 class RollbackError(AgentError):
     """Some files could not be restored — fix the listed paths and run the undo again."""
+
+
+class BudgetTooSmallError(AgentError):
+    """The prompt budget is smaller than the fixed prompt needs — raise --budget."""
+
+    def __init__(self, message: str, minimum: int) -> None:
+        super().__init__(message)
+        #: The smallest budget accepted, in the model's tokens.
+        self.minimum = minimum

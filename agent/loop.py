@@ -10,7 +10,6 @@ See docs/agent.md.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -20,25 +19,26 @@ from indexer.config import TOOL_FORMATS, Config, section_settings
 from indexer.errors import RepoctxError
 from retrieval.context import ContextPack, assemble_context
 from retrieval.freshness import generation
-from retrieval.tokens import get_tokenizer
 
 from .budget import (
-    MIN_BUDGET,
+    MIN_ROOM,
     Guard,
     Limits,
     StepPrompt,
     assemble_prompt,
     classify_model_error,
     classify_tool_failure,
+    fixed_tokens,
     observation_digest,
 )
 from .checkpoints import CheckpointStore, RollbackReport
-from .errors import AgentError
+from .errors import AgentError, BudgetTooSmallError
 from .memory import REMEMBER, ProjectMemory, learned_facts, read_instructions
 from .models.base import Completion, Message, ModelClient, ToolCall, ToolSpec, Usage
-from .models.errors import ModelError
+from .models.errors import ContextTooLongError, ModelError
 from .models.http import retry_budget
 from .models.text_calls import CALL_EXAMPLE, parse_text_calls, prose, tools_prompt
+from .models.tokenizer import ModelTokenizer, model_tokenizer
 from .outcome import Ending, asks_for_change, text_ending
 from .plan import (
     PLAN_PROMPT,
@@ -115,6 +115,9 @@ class RunOptions:
     #: described in the prompt and the calls read from the reply's text) or auto (native first,
     #: else text). None: `agent.tool_format` of the configuration, else auto.
     tool_format: str | None = None
+    #: How prompts are counted in the model's tokens (agent/models/tokenizer.py). None: the
+    #: `model_tokenizer` setting without asking the server (the CLI passes one that asked).
+    tokenizer: ModelTokenizer | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,13 @@ class AgentRun:
         self.config, self.task, self.model, self.opts = config, task, model, options
         self.limits, self.guard = options.limits, Guard(options.limits)
         self.registry = registry or default_registry()
-        self.counter = get_tokenizer(config.extra.get("tokenizer"))
+        self.tokens = options.tokenizer or model_tokenizer(
+            model,
+            config.extra.get("model_tokenizer"),
+            fallback=config.extra.get("tokenizer"),
+            probe=False,
+        )
+        self.counter = self.tokens.counter
         self.memory = ProjectMemory.for_index(config.index_path)
         self.instructions = read_instructions(config.root)
         self.budget, self.usage, self.model_calls, self.prior_s = (
@@ -194,10 +203,6 @@ class AgentRun:
             )
         #: The form of the latest tool calls: native | text ('' before the first).
         self.used_format = ""
-        self.ctx = ToolContext.create(
-            config, granted=options.granted, confirm=options.confirm, run_id=run_id
-        )
-        self.run_id = self.ctx.run_id
         self.specs: list[ToolSpec] = [*self.registry.specs(offered), UPDATE_PLAN, REMEMBER]
         self.names = frozenset(s.name for s in self.specs)
         if self.tool_format == "text":
@@ -210,7 +215,24 @@ class AgentRun:
             )
         else:
             self.system, self.offered = SYSTEM_PROMPT, self.specs
-            self.tools_tokens = self.counter.count(json.dumps([asdict(s) for s in self.specs]))
+            self.tools_tokens = self.tokens.tools_tokens(self.specs)
+        #: The smallest budget that holds the fixed prompt and some room (refused below it).
+        fixed = fixed_tokens(self.tokens, self.system, self.tools_tokens, self.task)
+        self.min_budget = self.tokens.needed(fixed + MIN_ROOM)
+        if self.limits.prompt_budget < self.min_budget:
+            schemas = f"{len(self.specs)} tool schemas"
+            raise BudgetTooSmallError(
+                f"A prompt budget of {self.limits.prompt_budget:,} tokens is too small: the "
+                f"system prompt, {schemas} and the task alone take {fixed:,} tokens of this "
+                f"model (counted by {self.tokens.source}), and a step needs {MIN_ROOM} more "
+                f"for the plan, the latest result and code — the minimum is "
+                f"{self.min_budget:,}: pass --budget {self.min_budget} or more.",
+                self.min_budget,
+            )
+        self.ctx = ToolContext.create(
+            config, granted=options.granted, confirm=options.confirm, run_id=run_id
+        )
+        self.run_id = self.ctx.run_id
         self.trace = TraceWriter(trace_path(config.index_path, self.run_id))
         self._packs: dict[tuple[str, int, int], ContextPack] = {}
 
@@ -282,6 +304,9 @@ class AgentRun:
                 tokens=self.counter.count(self.instructions.text),
                 memory=self.memory.to_dict(),
             )
+        self.emit(
+            "notice", kind="tokenizer", message=f"prompts counted by {self.tokens.describe()}"
+        )
         done = self.ctx.session.reindex(self.config)  # the index must match the tree
         self.emit(
             "notice",
@@ -354,7 +379,7 @@ class AgentRun:
         notes = [f"Learned in earlier runs:\n{self.memory.render()}"] if self.memory.entries else []
         return assemble_prompt(
             counter=self.counter,
-            budget=budget,
+            budget=self.tokens.usable(budget),  # the margin stays free
             system=self.system if system is None else system,
             tools_tokens=self.tools_tokens if tools_tokens is None else tools_tokens,
             task=self.task,
@@ -365,6 +390,7 @@ class AgentRun:
             query=query,
             retrieve=self._retrieve,
             closing=closing or ("" if obs else "Begin with the current plan step."),
+            template=self.tokens.template,
         )
 
     def _retrieve(self, query: str, budget: int) -> ContextPack:
@@ -415,13 +441,15 @@ class AgentRun:
                         retryable=exc.retryable,
                         retries_left=retries.left,
                     )
-                    if (
-                        kind == "context_overflow"
+                    smaller = (
+                        self._smaller_budget(exc, prompt)
+                        if isinstance(exc, ContextTooLongError)
                         and overflows < self.limits.overflow_retries
-                        and self.budget > MIN_BUDGET
-                    ):
+                        else None
+                    )
+                    if smaller is not None:
                         overflows += 1
-                        self.budget = max(MIN_BUDGET, int(self.budget * 0.6))
+                        self.budget = smaller
                         prompt = self._context(step, build(self.budget))
                     elif exc.retryable and retries.take():
                         attempts += 1
@@ -448,6 +476,21 @@ class AgentRun:
             ],
         )
         return prompt, completion
+
+    def _smaller_budget(self, exc: ContextTooLongError, prompt: StepPrompt) -> int | None:
+        """The budget to retry with after the server said the prompt is too long: sized from
+        the context window it reported (and how far its count was above ours), else 60 % of
+        the last; None when that would not hold the fixed prompt."""
+        smaller = int(self.budget * 0.6)
+        if exc.context_window:
+            room = exc.context_window - self.limits.completion_tokens
+            # The server counted more than we did: scale our count to its.
+            over = exc.prompt_tokens / prompt.tokens if exc.prompt_tokens and prompt.tokens else 1
+            fits = self.tokens.needed(int(room / max(1.0, over)))
+            smaller = min(fits, int(self.budget * 0.9))
+        if smaller < self.min_budget:
+            return None
+        return smaller
 
     def _context(self, step: int, prompt: StepPrompt) -> StepPrompt:
         items = [

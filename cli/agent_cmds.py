@@ -21,6 +21,7 @@ from .common import (
     make_config,
     model_options,
     open_model,
+    open_tokenizer,
 )
 from .query_cmds import find_root
 
@@ -76,9 +77,10 @@ def agent() -> None:
 )
 @click.option(
     "--budget",
-    type=click.IntRange(min=2000),
+    type=click.IntRange(min=1),
     default=None,
-    help="Prompt tokens per step, tools and code included (12000).",
+    help="Prompt tokens per step in the model's tokens, system prompt, tool schemas and code "
+    "included (12000); one below what the fixed prompt needs is refused, naming the minimum.",
 )
 @click.option("--yes", "-y", is_flag=True, help="Allow edits and commands without asking.")
 @click.option("--read-only", is_flag=True, help="Offer and allow only the read tools.")
@@ -123,6 +125,7 @@ def run_cmd(
     model_timeout: float | None,
     connect_timeout: float | None,
     model_retries: int | None,
+    model_tokenizer: str | None,
     quiet: bool,
     root: Path,
     index_dir: Path | None,
@@ -133,6 +136,7 @@ def run_cmd(
 
     from agent.ask import model_spec
     from agent.budget import Limits
+    from agent.errors import BudgetTooSmallError
     from agent.loop import RunOptions, run_agent
 
     if not task and not resume:
@@ -141,8 +145,9 @@ def run_cmd(
         raise click.UsageError("--yes and --read-only contradict each other; pick one.")
     config = _config(root, index_dir)
     spec = model_spec(model_flag, config.extra)
-    settings = ModelSettings.resolve(config, model_timeout, connect_timeout, model_retries)
-    model = open_model(spec, settings)
+    settings = ModelSettings.resolve(
+        config, model_timeout, connect_timeout, model_retries, model_tokenizer
+    )
     limits = Limits()
     overrides = {
         "max_steps": max_steps,
@@ -152,6 +157,8 @@ def run_cmd(
         "model_retries": settings.retries,
     }
     limits = replace(limits, **{k: v for k, v in overrides.items() if v is not None})
+    model = open_model(spec, settings, limits.prompt_budget + limits.completion_tokens)
+    tokens = open_tokenizer(model, settings, config)
     interactive = sys.stdin.isatty() and sys.stderr.isatty()
     confirm = None
     if yes:
@@ -172,8 +179,12 @@ def run_cmd(
         resume=resume,
         on_event=None if quiet or as_json else _progress,
         tool_format=tool_format,
+        tokenizer=tokens,
     )
-    report = run_agent(config, task or "", model, options)
+    try:
+        report = run_agent(config, task or "", model, options)
+    except BudgetTooSmallError as exc:
+        raise click.UsageError(str(exc)) from exc
     if as_json:
         echo_json(report.to_dict())
     else:

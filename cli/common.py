@@ -32,7 +32,17 @@ def json_option(f: Callable) -> Callable:
 
 
 def model_options(f: Callable) -> Callable:
-    """--model-timeout, --connect-timeout and --model-retries (see open_model)."""
+    """--model-timeout, --connect-timeout, --model-retries and --model-tokenizer (see
+    open_model and open_tokenizer)."""
+    f = click.option(
+        "--model-tokenizer",
+        default=None,
+        metavar="SPEC",
+        help="How prompts are counted in the model's tokens: auto (the server's tokenize "
+        "endpoint, else the model family's tokenizer, else --tokenizer's), server (its "
+        "endpoint for every text), a tokenizer.json path, or a tokenizer name such as qwen3 or "
+        "o200k*1.15 (config `model_tokenizer`, env REPOCTX_MODEL_TOKENIZER).",
+    )(f)
     f = click.option(
         "--model-retries",
         type=click.IntRange(min=0, max=20),
@@ -66,6 +76,8 @@ class ModelSettings:
     timeout_s: float
     connect_timeout_s: float
     retries: int
+    #: How prompts are counted (agent/models/tokenizer.py): auto, a tokenizer.json, a name.
+    tokenizer: str = "auto"
 
     @classmethod
     def resolve(
@@ -74,6 +86,7 @@ class ModelSettings:
         timeout_s: float | None,
         connect_timeout_s: float | None,
         retries: int | None,
+        tokenizer: str | None = None,
     ) -> ModelSettings:
         from indexer.config import setting
 
@@ -83,12 +96,14 @@ class ModelSettings:
             if connect_timeout_s is not None
             else setting(config, "model_connect_timeout_s"),
             retries if retries is not None else setting(config, "model_retries"),
+            tokenizer or setting(config, "model_tokenizer"),
         )
 
 
-def open_model(spec: str | None, settings: ModelSettings) -> Any:
+def open_model(spec: str | None, settings: ModelSettings, context_tokens: int | None = None) -> Any:
     """The model client for ``spec``, streaming (a slow local model is timed by its silence,
-    not by the length of its answer)."""
+    not by the length of its answer). ``context_tokens``: the context window to ask for
+    where the server takes one per request (Ollama)."""
     from agent.models import create_model
 
     return create_model(
@@ -97,6 +112,16 @@ def open_model(spec: str | None, settings: ModelSettings) -> Any:
         connect_timeout=settings.connect_timeout_s,
         max_retries=settings.retries,
         stream=True,
+        context_tokens=context_tokens,
+    )
+
+
+def open_tokenizer(model: Any, settings: ModelSettings, config: Config) -> Any:
+    """How ``model``'s prompts are counted: asks the server for its tokenize endpoint once."""
+    from agent.models import model_tokenizer
+
+    return model_tokenizer(
+        model, settings.tokenizer, fallback=config.extra.get("tokenizer"), probe=True
     )
 
 

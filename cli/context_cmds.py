@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import ModelSettings, echo_json, model_options, open_model
+from .common import ModelSettings, echo_json, model_options, open_model, open_tokenizer
 from .query_cmds import open_graph, read_options
 
 DEFAULT_BUDGET = 8000
@@ -148,6 +148,7 @@ def ask_cmd(
     model_timeout: float | None,
     connect_timeout: float | None,
     model_retries: int | None,
+    model_tokenizer: str | None,
     root: Path,
     index_dir: Path | None,
     as_json: bool,
@@ -158,23 +159,31 @@ def ask_cmd(
 
     config, conn = open_graph(root, index_dir)
     spec = model_spec(model_flag, config.extra)
-    model = None
+    model = tokens = None
+    budget = _budget(budget, config)
     if spec:
-        settings = ModelSettings.resolve(config, model_timeout, connect_timeout, model_retries)
-        model = open_model(spec, settings)
+        settings = ModelSettings.resolve(
+            config, model_timeout, connect_timeout, model_retries, model_tokenizer
+        )
+        # The context, the answer, and about a thousand tokens of instructions and question.
+        model = open_model(spec, settings, budget + max_tokens + 1024)
+        tokens = open_tokenizer(model, settings, config)
     answer = ask(
         conn,
         config.root,
         question,
         model=model,
-        budget_tokens=_budget(budget, config),
+        budget_tokens=budget,
         focus=focus,
         searcher=_searcher(config, conn),
         tokenizer=tokenizer or config.extra.get("tokenizer"),
         max_tokens=max_tokens,
         is_secret=Workspace.from_config(config).is_secret,  # with `agent.deny`
         index_dir=config.index_path,
+        model_tokenizer=tokens,
     )
+    for note in answer.notes:
+        click.echo(note, err=True)
     if as_json:
         echo_json(answer.to_dict())
         return

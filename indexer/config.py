@@ -137,6 +137,8 @@ SETTINGS: dict[str, Setting] = {
                                note="seconds of silence from the model server"),
     "model_connect_timeout_s": Setting("float", 10.0, above=0, hi=3600.0, note="seconds"),
     "model_retries": Setting("int", 2, lo=0, hi=20, note="retries of one model call"),
+    "model_tokenizer": Setting("str", "auto",
+                               note="auto, server, a tokenizer.json path or a tokenizer name"),
     # [agent] (agent/tools/settings.py and agent/workspace.py)
     "agent.allow_commands": Setting("list", note="program names"),
     "agent.git_write": Setting("bool", False),

@@ -1092,7 +1092,7 @@ def test_scripted_model_rejects_bad_scripts(
             "https://api.openai.com/v1/chat/completions",
         ),
         (
-            "ollama:qwen2.5-coder:7b",
+            "ollama-openai:qwen2.5-coder:7b",
             {},
             OpenAIClient,
             "qwen2.5-coder:7b",

@@ -1,5 +1,6 @@
-"""Model adapters: one protocol (`ModelClient`) over OpenAI-compatible servers, Anthropic and a
-scripted replay model, chosen by a `provider:model` spec."""
+"""Model adapters: one protocol (`ModelClient`) over OpenAI-compatible servers, Ollama's native
+API, Anthropic and a scripted replay model, chosen by a `provider:model` spec; and how each
+model's prompts are counted (tokenizer.py)."""
 
 from __future__ import annotations
 
@@ -34,19 +35,22 @@ from .http import (
     RetryPolicy,
     retry_budget,
 )
+from .ollama import OllamaClient, ollama_base_url
 from .openai import DEFAULT_BASE_URL as OPENAI_BASE_URL
 from .openai import OpenAIClient
 from .scripted import ScriptedCall, ScriptedModel
 from .text_calls import TextCalls, parse_text_calls, prose
+from .tokenizer import ChatTemplate, ModelTokenizer, family_of, model_tokenizer
 
 #: Local OpenAI-compatible servers and their default addresses; none needs a key.
+#: (`ollama:` is Ollama's native API, which can set the context size; `ollama-openai:` its /v1.)
 LOCAL_SERVERS = {
-    "ollama": "http://localhost:11434/v1",
+    "ollama-openai": "http://localhost:11434/v1",
     "lmstudio": "http://localhost:1234/v1",
     "llamacpp": "http://localhost:8080/v1",
     "vllm": "http://localhost:8000/v1",
 }
-PROVIDERS = ("openai", "anthropic", "scripted", *LOCAL_SERVERS)
+PROVIDERS = ("openai", "anthropic", "ollama", "scripted", *LOCAL_SERVERS)
 
 
 def create_model(
@@ -61,13 +65,17 @@ def create_model(
     stream: bool = False,
     on_text: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    context_tokens: int | None = None,
 ) -> ModelClient:
     """Build a client from ``provider:model`` (``openai:gpt-4o-mini``, ``anthropic:claude-sonnet-4-5``,
     ``ollama:qwen2.5-coder:7b``, ``scripted:path.jsonl``) or a bare OpenAI-compatible model name.
 
     Arguments win over ``env`` (default ``os.environ``): REPOCTX_MODEL (when ``spec`` is empty),
     REPOCTX_MODEL_BASE_URL, REPOCTX_API_KEY, then the provider's own OPENAI_BASE_URL /
-    OPENAI_API_KEY / ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY.
+    OPENAI_API_KEY / ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY / OLLAMA_HOST.
+
+    ``context_tokens`` is the context window to ask for where the server takes one per request
+    (Ollama's ``num_ctx``): the prompt budget plus the completion.
 
     ``timeout`` is the longest silence from the server (seconds), ``connect_timeout`` the time
     to connect, ``max_retries`` the retries of a failed call (429, 5xx, timeouts); the CLI takes
@@ -129,8 +137,17 @@ def create_model(
                 "REPOCTX_MODEL_BASE_URL to a local OpenAI-compatible server."
             )
         return OpenAIClient(model, base_url=url, api_key=key, **options)
+    if provider == "ollama":
+        url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL", "OLLAMA_HOST")
+        key = api_key or _first(env, "REPOCTX_API_KEY")
+        num_ctx = -(-context_tokens // 1024) * 1024 if context_tokens else None
+        return OllamaClient(model, base_url=url, api_key=key, num_ctx=num_ctx, **options)
     if provider in LOCAL_SERVERS:
         url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL") or LOCAL_SERVERS[provider]
+        if provider == "ollama-openai" and not base_url and _first(env, "OLLAMA_HOST"):
+            url = _first(env, "REPOCTX_MODEL_BASE_URL") or (
+                ollama_base_url(_first(env, "OLLAMA_HOST")) + "/v1"
+            )
         key = api_key or _first(env, "REPOCTX_API_KEY")
         return OpenAIClient(model, base_url=url, api_key=key, **options)
     known = ", ".join(f"{p}:" for p in PROVIDERS)
@@ -161,6 +178,7 @@ __all__ = [
     "AnthropicClient",
     "AuthError",
     "BadRequestError",
+    "ChatTemplate",
     "Completion",
     "ContextTooLongError",
     "MalformedResponseError",
@@ -170,6 +188,8 @@ __all__ = [
     "ModelConnectionError",
     "ModelError",
     "ModelTimeoutError",
+    "ModelTokenizer",
+    "OllamaClient",
     "OpenAIClient",
     "QuotaExceededError",
     "RateLimitError",
@@ -185,6 +205,8 @@ __all__ = [
     "Usage",
     "UnknownModelError",
     "create_model",
+    "family_of",
+    "model_tokenizer",
     "parse_text_calls",
     "prose",
     "retry_budget",

@@ -49,6 +49,13 @@ class UnknownModelError(ModelError):
 class ContextTooLongError(ModelError):
     """The prompt is longer than the model's context window — ask about less, lower the retrieval budget, or use a model with a longer context."""
 
+    #: The model's context window and the prompt's size in its tokens, where the server said
+    #: (OpenAI, vLLM, llama-cpp-python: "maximum context length is 8192 tokens ... 9030 in the
+    #: messages"; llama.cpp: ``n_ctx`` / ``n_prompt_tokens``; Anthropic: "210000 tokens > 200000
+    #: maximum"). A retry sizes its smaller prompt from them.
+    context_window: int | None = None
+    prompt_tokens: int | None = None
+
 
 class RateLimitError(ModelError):
     """The provider is rate-limiting requests — wait a minute and retry, or lower the request rate."""

@@ -157,6 +157,17 @@ class JsonHttp:
         finally:
             resp.close()
 
+    @contextmanager
+    def lines(
+        self, url: str, payload: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> Iterator[Iterator[bytes]]:
+        """Yield the response body line by line (newline-delimited JSON: Ollama's stream)."""
+        resp = self._send(url, payload, {"Accept": "application/x-ndjson", **headers}, lambda r: r)
+        try:
+            yield _guarded(iter(resp.readline, b""), url, self.timeout)
+        finally:
+            resp.close()
+
     def _send(
         self,
         url: str,
@@ -276,7 +287,13 @@ def error_from_payload(
     codes.update(str(payload[k]) for k in ("code", "type") if isinstance(payload.get(k), str))
     if message is not None and not isinstance(message, str):
         message = json.dumps(message, ensure_ascii=False)
-    return _classify(status, {c.lower() for c in codes}, message or "", headers)
+    error = _classify(status, {c.lower() for c in codes}, message or "", headers)
+    if isinstance(error, ContextTooLongError):  # llama.cpp's server says it in fields
+        fields = err if isinstance(err, Mapping) else payload
+        for attr, key in (("context_window", "n_ctx"), ("prompt_tokens", "n_prompt_tokens")):
+            if isinstance(fields.get(key), int) and fields[key] > 0:
+                setattr(error, attr, fields[key])
+    return error
 
 
 def _classify(
@@ -293,7 +310,9 @@ def _classify(
     if status in (401, 403) or codes & _AUTH_CODES:
         return AuthError(**kw)
     if status == 413 or _CONTEXT_RE.search(text):
-        return ContextTooLongError(**kw)
+        error = ContextTooLongError(**kw)
+        error.context_window, error.prompt_tokens = context_sizes(message)
+        return error
     if status == 404 or "model_not_found" in codes or _MODEL_MISSING_RE.search(message):
         return UnknownModelError(**kw)
     if status == 429 or "rate_limit_error" in codes:
@@ -306,6 +325,32 @@ def _classify(
         return BadRequestError(**kw)
     # 5xx, Anthropic's 529 "overloaded", and error objects arriving in 2xx bodies or streams.
     return ServiceError(**kw, retry_after=parse_retry_after(headers))
+
+
+_WINDOW_RES = (
+    re.compile(r"maximum context length is (\d+)", re.I),  # OpenAI, vLLM, llama-cpp-python
+    re.compile(r"context (?:window|size|length) (?:of|is) (\d+)", re.I),
+    re.compile(r"tokens? > (\d+) maximum", re.I),  # Anthropic
+    re.compile(r"n_ctx[\"']?\s*[:=]\s*(\d+)", re.I),
+)
+_PROMPT_RES = (
+    re.compile(r"\((\d+) in the messages", re.I),
+    re.compile(r"prompt is too long: (\d+) tokens", re.I),
+    re.compile(r"n_prompt_tokens[\"']?\s*[:=]\s*(\d+)", re.I),
+)
+
+
+def context_sizes(message: str) -> tuple[int | None, int | None]:
+    """The context window and the prompt's tokens an overflow message names, where it does."""
+
+    def first(patterns: tuple[re.Pattern[str], ...]) -> int | None:
+        for pattern in patterns:
+            m = pattern.search(message or "")
+            if m:
+                return int(m.group(1))
+        return None
+
+    return first(_WINDOW_RES), first(_PROMPT_RES)
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:

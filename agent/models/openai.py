@@ -23,6 +23,7 @@ from .http import (
     RetryPolicy,
     error_from_payload,
 )
+from .server_tokens import ServerTokenizer
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # How servers name the field when they refuse it ("tool_choice", vLLM's "tool choice").
@@ -84,6 +85,17 @@ class OpenAIClient:
         self._http = JsonHttp(
             timeout=timeout, connect_timeout=connect_timeout, retry=retry, sleep=sleep
         )
+        self._tokens = ServerTokenizer(self.base_url, model, self._headers, timeout=timeout)
+
+    def count_tokens(self, text: str) -> int | None:
+        """``text`` in the server's own tokenizer (llama.cpp, vLLM, TGI), or None when the
+        server has no tokenize endpoint; probed once."""
+        return self._tokens.count(text)
+
+    @property
+    def tokenize_url(self) -> str:
+        """The tokenize endpoint that answered ('' before a count, or when none did)."""
+        return self._tokens.url
 
     def complete(
         self,
@@ -135,9 +147,9 @@ class OpenAIClient:
         return payload
 
     def _stream(self, payload: dict[str, Any]) -> dict[str, Any]:
-        payload = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+        streamed = {**payload, "stream": True, "stream_options": {"include_usage": True}}
         acc = _StreamAccumulator()
-        with self._http.stream(self.url, payload, self._headers) as events:
+        with self._http.stream(self.url, streamed, self._headers) as events:
             for event in events:
                 if event.event == "json":
                     return json.loads(event.data)
@@ -147,6 +159,11 @@ class OpenAIClient:
                 text = acc.add(_decode_chunk(event.data))
                 if text and self.on_text:
                     self.on_text(text)
+        if not acc.chunks and not acc.done:
+            # llama-cpp-python refuses a prompt longer than its context with an empty stream
+            # (the reason goes to its log only); asked again without streaming, it says why —
+            # "maximum context length is 8192 tokens ... 9030 in the messages".
+            return self._http.post(self.url, payload, self._headers)
         return acc.result()
 
 
