@@ -1166,3 +1166,26 @@ def test_create_model_key_precedence_end_to_end(server: FakeProvider) -> None:
         "Bearer from-arg",
     ]
     assert server.requests[0].path == "/v1/chat/completions"
+
+
+def test_a_new_provider_is_one_registered_factory(tmp_path):
+    """create_model has no list of providers: a factory registered beside its client is
+    found by its name, gets what the spec and environment resolved, and is listed in errors."""
+    from agent.models import providers
+
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"content": "hello"}\n')
+    seen = []
+
+    @providers.register("echo-test")
+    def make(req):
+        seen.append((req.provider, req.model, req.url("ECHO_URL"), req.options["timeout"]))
+        return ScriptedModel(str(script), name=f"echo-test:{req.model}")
+
+    client = create_model("echo-test:tiny", env={"ECHO_URL": "http://127.0.0.1:9"}, timeout=42)
+    assert client.complete([Message("user", "hi")]).message.content == "hello"
+    assert seen == [("echo-test", "tiny", "http://127.0.0.1:9", 42)]
+    with pytest.raises(ModelConfigError, match="echo-test:"):
+        create_model("nosuch:x", env={})
+    with pytest.raises(ValueError, match="registered twice"):
+        providers.register("echo-test")(lambda req: None)

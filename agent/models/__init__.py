@@ -7,9 +7,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit
 
-from .anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
+from . import providers
 from .anthropic import AnthropicClient
 from .base import Completion, Message, ModelClient, ToolCall, ToolSpec, Usage
 from .errors import (
@@ -35,22 +34,14 @@ from .http import (
     RetryPolicy,
     retry_budget,
 )
-from .ollama import OllamaClient, ollama_base_url
-from .openai import DEFAULT_BASE_URL as OPENAI_BASE_URL
-from .openai import OpenAIClient
+from .ollama import OllamaClient
+from .openai import LOCAL_SERVERS, OpenAIClient
 from .scripted import ScriptedCall, ScriptedModel
 from .text_calls import TextCalls, parse_text_calls, prose
 from .tokenizer import ChatTemplate, ModelTokenizer, family_of, model_tokenizer
 
-#: Local OpenAI-compatible servers and their default addresses; none needs a key.
-#: (`ollama:` is Ollama's native API, which can set the context size; `ollama-openai:` its /v1.)
-LOCAL_SERVERS = {
-    "ollama-openai": "http://localhost:11434/v1",
-    "lmstudio": "http://localhost:1234/v1",
-    "llamacpp": "http://localhost:8080/v1",
-    "vllm": "http://localhost:8000/v1",
-}
-PROVIDERS = ("openai", "anthropic", "ollama", "scripted", *LOCAL_SERVERS)
+#: Every registered ``provider:`` (agent/models/providers.py).
+PROVIDERS = providers.provider_names()
 
 
 def create_model(
@@ -83,7 +74,7 @@ def create_model(
     ``model_timeout_s``, ``model_connect_timeout_s``, ``model_retries``.
     """
     env = os.environ if env is None else env
-    spec = (spec or _first(env, "REPOCTX_MODEL") or "").strip()
+    spec = (spec or env.get("REPOCTX_MODEL") or "").strip()
     if not spec:
         raise ModelConfigError()
     if timeout <= 0:
@@ -109,8 +100,13 @@ def create_model(
         raise ModelConfigError(
             f"No model name after {provider}: in {spec!r} — write e.g. {provider}:MODEL."
         )
-    if provider == "scripted":
-        return ScriptedModel(model, name=f"scripted:{model}")
+    make = providers.factory(provider)
+    if make is None:
+        known = ", ".join(f"{p}:" for p in providers.provider_names())
+        raise ModelConfigError(
+            f"Unknown model provider {provider!r} in {spec!r} — use one of {known}; for a model "
+            f"name that itself contains ':' (an Ollama tag) write ollama:{spec} or openai:{spec}."
+        )
     options = {
         "timeout": timeout,
         "connect_timeout": connect_timeout,
@@ -120,53 +116,10 @@ def create_model(
         "on_text": on_text,
         "name": f"{provider}:{model}",
     }
-    if provider == "anthropic":
-        url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL", "ANTHROPIC_BASE_URL")
-        key = api_key or _first(env, "REPOCTX_API_KEY", "ANTHROPIC_API_KEY")
-        if not key and _host(url or ANTHROPIC_BASE_URL) == "api.anthropic.com":
-            raise ModelConfigError(
-                f"No API key for {spec} — set ANTHROPIC_API_KEY (or REPOCTX_API_KEY)."
-            )
-        return AnthropicClient(model, base_url=url, api_key=key, **options)
-    if provider == "openai":
-        url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL", "OPENAI_BASE_URL")
-        key = api_key or _first(env, "REPOCTX_API_KEY", "OPENAI_API_KEY")
-        if not key and _host(url or OPENAI_BASE_URL) == "api.openai.com":
-            raise ModelConfigError(
-                f"No API key for {spec} — set OPENAI_API_KEY (or REPOCTX_API_KEY), or set "
-                "REPOCTX_MODEL_BASE_URL to a local OpenAI-compatible server."
-            )
-        return OpenAIClient(model, base_url=url, api_key=key, **options)
-    if provider == "ollama":
-        url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL", "OLLAMA_HOST")
-        key = api_key or _first(env, "REPOCTX_API_KEY")
-        num_ctx = -(-context_tokens // 1024) * 1024 if context_tokens else None
-        return OllamaClient(model, base_url=url, api_key=key, num_ctx=num_ctx, **options)
-    if provider in LOCAL_SERVERS:
-        url = base_url or _first(env, "REPOCTX_MODEL_BASE_URL") or LOCAL_SERVERS[provider]
-        if provider == "ollama-openai" and not base_url and _first(env, "OLLAMA_HOST"):
-            url = _first(env, "REPOCTX_MODEL_BASE_URL") or (
-                ollama_base_url(_first(env, "OLLAMA_HOST")) + "/v1"
-            )
-        key = api_key or _first(env, "REPOCTX_API_KEY")
-        return OpenAIClient(model, base_url=url, api_key=key, **options)
-    known = ", ".join(f"{p}:" for p in PROVIDERS)
-    raise ModelConfigError(
-        f"Unknown model provider {provider!r} in {spec!r} — use one of {known}; for a model name "
-        f"that itself contains ':' (an Ollama tag) write ollama:{spec} or openai:{spec}."
+    request = providers.ClientRequest(
+        spec, provider, model, base_url, api_key, env, options, context_tokens
     )
-
-
-def _first(env: Mapping[str, str], *names: str) -> str | None:
-    for name in names:
-        value = (env.get(name) or "").strip()
-        if value:
-            return value
-    return None
-
-
-def _host(url: str) -> str:
-    return (urlsplit(url).hostname or "").lower()
+    return make(request)
 
 
 __all__ = [

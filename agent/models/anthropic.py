@@ -16,6 +16,7 @@ from .http import (
     RetryPolicy,
     error_from_payload,
 )
+from .providers import ClientRequest, host, register
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -268,3 +269,14 @@ def _parse_or_keep(text: str) -> Any:
         return json.loads(text) if text.strip() else {}
     except json.JSONDecodeError:
         return text
+
+
+@register("anthropic")
+def _anthropic(req: ClientRequest) -> AnthropicClient:
+    url = req.url("ANTHROPIC_BASE_URL")
+    key = req.key("ANTHROPIC_API_KEY")
+    if not key and host(url or DEFAULT_BASE_URL) == "api.anthropic.com":
+        raise ModelConfigError(
+            f"No API key for {req.spec} — set ANTHROPIC_API_KEY (or REPOCTX_API_KEY)."
+        )
+    return AnthropicClient(req.model, base_url=url, api_key=key, **req.options)

@@ -19,6 +19,7 @@ from .http import (
     RetryPolicy,
     error_from_payload,
 )
+from .providers import ClientRequest, register
 
 DEFAULT_BASE_URL = "http://localhost:11434"
 _FINISH = {"stop": "stop", "length": "length"}
@@ -252,3 +253,13 @@ class _Accumulator:
         if self.calls:
             message["tool_calls"] = self.calls
         return {**self.last, "message": message}
+
+
+@register("ollama")
+def _ollama(req: ClientRequest) -> OllamaClient:
+    ctx = req.context_tokens
+    num_ctx = -(-ctx // 1024) * 1024 if ctx else None  # whole KiB, as Ollama's own sizes
+    return OllamaClient(
+        req.model, base_url=req.url("OLLAMA_HOST"), api_key=req.key(), num_ctx=num_ctx,
+        **req.options,
+    )

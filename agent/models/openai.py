@@ -23,6 +23,7 @@ from .http import (
     RetryPolicy,
     error_from_payload,
 )
+from .providers import ClientRequest, host, register
 from .server_tokens import ServerTokenizer
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -352,3 +353,35 @@ class _StreamAccumulator:
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
             "usage": self.usage,
         }
+
+
+#: Local OpenAI-compatible servers and their default addresses; none needs a key.
+#: (`ollama:` is Ollama's native API, which can set the context size; `ollama-openai:` its /v1.)
+LOCAL_SERVERS = {
+    "ollama-openai": "http://localhost:11434/v1",
+    "lmstudio": "http://localhost:1234/v1",
+    "llamacpp": "http://localhost:8080/v1",
+    "vllm": "http://localhost:8000/v1",
+}
+
+
+@register("openai")
+def _openai(req: ClientRequest) -> OpenAIClient:
+    url = req.url("OPENAI_BASE_URL")
+    key = req.key("OPENAI_API_KEY")
+    if not key and host(url or DEFAULT_BASE_URL) == "api.openai.com":
+        raise ModelConfigError(
+            f"No API key for {req.spec} — set OPENAI_API_KEY (or REPOCTX_API_KEY), or set "
+            "REPOCTX_MODEL_BASE_URL to a local OpenAI-compatible server."
+        )
+    return OpenAIClient(req.model, base_url=url, api_key=key, **req.options)
+
+
+@register(*LOCAL_SERVERS)
+def _local_server(req: ClientRequest) -> OpenAIClient:
+    url = req.url() or LOCAL_SERVERS[req.provider]
+    if req.provider == "ollama-openai" and not req.url() and req.first("OLLAMA_HOST"):
+        from .ollama import ollama_base_url
+
+        url = ollama_base_url(req.first("OLLAMA_HOST")) + "/v1"
+    return OpenAIClient(req.model, base_url=url, api_key=req.key(), **req.options)

@@ -12,6 +12,7 @@ from typing import Any
 
 from .base import Completion, Message, ToolCall, ToolSpec, Usage
 from .errors import ModelConfigError, ScriptExhaustedError
+from .providers import ClientRequest, register
 
 _ENTRY_KEYS = frozenset({"content", "tool_calls", "finish_reason"})
 _CALL_KEYS = frozenset({"name", "arguments", "id"})
@@ -184,3 +185,8 @@ def _message_tokens(message: Message) -> int:
     return len(message.content.split()) + sum(
         len(call.raw_arguments.split()) for call in message.tool_calls
     )
+
+
+@register("scripted")
+def _scripted(req: ClientRequest) -> ScriptedModel:
+    return ScriptedModel(req.model, name=f"scripted:{req.model}")
