@@ -51,17 +51,14 @@ from .plan import (
 )
 from .redact import redact, redact_pack
 from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, fail, ok, run_originals
+from .run_result import FileStat, commit_run, diff_stats, git_stat
 from .trace import (
     TRACE_FORMAT,
-    FileStat,
     TestRecord,
     TraceError,
     TraceWriter,
     canonical_arguments,
     checkpoint_files,
-    commit_run,
-    diff_stats,
-    git_stat,
     message_to_dict,
     read_trace,
     record_tests,

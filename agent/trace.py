@@ -1,5 +1,6 @@
 """Run traces: every run appends events to `<index_dir>/runs/<run_id>.jsonl` (the first line
-names the format), enough to replay it readably, resume it, and summarise what it changed.
+names the format), enough to replay it readably (`agent.replay`), resume it, and summarise
+what it changed (`agent.run_result`). This module writes, reads and resumes them.
 
 Event types: header, instructions, plan, plan_revision, plan_progress, context, model_call,
 model_error, tool_call, notice, memory, checkpoint, step, interrupted, resume, end, undo, commit.
@@ -7,18 +8,13 @@ model_error, tool_call, notice, memory, checkpoint, step, interrupted, resume, e
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 import re
-import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from indexer.gitsafe import git_env
 
 from .errors import AgentError
 from .models.base import Message, ToolCall
@@ -31,11 +27,6 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 class TraceError(AgentError):
     """The run's trace cannot be found or read — see the runs with `repoctx agent replay --list`."""
-
-
-class CommitError(AgentError):
-    """The run's changes could not be committed — the files are changed but not committed; commit
-    them yourself or undo the run."""
 
 
 # -- writing and reading -------------------------------------------------------------------------
@@ -216,15 +207,7 @@ def resume_state(events: list[dict[str, Any]]) -> ResumeState:
     )
 
 
-# -- summary -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FileStat:
-    path: str
-    added: int
-    removed: int
-    status: str  # modified | created | deleted | unchanged
+# -- step records --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -237,223 +220,10 @@ class TestRecord:
     __test__ = False  # not a pytest test class
 
 
-def diff_stats(root: Path, originals: Mapping[str, bytes | None]) -> list[FileStat]:
-    """Lines added and removed per file since the run started (originals from the checkpoints)."""
-    out = []
-    for abspath, old in sorted(originals.items()):
-        path = Path(abspath)
-        rel = os.path.relpath(path, root)
-        new = path.read_bytes() if path.is_file() else None
-        if old == new:
-            continue
-        a = (old or b"").decode("utf-8", "replace").splitlines()
-        b = (new or b"").decode("utf-8", "replace").splitlines()
-        added = removed = 0
-        for line in difflib.unified_diff(a, b, lineterm="", n=0):
-            if line.startswith("+") and not line.startswith("+++"):
-                added += 1
-            elif line.startswith("-") and not line.startswith("---"):
-                removed += 1
-        status = "created" if old is None else "deleted" if new is None else "modified"
-        out.append(FileStat(Path(rel).as_posix(), added, removed, status))
-    return out
-
-
-def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """git in ``root`` with the user's own environment (identity), but nothing the repository
-    configures runs: no hooks, fsmonitor, filters or external diff (indexer.gitsafe)."""
-    try:
-        return subprocess.run(
-            ["git", *args],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=120,
-            env=git_env(root, read_only=False),
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", "") or str(exc)
-        raise CommitError(f"git {' '.join(args[:2])} failed: {detail.strip()[:500]}") from exc
-
-
-def git_stat(root: Path, paths: Iterable[str]) -> str:
-    """`git diff --stat` of ``paths`` against HEAD; '' outside a git repository."""
-    paths = list(paths)
-    if not paths or not (root / ".git").exists():
-        return ""
-    res = git(root, "diff", "--stat", "--no-color", "HEAD", "--", *paths, check=False)
-    return res.stdout.rstrip() if res.returncode == 0 else ""
-
-
-def branch_name(run_id: str, task: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")[:40].rstrip("-") or "task"
-    return f"repoctx/{run_id}-{slug}"
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    branch: str
-    commit: str
-    message: str
-
-
-def commit_run(
-    root: Path, run_id: str, task: str, summary: str, paths: list[str], tests: list[TestRecord]
-) -> CommitResult:
-    """Commit the run's files (only those) on a new branch `repoctx/<run-id>-<slug>`. Never pushes."""
-    if not (root / ".git").exists():
-        raise CommitError(f"{root} is not a git repository — --commit needs one.")
-    branch = branch_name(run_id, task)
-    title = " ".join(task.split())
-    title = title if len(title) <= 68 else title[:67] + "…"
-    body = [summary.strip() or "(no summary)", "", "Files:"] + [f"  {p}" for p in paths]
-    if tests:
-        body += ["", f"Tests: {tests[-1].summary}"]
-    body += ["", f"Run: {run_id} (repoctx agent replay {run_id})"]
-    message = f"repoctx: {title}\n\n" + "\n".join(body) + "\n"
-    git(root, "switch", "-q", "-c", branch)
-    git(root, "add", "-A", "--", *paths)
-    git(root, "commit", "-q", "-m", message)
-    sha = git(root, "rev-parse", "HEAD").stdout.strip()
-    return CommitResult(branch, sha, message)
-
-
-# -- replay --------------------------------------------------------------------------------------
-
-
-def render_trace(events: list[dict[str, Any]], *, full: bool = False) -> str:
-    """A run, readably: header, plan and revisions, each step's context, model call and tool
-    calls, and the end summary. ``full`` shows whole tool outputs instead of their first lines."""
-    out: list[str] = []
-    limit = None if full else 6
-    for e in events:
-        kind = e["type"]
-        if kind == "header":
-            out.append(f"Run {e['run_id']} — model {e.get('model', '?')}")
-            out.append(f"Task: {e['task']}")
-            out.append(
-                f"Granted: {', '.join(e.get('granted', ()))}; limits: {_kv(e.get('limits', {}))}"
-            )
-        elif kind == "instructions" and e.get("files"):
-            out.append(
-                f"Project instructions: {', '.join(e['files'])} ({e.get('tokens', 0)} tokens)"
-            )
-        elif kind == "plan":
-            out.append(
-                f"Plan ({e['plan'].get('source')}){': ' + e['reason'] if e.get('reason') else ''}"
-            )
-            out.append(_indent(_plan_text(e["plan"]), 2))
-        elif kind == "plan_revision":
-            out.append(f"  plan revised (revision {e['plan']['revision']}): {e['reason']}")
-            out.append(_indent(_plan_text(e["plan"]), 4))
-        elif kind == "plan_progress":
-            out.append(f"  plan step done: {e.get('title', '')} ({e.get('reason', '')})")
-        elif kind == "context":
-            secs = ", ".join(f"{k} {v}" for k, v in e.get("sections", {}).items())
-            out.append(
-                f"\nstep {e['step']}: prompt ~{e['prompt_tokens']:,}/{e['budget']:,} tokens "
-                f"({secs}); {len(e.get('items', ()))} code items in {e.get('ms', 0):.0f} ms"
-            )
-            for item in e.get("items", ())[: (None if full else 5)]:
-                out.append(
-                    f"    {item['path']}:{item['lines']} {item['kind']} {item['tokens']} tok — {item['reason']}"
-                )
-        elif kind == "model_call":
-            u = e.get("usage") or {}
-            out.append(
-                f"  model ({e.get('purpose')}) {e.get('latency_s', 0):.2f} s, "
-                f"{u.get('prompt_tokens', 0)}+{u.get('completion_tokens', 0)} tokens"
-                + (f": {_first(e['content'], 2)}" if e.get("content", "").strip() else "")
-            )
-        elif kind == "model_error":
-            out.append(f"  model error ({e['kind']}, attempt {e.get('attempt')}): {e['message']}")
-        elif kind == "tool_call":
-            state = "ok" if e["ok"] else f"FAILED [{e.get('kind')}]"
-            out.append(
-                f"  > {e['name']} {_clip(e.get('arguments', ''), 160)}  — {state} ({e.get('seconds', 0):.2f} s)"
-            )
-            text = e.get("output", "") if e["ok"] else f"{e.get('error')}\n{e.get('output', '')}"
-            out.append(_indent(_first(text, limit), 6))
-        elif kind in ("notice", "memory"):
-            what = e.get("message") or f"{e.get('key')} = {e.get('value')}"
-            out.append(f"  [{kind}{': ' + e['kind'] if e.get('kind') else ''}] {what}")
-        elif kind == "checkpoint":
-            out.append(f"  checkpoint: {', '.join(e['files'])}")
-        elif kind == "interrupted":
-            out.append(
-                f"\nInterrupted before step {e['next_step']} — resume with `repoctx agent run --resume {events[0]['run_id']}`"
-            )
-        elif kind == "resume":
-            out.append(f"\nResumed at step {e['next_step']}")
-        elif kind == "end":
-            out.append(f"\nEnd: {e['status']} — {e['reason']}: {e.get('message', '')}")
-            out.append(_indent(render_summary(e.get("summary", {})), 2))
-        elif kind in ("undo", "commit"):
-            out.append(f"{kind}: {_kv({k: v for k, v in e.items() if k not in ('type', 't')})}")
-    return "\n".join(out)
-
-
-def render_summary(s: Mapping[str, Any]) -> str:
-    lines = []
-    if s.get("final"):
-        lines.append(f"Summary: {s['final']}")
-    changed = s.get("changed") or []
-    lines.append(
-        "Changed: "
-        + (
-            ", ".join(
-                f"{c['path']} (+{c['added']} -{c['removed']}{', ' + c['status'] if c['status'] != 'modified' else ''})"
-                for c in changed
-            )
-            or "nothing"
-        )
-    )
-    if s.get("git_stat"):
-        lines.append(_indent(s["git_stat"], 2))
-    for t in s.get("tests") or []:
-        lines.append(f"Tests (step {t['step']}): {t['summary']}")
-    u = s.get("usage") or {}
-    lines.append(
-        f"Steps {s.get('steps', 0)}, model calls {s.get('model_calls', 0)}, tokens "
-        f"{u.get('total_tokens', 0):,} ({u.get('prompt_tokens', 0):,} prompt), "
-        f"time {s.get('elapsed_s', 0):.1f} s"
-    )
-    return "\n".join(lines)
-
-
-def _plan_text(plan: Mapping[str, Any]) -> str:
-    cur = plan.get("current")
-    lines = []
-    for i, s in enumerate(plan.get("steps", ())):
-        mark = "x" if s.get("status") == "done" else (">" if i == cur else " ")
-        crit = f" — done when: {s['done_when']}" if s.get("done_when") else ""
-        lines.append(f"[{mark}] {i + 1}. {s['title']}{crit}")
-    return "\n".join(lines)
-
-
-def _kv(d: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in d.items())
-
-
-def _first(text: str, n: int | None) -> str:
-    lines = (text or "").strip().splitlines()
-    if n is None or len(lines) <= n:
-        return "\n".join(lines)
-    return "\n".join(lines[:n] + [f"... ({len(lines) - n} more lines)"])
-
-
-def _clip(text: str, n: int) -> str:
+def clip(text: str, n: int) -> str:
+    """``text`` on one line, cut to ``n`` characters with an ellipsis."""
     text = " ".join(str(text).split())
     return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _indent(text: str, n: int) -> str:
-    pad = " " * n
-    return "\n".join(pad + line for line in text.splitlines())
-
-
-# -- step records --------------------------------------------------------------------------------
 
 
 def canonical_arguments(call: ToolCall) -> str:
@@ -468,8 +238,8 @@ def step_summary(step: int, results: Iterable[tuple[ToolCall, Any]]) -> str:
     for call, r in results:
         head = (r.output if r.ok else f"error: {r.error}") or ""
         parts.append(
-            f"{call.name}({_clip(canonical_arguments(call), 80)}) -> "
-            f"{'ok' if r.ok else 'FAILED'}: {_clip(head.splitlines()[0] if head else '', 100)}"
+            f"{call.name}({clip(canonical_arguments(call), 80)}) -> "
+            f"{'ok' if r.ok else 'FAILED'}: {clip(head.splitlines()[0] if head else '', 100)}"
         )
     return f"step {step}: " + "; ".join(parts)
 

@@ -226,7 +226,7 @@ def _progress(event: dict[str, Any]) -> None:
 
 
 def _print_report(report) -> None:
-    from agent.trace import render_summary
+    from agent.replay import render_summary
 
     colour = {"done": "green", "interrupted": "yellow"}.get(report.status, "red")
     click.echo(click.style(f"{report.status}: {report.reason}", fg=colour, bold=True))
@@ -270,7 +270,8 @@ def replay_cmd(
     as_json: bool,
 ) -> None:
     """Show the trace of RUN (id, unique prefix, or `last`) readably."""
-    from agent.trace import list_runs, read_trace, render_trace, resolve_run, trace_path
+    from agent.replay import render_trace
+    from agent.trace import list_runs, read_trace, resolve_run, trace_path
 
     config = _config(root, index_dir)
     if list_runs_flag or not run:

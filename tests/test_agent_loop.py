@@ -27,8 +27,9 @@ from agent.models import (
     ToolSpec,
 )
 from agent.plan import parse_plan
+from agent.replay import render_trace
 from agent.tools import Tool, default_registry, ok
-from agent.trace import read_trace, render_trace, resume_state, trace_path
+from agent.trace import read_trace, resume_state, trace_path
 from cli.main import cli
 from indexer.config import load_config
 from tests.conftest import git, make_repo
