@@ -50,8 +50,8 @@ from .plan import (
     parse_plan,
 )
 from .redact import redact, redact_pack
-from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, fail, ok, run_originals
 from .run_result import FileStat, commit_run, diff_stats, git_stat
+from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, fail, ok, run_originals
 from .trace import (
     TRACE_FORMAT,
     TestRecord,

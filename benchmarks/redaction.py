@@ -134,10 +134,10 @@ def tool_results(runs: int) -> dict:
 
     from _common import bench_tmpdir
 
-    from agent.mcp_server import GET_CONTEXT
     from agent.tools import ALL_TOOLS, ToolContext, ToolRegistry
     from agent.tools.core import redacted
     from agent.tools.schema import with_defaults
+    from cli.mcp_server import GET_CONTEXT
     from indexer.build import build
     from indexer.config import load_config
 

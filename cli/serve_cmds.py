@@ -69,8 +69,7 @@ def serve_cmd(
         raise click.UsageError("Pass --mcp: `repoctx serve --mcp [PATH]`.")
     import anyio
 
-    from agent.mcp_server import RepoctxMCP, ServeOptions, bind_loopback, serve_http, serve_stdio
-
+    from .mcp_server import RepoctxMCP, ServeOptions, bind_loopback, serve_http, serve_stdio
     from .query_cmds import find_root
 
     if index_dir is None and not os.environ.get("REPOCTX_INDEX_DIR"):

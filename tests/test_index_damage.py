@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.mcp_server import RepoctxMCP, ServeOptions
 from agent.tools import ToolContext, default_registry
 from cli.main import cli
+from cli.mcp_server import RepoctxMCP, ServeOptions
 from indexer import store
 from indexer.build import build
 from indexer.config import load_config

@@ -313,7 +313,7 @@ def test_refresh_follows_the_watchers_filter_ignore_rules_included(tmp_path):
     """The server's live refresh uses `indexer.watch.ChangeFilter`: a change under an ignored
     directory builds nothing, a source file builds, a file no grammar reads builds nothing,
     and a new ignore rule takes effect at once."""
-    from agent.mcp_server import RepoctxMCP, ServeOptions
+    from cli.mcp_server import RepoctxMCP, ServeOptions
 
     root = make_repo(tmp_path / "r", {**FILES, ".gitignore": "build/\n"})
     cfg = load_config(root, env={}, jobs=1, embed_model="hashing")

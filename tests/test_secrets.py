@@ -18,9 +18,9 @@ import pytest
 
 from agent import redact
 from agent.loop import RunOptions, run_agent
-from agent.mcp_server import GET_CONTEXT
 from agent.models import ScriptedModel
 from agent.tools import ALL_TOOLS, Tool, ToolContext, ToolRegistry, fail, ok
+from cli.mcp_server import GET_CONTEXT
 from indexer.build import build
 from indexer.config import load_config
 from tests.conftest import git, make_repo

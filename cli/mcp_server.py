@@ -37,6 +37,11 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
+from agent.redact import detectors
+from agent.tools.core import Tool, ToolContext, ToolRegistry, ToolResult, fail, ok
+from agent.tools.read_tools import FIND_REFERENCES, FIND_SYMBOL, READ_SPAN, SEARCH_CODE
+from agent.tools.session import ToolSession
+from agent.workspace import Workspace
 from indexer import store
 from indexer.build import build, index_exists
 from indexer.config import Config
@@ -44,12 +49,6 @@ from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
 from indexer.watch import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
 from retrieval.freshness import generation, stale_paths
 from retrieval.status import index_status
-
-from .redact import detectors
-from .tools.core import Tool, ToolContext, ToolRegistry, ToolResult, fail, ok
-from .tools.read_tools import FIND_REFERENCES, FIND_SYMBOL, READ_SPAN, SEARCH_CODE
-from .tools.session import ToolSession
-from .workspace import Workspace
 
 SERVER_NAME = "repoctx"
 SYNC_PREFIX = "mcp-sync-"
