@@ -14,36 +14,20 @@ from indexer.config import TOOL_FORMATS
 
 from .common import (
     ModelSettings,
+    config_for,
     echo_json,
     handle_errors,
     index_dir_option,
     json_option,
-    make_config,
     model_options,
     open_model,
     open_tokenizer,
+    root_option,
 )
-from .query_cmds import find_root
 
 TOOL_LEVELS = ("read", "write", "execute")
 #: Exit status of a run that was asked for a change and made none.
 EXIT_NO_PROGRESS = 3
-
-
-def _config(root: Path, index_dir: Path | None):
-    if index_dir is None and not os.environ.get("REPOCTX_INDEX_DIR"):
-        root = find_root(root)
-    return make_config(root, index_dir=index_dir)
-
-
-def _root_option(f):
-    return click.option(
-        "--root",
-        "-C",
-        type=click.Path(exists=True, file_okay=False, path_type=Path),
-        default=".",
-        help="Repository root (default: nearest indexed directory, else here).",
-    )(f)
 
 
 @click.group("agent")
@@ -106,7 +90,7 @@ def agent() -> None:
 )
 @model_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
-@_root_option
+@root_option
 @index_dir_option
 @json_option
 @handle_errors
@@ -143,7 +127,7 @@ def run_cmd(
         raise click.UsageError("Give a TASK, or --resume RUN.")
     if yes and read_only:
         raise click.UsageError("--yes and --read-only contradict each other; pick one.")
-    config = _config(root, index_dir)
+    config = config_for(root, index_dir)
     spec = model_spec(model_flag, config.extra)
     settings = ModelSettings.resolve(
         config, model_timeout, connect_timeout, model_retries, model_tokenizer
@@ -257,7 +241,7 @@ def _print_report(report) -> None:
 @click.argument("run", required=False)
 @click.option("--full", is_flag=True, help="Whole tool outputs and every context item.")
 @click.option("--list", "list_runs_flag", is_flag=True, help="List the runs with a trace.")
-@_root_option
+@root_option
 @index_dir_option
 @json_option
 @handle_errors
@@ -273,7 +257,7 @@ def replay_cmd(
     from agent.replay import render_trace
     from agent.trace import list_runs, read_trace, resolve_run, trace_path
 
-    config = _config(root, index_dir)
+    config = config_for(root, index_dir)
     if list_runs_flag or not run:
         runs = list_runs(config.index_path)
         if as_json:
@@ -294,7 +278,7 @@ def replay_cmd(
 @agent.command("memory")
 @click.option("--edit", "edits", multiple=True, metavar="KEY=VALUE", help="Set an entry.")
 @click.option("--forget", "forgets", multiple=True, metavar="KEY", help="Remove an entry.")
-@_root_option
+@root_option
 @index_dir_option
 @json_option
 @handle_errors
@@ -308,7 +292,7 @@ def memory_cmd(
     """Show (and edit) what agent runs have learned about this repository."""
     from agent.memory import ProjectMemory
 
-    config = _config(root, index_dir)
+    config = config_for(root, index_dir)
     memory = ProjectMemory.for_index(config.index_path)
     for item in edits:
         key, sep, value = item.partition("=")
@@ -329,7 +313,7 @@ def memory_cmd(
 
 @agent.command("undo")
 @click.argument("run")
-@_root_option
+@root_option
 @index_dir_option
 @json_option
 @handle_errors
@@ -337,7 +321,7 @@ def undo_cmd(run: str, root: Path, index_dir: Path | None, as_json: bool) -> Non
     """Put back every file RUN changed, byte for byte (RUN: id, unique prefix or `last`)."""
     from agent.loop import undo_run
 
-    config = _config(root, index_dir)
+    config = config_for(root, index_dir)
     report = undo_run(config, run)
     if as_json:
         echo_json(report)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -126,14 +127,32 @@ def open_tokenizer(model: Any, settings: ModelSettings, config: Config) -> Any:
 
 
 def root_option(f: Callable) -> Callable:
+    """--root/-C of every command that reads an index (see `config_for`)."""
     return click.option(
         "--root",
         "-C",
         type=click.Path(exists=True, file_okay=False, path_type=Path),
         default=".",
-        show_default=True,
-        help="Repository root.",
+        help="Repository root (default: the nearest indexed directory at or above here).",
     )(f)
+
+
+def find_root(start: Path) -> Path:
+    """The nearest directory at or above ``start`` holding an index, else ``start``: read
+    commands work from any subdirectory of an indexed repository."""
+    here = start.resolve()
+    for cand in (here, *here.parents):
+        if (cand / ".repoctx" / "graph.db").exists():
+            return cand
+    return here
+
+
+def config_for(root: Path, index_dir: Path | None) -> Config:
+    """The configuration of the index that serves ``root``: the nearest indexed directory at or
+    above it, unless an index directory is named (--index-dir or REPOCTX_INDEX_DIR)."""
+    if index_dir is None and not os.environ.get("REPOCTX_INDEX_DIR"):
+        root = find_root(root)
+    return make_config(root, index_dir=index_dir)
 
 
 #: The index of the configuration a command loaded last: named when SQLite reports a damaged

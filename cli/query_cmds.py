@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
-from .common import echo_json, handle_errors, index_dir_option, json_option, make_config
-
-
-def find_root(start: Path) -> Path:
-    """The nearest directory at or above ``start`` holding an index, else ``start``: read
-    commands work from any subdirectory of an indexed repository."""
-    here = start.resolve()
-    for cand in (here, *here.parents):
-        if (cand / ".repoctx" / "graph.db").exists():
-            return cand
-    return here
+from .common import config_for, echo_json, handle_errors, index_dir_option, json_option, root_option
 
 
 def generation(conn) -> int:
@@ -29,17 +18,14 @@ def generation(conn) -> int:
 def open_graph(root: Path, index_dir: Path | None):
     from indexer import store
 
-    if index_dir is None and not os.environ.get("REPOCTX_INDEX_DIR"):
-        root = find_root(root)
-    config = make_config(root, index_dir=index_dir)
+    config = config_for(root, index_dir)
     return config, store.open_for_read(config.index_path).conn
 
 
 def read_options(f):
     f = json_option(f)
     f = index_dir_option(f)
-    f = click.option("--root", "-C", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                     default=".", help="Repository root (default: nearest indexed directory).")(f)
+    f = root_option(f)
     return handle_errors(f)
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
-from .common import handle_errors, index_dir_option, make_config
+from .common import config_for, handle_errors, index_dir_option
 
 
 def parse_http(value: str) -> tuple[str, int]:
@@ -70,11 +69,7 @@ def serve_cmd(
     import anyio
 
     from .mcp_server import RepoctxMCP, ServeOptions, bind_loopback, serve_http, serve_stdio
-    from .query_cmds import find_root
-
-    if index_dir is None and not os.environ.get("REPOCTX_INDEX_DIR"):
-        path = find_root(path)
-    config = make_config(path, index_dir=index_dir)
+    config = config_for(path, index_dir)
     address = parse_http(http) if http is not None else None
     options = ServeOptions(refresh=not no_refresh, lock_wait_s=lock_wait)
     sock = bind_loopback(*address) if address is not None else None
