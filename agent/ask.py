@@ -18,7 +18,7 @@ from pathlib import Path
 from retrieval.context import FULL, ContextPack, PackPolicy, assemble_context
 from retrieval.tokens import TokenCounter, get_tokenizer
 
-from .models import ContextTooLongError, Message, ModelClient, ModelTokenizer, Usage
+from .models import ContextTooLongError, Message, ModelClient, PromptCounter, Usage
 from .models import model_tokenizer as tokenizer_for
 from .redact import redact_pack
 from .workspace import Workspace
@@ -129,7 +129,7 @@ class Answer:
     #: Past commits similar to the question (empty without a history index).
     commits: tuple[PastCommit, ...] = ()
     commit_citations: tuple[CommitCitation, ...] = ()
-    #: How the prompt was counted (ModelTokenizer.describe) and its estimated size.
+    #: How the prompt was counted (PromptCounter.describe) and its estimated size.
     tokenizer: str = ""
     prompt_tokens_est: int = 0
     #: What happened on the way: a retry with a smaller context after an overflow.
@@ -188,7 +188,7 @@ def ask(
     index_dir: str | Path | None = None,
     max_tokens: int = 1024,
     is_secret: Callable[[str], bool] | None = None,
-    model_tokenizer: ModelTokenizer | None = None,
+    model_tokenizer: PromptCounter | None = None,
 ) -> Answer:
     """Answer ``question``: with ``model``, from the assembled context with checked
     citations; without, the ranked locations of that context and a hint to configure one.
@@ -280,7 +280,7 @@ def ask(
 
 def overflow_budget(
     exc: ContextTooLongError,
-    tokens: ModelTokenizer,
+    tokens: PromptCounter,
     budget: int,
     estimate: int,
     code_tokens: int,

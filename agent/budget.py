@@ -15,8 +15,8 @@ from retrieval.tokens import TokenCounter
 
 from .models.base import Message, ToolCall
 from .models.errors import ContextTooLongError, ModelError
+from .models.prompt_tokens import DEFAULT_TEMPLATE, ChatTemplate, PromptCounter
 from .models.text_calls import parse_text_calls
-from .models.tokenizer import DEFAULT_TEMPLATE, ChatTemplate, ModelTokenizer
 
 #: Share of the prompt (after system prompt and tool schemas) each section may use. Retrieved
 #: code takes whatever the others leave, so the prompt fills its budget but never grows past it.
@@ -101,7 +101,7 @@ def _cut(text: str, size: int, keep: str) -> str:
     return text[:size] + marker.rstrip("\n")
 
 
-def fixed_tokens(tokens: ModelTokenizer, system: str, tools_tokens: int, task: str) -> int:
+def fixed_tokens(tokens: PromptCounter, system: str, tools_tokens: int, task: str) -> int:
     """What every step's prompt holds whatever the budget: the system prompt, the tool schemas,
     the task and the template's markers, in the model's tokens."""
     t = tokens.template
@@ -171,7 +171,7 @@ def classify_model_error(exc: ModelError) -> str:
 # -- the prompt of one step ----------------------------------------------------------------------
 
 #: Tokens a provider adds around each message (role markers) when its chat template is unknown;
-#: a known template's own counts come with the model's tokenizer (models/tokenizer.py).
+#: a known template's own counts come with the model's tokenizer (models/prompt_tokens.py).
 MESSAGE_OVERHEAD = DEFAULT_TEMPLATE.per_message
 #: Retrieval is skipped when less than this is left for code.
 MIN_CODE_TOKENS = 200
@@ -302,7 +302,7 @@ def _fit_history(lines: Sequence[str], cap: int, counter: TokenCounter) -> str:
 def _message_tokens(
     m: Message, counter: TokenCounter, template: ChatTemplate = DEFAULT_TEMPLATE
 ) -> int:
-    """As ModelTokenizer.message_tokens: the texts, the call names and the template's markers."""
+    """As PromptCounter.message_tokens: the texts, the call names and the template's markers."""
     texts = [m.content] + [t for c in m.tool_calls for t in (c.name, c.raw_arguments)]
     wrap = template.per_result if m.role == "tool" else template.per_message
     return sum(counter.count_many(texts)) + wrap + template.per_call * len(m.tool_calls)

@@ -37,8 +37,8 @@ from .memory import REMEMBER, ProjectMemory, learned_facts, read_instructions
 from .models.base import Completion, Message, ModelClient, ToolCall, ToolSpec, Usage
 from .models.errors import ContextTooLongError, ModelError
 from .models.http import retry_budget
+from .models.prompt_tokens import PromptCounter, model_tokenizer
 from .models.text_calls import CALL_EXAMPLE, parse_text_calls, prose, tools_prompt
-from .models.tokenizer import ModelTokenizer, model_tokenizer
 from .outcome import Ending, asks_for_change, text_ending
 from .plan import (
     PLAN_PROMPT,
@@ -112,9 +112,9 @@ class RunOptions:
     #: described in the prompt and the calls read from the reply's text) or auto (native first,
     #: else text). None: `agent.tool_format` of the configuration, else auto.
     tool_format: str | None = None
-    #: How prompts are counted in the model's tokens (agent/models/tokenizer.py). None: the
+    #: How prompts are counted in the model's tokens (agent/models/prompt_tokens.py). None: the
     #: `model_tokenizer` setting without asking the server (the CLI passes one that asked).
-    tokenizer: ModelTokenizer | None = None
+    tokenizer: PromptCounter | None = None
 
 
 @dataclass(frozen=True)

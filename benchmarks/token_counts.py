@@ -7,7 +7,7 @@ what the server reports.
    o200k, cl100k, minilm, and Mistral's tekken and SentencePiece v3 when mistral-common is
    importable, e.g. ``pip install --target /tmp/mc mistral-common sentencepiece`` and
    ``PYTHONPATH=/tmp/mc``): totals, factors over o200k (the FAMILIES table of
-   agent/models/tokenizer.py), and the per-text spread.
+   agent/models/prompt_tokens.py), and the per-text spread.
 2. ``prompts`` (with ``--base-url``): real requests — `ask` prompts, the agent's plan prompt,
    agent steps with every tool schema, tool calls and results, the text tool format — sent with
    ``max_tokens: 1`` and not streamed, so the server reports ``usage.prompt_tokens``; each
@@ -44,8 +44,8 @@ from agent.loop import SYSTEM_PROMPT as AGENT_SYSTEM
 from agent.memory import REMEMBER
 from agent.models import Message, OpenAIClient, ToolCall
 from agent.models.openai import to_wire_message, to_wire_tool
+from agent.models.prompt_tokens import model_tokenizer
 from agent.models.text_calls import tools_prompt
-from agent.models.tokenizer import model_tokenizer
 from agent.plan import PLAN_PROMPT, UPDATE_PLAN
 from agent.tools import default_registry
 from retrieval.tokens import get_tokenizer

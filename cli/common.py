@@ -77,7 +77,7 @@ class ModelSettings:
     timeout_s: float
     connect_timeout_s: float
     retries: int
-    #: How prompts are counted (agent/models/tokenizer.py): auto, a tokenizer.json, a name.
+    #: How prompts are counted (agent/models/prompt_tokens.py): auto, a tokenizer.json, a name.
     tokenizer: str = "auto"
 
     @classmethod

@@ -35,9 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .config import DEFAULT_EMBED_MODEL
-from .errors import EmbeddingModelError
-from .hashing import HashingEmbedder, hashing_dim, identifier_tokens, normalise  # noqa: F401
-from .tokenizer import (  # noqa: F401 (re-exported: the token counter's public names)
+from .embed_tokenizer import (  # noqa: F401 (re-exported: the token counter's public names)
     DEFAULT_MODEL_ID,
     ModelSource,
     ModelTokenizer,
@@ -47,6 +45,8 @@ from .tokenizer import (  # noqa: F401 (re-exported: the token counter's public 
     read_json,
     resolve_model,
 )
+from .errors import EmbeddingModelError
+from .hashing import HashingEmbedder, hashing_dim, identifier_tokens, normalise  # noqa: F401
 
 BACKENDS = ("auto", "torch", "torch-bf16", "openvino")
 #: A converted runtime is used only if every probe's cosine similarity to torch fp32 reaches this.
@@ -55,7 +55,7 @@ _UNSET = object()
 _EXPORT_FORMAT = "2"  # bump when the exported graph or info.json layout changes
 
 
-class TokenCounter(Protocol):
+class ChunkTokenCounter(Protocol):
     """Counts tokens the way the embedding model sees them (what the chunker needs)."""
 
     max_tokens: int

@@ -2,7 +2,7 @@
 
 `hashing` / `hashing:N` work wherever a model name does (`embed_model`, `--embed-model`), so
 tests and benchmarks run the real embedding pipeline without weights. Its own words are its
-tokens, so it is also its own token counter (`indexer.tokenizer.load_tokenizer`).
+tokens, so it is also its own token counter (`indexer.embed_tokenizer.load_tokenizer`).
 """
 
 from __future__ import annotations

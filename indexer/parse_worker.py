@@ -36,7 +36,7 @@ def content_hash(data: bytes) -> str:
 
 @cache
 def _tokenizer(model: str):
-    from .tokenizer import load_tokenizer
+    from .embed_tokenizer import load_tokenizer
 
     return load_tokenizer(model)
 

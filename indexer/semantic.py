@@ -333,6 +333,6 @@ def canonical_model_name(model: str) -> str:
     m = re.fullmatch(r"hashing(?::(\d+))?", model)
     if m:
         return f"hashing:{m.group(1) or 64}"
-    from .tokenizer import load_tokenizer
+    from .embed_tokenizer import load_tokenizer
 
     return load_tokenizer(model).name

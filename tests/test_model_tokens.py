@@ -33,7 +33,7 @@ from agent.models import (
     model_tokenizer,
 )
 from agent.models.http import error_from_response
-from agent.models.tokenizer import EST_MARGIN, EXACT_MARGIN, QWEN_TEMPLATE
+from agent.models.prompt_tokens import EST_MARGIN, EXACT_MARGIN, QWEN_TEMPLATE
 from agent.trace import read_trace
 from cli.main import cli
 from indexer import store

@@ -36,9 +36,9 @@ from .http import (
 )
 from .ollama import OllamaClient
 from .openai import LOCAL_SERVERS, OpenAIClient
+from .prompt_tokens import ChatTemplate, PromptCounter, family_of, model_tokenizer
 from .scripted import ScriptedCall, ScriptedModel
 from .text_calls import TextCalls, parse_text_calls, prose
-from .tokenizer import ChatTemplate, ModelTokenizer, family_of, model_tokenizer
 
 #: Every registered ``provider:`` (agent/models/providers.py).
 PROVIDERS = providers.provider_names()
@@ -141,7 +141,7 @@ __all__ = [
     "ModelConnectionError",
     "ModelError",
     "ModelTimeoutError",
-    "ModelTokenizer",
+    "PromptCounter",
     "OllamaClient",
     "OpenAIClient",
     "QuotaExceededError",

@@ -115,7 +115,7 @@ FAMILIES: tuple[Family, ...] = (
 
 
 @dataclass(frozen=True)
-class ModelTokenizer:
+class PromptCounter:
     """How one model's prompts are counted: ``counter`` counts text (retrieval packs with it),
     ``template`` adds what the chat template wraps around the texts, ``margin`` is the share of
     a budget kept free. ``source`` says which counter this is (shown in traces and `--json`)."""
@@ -202,7 +202,7 @@ def model_tokenizer(
     fallback: str | TokenCounter | None = None,
     probe: bool = True,
     margin: float | None = None,
-) -> ModelTokenizer:
+) -> PromptCounter:
     """The counter for ``model``'s prompts. ``spec``: ``auto`` (default: the order in the module
     docstring), ``server`` (its tokenize endpoint for every text, or an error), a
     ``tokenizer.json`` path (or ``hf:PATH``), or any retrieval tokenizer name (``qwen3``,
@@ -214,9 +214,9 @@ def model_tokenizer(
     family = family_of(name)
     template = family.template if family else DEFAULT_TEMPLATE
 
-    def made(counter: TokenCounter, source: str, exact: bool) -> ModelTokenizer:
+    def made(counter: TokenCounter, source: str, exact: bool) -> PromptCounter:
         chosen = margin if margin is not None else (EXACT_MARGIN if exact else EST_MARGIN)
-        return ModelTokenizer(counter, source, template, chosen, exact)
+        return PromptCounter(counter, source, template, chosen, exact)
 
     if mode not in ("auto", "server"):
         path = spec[3:] if spec.startswith("hf:") else spec
@@ -252,7 +252,7 @@ def model_tokenizer(
         stats = {"fallbacks": 0}
         chosen = margin if margin is not None else EXACT_MARGIN
         counter = _server_counter(count, base, stats)
-        return ModelTokenizer(counter, f"server {url}", template, chosen, True, stats)
+        return PromptCounter(counter, f"server {url}", template, chosen, True, stats)
     if mode == "server":
         raise ModelConfigError(
             f"The server of {name or 'this model'} has no tokenize endpoint that answered — use "
