@@ -91,8 +91,8 @@ def pull_cmd(
     """Replace the index of PATH with the snapshot of its nearest ancestor commit, then
     update it: only files that differ from that commit are parsed, and only chunks without
     a vector are embedded."""
+    from indexer.locations import storage_options
     from indexer.snapshot import list_snapshots, pull, snapshot_uri
-    from indexer.storage import storage_options
 
     config = make_config(path, index_dir=index_dir, embed_model=embed_model)
     if list_only:

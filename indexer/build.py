@@ -338,7 +338,7 @@ def build(
     one line saying so. Without ``full`` a damaged index raises IndexDamagedError."""
     t0 = time.perf_counter()
     if config.vectors_uri:  # refuse a bad URI before the graph changes, not after
-        from .storage import check_uri
+        from .locations import check_uri
 
         check_uri(config.vectors_uri, "vectors URI")
     engine = None
@@ -429,7 +429,7 @@ def _open_target(
 def vector_table_model(config: Config, conn=None) -> tuple[str, int] | None:
     """(model, dimension) recorded in the index's vector table itself, None without a table:
     what a graph too damaged to read its own meta was embedded with."""
-    from .storage import storage_options, vectors_uri
+    from .locations import storage_options, vectors_uri
     from .vectors import TABLE, VectorStore
 
     lance = VectorStore._connect(vectors_uri(config, conn), storage_options(config))
@@ -444,7 +444,7 @@ def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
     model, dim = store.get_meta(db, "embed_model"), store.get_meta(db, "embed_dim")
     if not model or not (dim or "").isdigit():
         return
-    from .storage import storage_options, vectors_uri
+    from .locations import storage_options, vectors_uri
     from .vectors import TABLE, VectorStore
 
     lance = VectorStore._connect(vectors_uri(config, db.conn), storage_options(config))

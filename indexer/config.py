@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, NotARepositoryError
-from .storage import CREDENTIALS_HINT, check_uri, is_remote, redact_uri, uri_credentials
+from .locations import CREDENTIALS_HINT, check_uri, is_remote, redact_uri, uri_credentials
 
 __all__ = ["SETTINGS", "Config", "Setting", "check_setting", "check_uri", "env_name",
            "is_remote", "load_config", "section_settings", "setting"]

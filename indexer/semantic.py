@@ -47,7 +47,7 @@ def _follow_vectors_uri(config: Config, conn) -> str:
     them (a build or watcher without the flag must not move them). When it moved, every
     chunk is embedded again into the new table (vectors there are still reused by hash);
     `--vectors-uri <index>/vectors.lance` brings them back next to the graph."""
-    from .storage import (
+    from .locations import (
         VECTORS_DIR,
         check_uri,
         locate_vectors,
@@ -102,7 +102,7 @@ def embed_pending(
     """Give every chunk a vector. ``embedder`` defaults to ``config.embed_model``; it is only
     loaded when some chunk has no vector yet. With ``engine`` (a ``RaySession``) the model
     runs in Ray actors instead of this process."""
-    from .storage import storage_options
+    from .locations import storage_options
     from .vectors import VectorStore
 
     t0 = time.perf_counter()

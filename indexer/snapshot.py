@@ -39,10 +39,7 @@ from .build import build
 from .config import Config
 from .errors import RepoctxError
 from .gitsafe import git_env
-from .lock import WriteLock
-from .models import Progress
-from .parse_worker import content_hash
-from .storage import (
+from .locations import (
     check_uri,
     filesystem,
     is_remote,
@@ -50,6 +47,9 @@ from .storage import (
     storage_options,
     vectors_uri,
 )
+from .lock import WriteLock
+from .models import Progress
+from .parse_worker import content_hash
 from .vectors import TABLE, open_vectors
 
 FORMAT = 1

@@ -87,7 +87,7 @@ def _schema(dim: int, model: str) -> pa.Schema:
 def open_vectors(config, conn, dim: int, model: str) -> VectorStore:
     """The index's VectorStore, wherever its table lives (``config``: an `indexer.config.Config`;
     ``conn``, the graph, supplies the recorded location)."""
-    from .storage import storage_options, vectors_uri
+    from .locations import storage_options, vectors_uri
 
     return VectorStore.open(vectors_uri(config, conn), dim, model, storage_options(config))
 
@@ -95,7 +95,7 @@ def open_vectors(config, conn, dim: int, model: str) -> VectorStore:
 def local_table_dir(uri: str) -> str | None:
     """The directory holding the table of a local vectors ``uri``; None for object storage.
     Lets a no-op build or `index status` see a deleted table without importing LanceDB."""
-    from .storage import is_remote
+    from .locations import is_remote
 
     if is_remote(uri):
         return None

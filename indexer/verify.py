@@ -325,7 +325,7 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
 def _vector_rows(config: Config, conn) -> tuple[str, int, list[str], list[str]] | None:
     """(model, dim, chunk id per row, model per row) read from the raw table, so duplicate rows
     (which `VectorStore.chunk_ids()` folds into a set) show; None when there is no table."""
-    from .storage import storage_options, vectors_uri
+    from .locations import storage_options, vectors_uri
     from .vectors import TABLE, VectorStore
 
     db = VectorStore._connect(vectors_uri(config, conn), storage_options(config))
@@ -557,7 +557,7 @@ def _repair_vectors(config: Config, db, found: _Findings) -> tuple[list[str], bo
 def _set_aside_vectors(config: Config, conn) -> str:
     """Move an unreadable local vector table out of the way (kept for inspection), or drop
     one on object storage; says which."""
-    from .storage import is_remote, storage_options, vectors_uri
+    from .locations import is_remote, storage_options, vectors_uri
     from .vectors import TABLE
 
     uri = vectors_uri(config, conn)

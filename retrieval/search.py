@@ -78,7 +78,7 @@ class Searcher:
     @classmethod
     def from_config(cls, conn: sqlite3.Connection, config, embedder=None) -> Searcher:
         """A searcher for ``config``'s index, with its vectors location and storage options."""
-        from indexer.storage import storage_options
+        from indexer.locations import storage_options
 
         return cls(
             conn,
@@ -116,7 +116,7 @@ class Searcher:
             if not model:
                 self._unavailable = "this index has no vectors (it was built with `--no-embed`)"
                 return None
-            from indexer.storage import locate_vectors
+            from indexer.locations import locate_vectors
             from indexer.vectors import VectorStore
 
             uri = locate_vectors(self._vectors_uri, self._meta("vectors_uri"), self.index_dir)

@@ -35,7 +35,7 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
     """Model, location (where the index recorded it; never credentials), coverage and
     ``state``: ``ok``, ``behind`` (chunks without a vector), ``missing`` (the table is gone) or
     ``unchecked`` (object storage: not contacted by a status); ``fix`` says what to run."""
-    from indexer.storage import vectors_uri
+    from indexer.locations import vectors_uri
     from indexer.vectors import table_missing
 
     model = store.get_meta(db, "embed_model")

@@ -22,7 +22,7 @@ from cli.context_cmds import DEFAULT_BUDGET
 from cli.main import cli
 from indexer.config import SETTINGS, Config, check_setting, env_name, load_config
 from indexer.errors import ConfigError
-from indexer.storage import record_vectors_uri, redact_uri, uri_credentials
+from indexer.locations import record_vectors_uri, redact_uri, uri_credentials
 from tests.conftest import make_repo
 
 FILES = {

@@ -13,7 +13,7 @@ from indexer import store
 from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import ConfigError
-from indexer.storage import check_uri, filesystem, is_remote
+from indexer.locations import check_uri, filesystem, is_remote
 from tests.conftest import make_repo
 
 FILES = {

@@ -18,7 +18,7 @@ from indexer import store
 from indexer.build import build
 from indexer.config import load_config
 from indexer.embed import create_embedder
-from indexer.storage import vectors_uri
+from indexer.locations import vectors_uri
 from indexer.vectors import VectorRow, VectorStore
 from indexer.verify import repair, verify
 from tests.conftest import dump_graph, make_repo, write_files
