@@ -13,6 +13,7 @@ import keyword
 import re
 import sqlite3
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from indexer import graph
@@ -168,10 +169,52 @@ def _pick(ctx: ToolContext, conn, name: str, kind: str | None):
     return exact, hits
 
 
+@dataclass
+class _Edits:
+    changes: list[FileChange] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "path:line (why)"
+    ref_sites: int = 0  # reference sites renamed (the definition not counted)
+
+
 def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    """Pick the one definition, find its sites through the graph, edit them in memory, gate
+    the syntax, write, re-index, verify (undoing everything if verification fails), report."""
     conn = ctx.session.conn(ctx.config)
-    name, new_name = args["symbol"].strip(), args["new_name"]
-    exact, hits = _pick(ctx, conn, name, args.get("kind"))
+    new_name = args["new_name"]
+    sym = _target(ctx, conn, args["symbol"].strip(), args.get("kind"), new_name)
+    if isinstance(sym, ToolResult):
+        return sym
+    found = graph.references_to(conn, [sym.id])
+    ambiguous = sorted((r.path, r.line, r.kind) for r in found if r.ambiguous)
+    edits = _edits(ctx, conn, sym, new_name, found)
+    if isinstance(edits, ToolResult):
+        return edits
+    rejected = gate(edits.changes)
+    if rejected is not None:
+        return rejected
+    paths = [c.path for c in edits.changes]
+    dangling_before = _unresolved_named(conn, sym.name, paths)
+    outcome = commit(ctx, edits.changes)
+    new_qualname = sym.qualname[: len(sym.qualname) - len(sym.name)] + new_name
+    problems, resolved_new = _verify(conn, sym, new_qualname, paths, dangling_before, outcome)
+    if problems:
+        for ch in edits.changes:
+            ctx.write_bytes(ch.path, ch.old if ch.old is not None else b"")
+        ctx.session.reindex(ctx.config)
+        return fail(
+            f"Rename of {sym.qualname} to {new_name!r} failed verification and was undone: "
+            + "; ".join(problems)
+            + ".",
+            verified=False,
+            problems=problems,
+        )
+    return _report(ctx, conn, sym, new_qualname, edits, ambiguous, resolved_new, outcome)
+
+
+def _target(ctx: ToolContext, conn, name: str, kind: str | None, new_name: str):
+    """The one definition ``name`` names, if ``new_name`` can replace its name; else the
+    ToolResult that says why not."""
+    exact, hits = _pick(ctx, conn, name, kind)
     if not exact:
         like = ", ".join(s.qualname for s in hits[:8])
         return fail(
@@ -203,14 +246,17 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             f"{clash[0]} already exists in the same scope — renaming {sym.qualname} to "
             f"{new_name!r} would shadow it. Choose another name."
         )
+    return sym
 
+
+def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolResult:
+    """The new bytes of every file to touch: the definition and each resolved reference site
+    found by the reference graph (an alias keeps its local name), checked against the text."""
+    old = sym.name
     start_byte, end_byte = conn.execute(
         "SELECT start_byte, end_byte FROM symbols WHERE id = ?", [sym.id]
     ).fetchone()
-    found = graph.references_to(conn, [sym.id])
     refs = sorted((r.path, r.line, r.col, r.kind, r.name) for r in found if not r.ambiguous)
-    ambiguous = sorted((r.path, r.line, r.kind) for r in found if r.ambiguous)
-
     old_b, new_b = old.encode(), new_name.encode()
     by_file: dict[str, list[tuple[int, str, int]]] = defaultdict(list)  # path -> (line, kind, col)
     by_file.setdefault(sym.path, [])  # the definition's file is always touched
@@ -219,9 +265,7 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             continue  # an alias (`from m import old as o`; `o()`) keeps its local name
         by_file[path].append((line, kind, col))
 
-    changes: list[FileChange] = []
-    skipped: list[str] = []
-    ref_sites = 0
+    edits = _Edits()
     for path in sorted(by_file):
         loaded = load_for_edit(ctx, path)
         data = loaded.data
@@ -230,30 +274,30 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         starts = _line_starts(data)
         offsets: set[int] = set()
         if path == sym.path:
-            found = _definition_offset(tree, data, start_byte, end_byte, old_b) if tree else None
-            if found is None:
+            at_def = _definition_offset(tree, data, start_byte, end_byte, old_b) if tree else None
+            if at_def is None:
                 return fail(
                     f"Could not find the name {old!r} in the definition at {path}:"
                     f"{sym.start_line} — the index may be stale; run `repoctx index build`."
                 )
-            offsets.add(found)
+            offsets.add(at_def)
         for line, kind, col in by_file[path]:
             if kind == "import":
                 found_imports = _import_offsets(tree, data, line, old_b) if tree else []
                 if not found_imports:
-                    skipped.append(f"{path}:{line} (import: name not found)")
+                    edits.skipped.append(f"{path}:{line} (import: name not found)")
                 offsets.update(found_imports)
-                ref_sites += bool(found_imports)
+                edits.ref_sites += bool(found_imports)
                 continue
             if line - 1 >= len(starts):
-                skipped.append(f"{path}:{line} (past the end of the file)")
+                edits.skipped.append(f"{path}:{line} (past the end of the file)")
                 continue
             at = starts[line - 1] + col
             if _is_word_at(data, at, old_b):
                 offsets.add(at)
-                ref_sites += 1
+                edits.ref_sites += 1
             else:
-                skipped.append(f"{path}:{line} (text differs from the index)")
+                edits.skipped.append(f"{path}:{line} (text differs from the index)")
         if not offsets:
             continue
         ordered = sorted(offsets)
@@ -263,47 +307,39 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             pos = at + len(old_b)
         parts.append(data[pos:])
         repl = tuple(Replacement(at, at + len(old_b), len(new_b)) for at in ordered)
-        changes.append(FileChange(path, data, b"".join(parts), repl))
+        edits.changes.append(FileChange(path, data, b"".join(parts), repl))
+    return edits
 
-    rejected = gate(changes)
-    if rejected is not None:
-        return rejected
-    paths = [c.path for c in changes]
-    dangling_before = _unresolved_named(conn, old, paths)
-    outcome = commit(ctx, changes)
-    new_qualname = sym.qualname[: len(sym.qualname) - len(old)] + new_name
+
+def _verify(conn, sym, new_qualname: str, paths: list[str], dangling_before, outcome):
+    """After writing and re-indexing: (problems, references resolving to the new name)."""
     problems: list[str] = []
+    resolved_new = 0
     if outcome.reindex is None:
         problems.append(f"the index could not be updated ({outcome.reindex_error})")
-    else:
-        row = conn.execute(
-            "SELECT id FROM symbols WHERE qualname = ? AND kind = ?", [new_qualname, sym.kind]
-        ).fetchone()
-        if row is None:
-            problems.append(f"{new_qualname} is not defined after the rename")
-        dangling = sorted(_unresolved_named(conn, old, paths) - dangling_before)
-        if dangling:
-            problems.append(
-                f"{len(dangling)} reference(s) to {old!r} no longer resolve: "
-                + ", ".join(f"{p}:{ln}" for p, ln, _ in dangling[:10])
-            )
-        resolved_new = (
-            conn.execute("SELECT count(*) FROM refs WHERE target_id = ?", [row[0]]).fetchone()[0]
-            if row is not None
-            else 0
+        return problems, resolved_new
+    row = conn.execute(
+        "SELECT id FROM symbols WHERE qualname = ? AND kind = ?", [new_qualname, sym.kind]
+    ).fetchone()
+    if row is None:
+        problems.append(f"{new_qualname} is not defined after the rename")
+    dangling = sorted(_unresolved_named(conn, sym.name, paths) - dangling_before)
+    if dangling:
+        problems.append(
+            f"{len(dangling)} reference(s) to {sym.name!r} no longer resolve: "
+            + ", ".join(f"{p}:{ln}" for p, ln, _ in dangling[:10])
         )
-    if problems:
-        for ch in changes:
-            ctx.write_bytes(ch.path, ch.old if ch.old is not None else b"")
-        ctx.session.reindex(ctx.config)
-        return fail(
-            f"Rename of {sym.qualname} to {new_name!r} failed verification and was undone: "
-            + "; ".join(problems)
-            + ".",
-            verified=False,
-            problems=problems,
-        )
+    if row is not None:
+        resolved_new = conn.execute(
+            "SELECT count(*) FROM refs WHERE target_id = ?", [row[0]]
+        ).fetchone()[0]
+    return problems, resolved_new
 
+
+def _report(ctx, conn, sym, new_qualname, edits: _Edits, ambiguous, resolved_new, outcome):
+    old = sym.name
+    changes, skipped, ref_sites = edits.changes, edits.skipped, edits.ref_sites
+    paths = [c.path for c in changes]
     leftovers = _mentions(ctx, conn, old, {c.path: c.new for c in changes})
     elsewhere = [m for m in leftovers if m.split(":", 1)[0] not in paths]
     leftovers = [m for m in leftovers if m.split(":", 1)[0] in paths]
