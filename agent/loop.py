@@ -51,7 +51,16 @@ from .plan import (
 )
 from .redact import redact, redact_pack
 from .run_result import FileStat, commit_run, diff_stats, git_stat
-from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, fail, ok, run_originals
+from .tools import (
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    default_registry,
+    fail,
+    ok,
+    run_originals,
+)
 from .trace import (
     TRACE_FORMAT,
     TestRecord,
@@ -165,7 +174,25 @@ class AgentRun:
     ) -> None:
         self.config, self.task, self.model, self.opts = config, task, model, options
         self.limits, self.guard = options.limits, Guard(options.limits)
-        self.registry = registry or default_registry()
+        base = registry or default_registry()
+        # The loop's own tools go through the registry like every other: validated, redacted,
+        # capped, traced; their handlers act on this run's plan and memory.
+        self.registry = base.with_tools(
+            Tool(
+                UPDATE_PLAN.name,
+                UPDATE_PLAN.description,
+                UPDATE_PLAN.parameters,
+                "read",
+                lambda ctx, args: self._own_tool(ctx.step, UPDATE_PLAN.name, args),
+            ),
+            Tool(
+                REMEMBER.name,
+                REMEMBER.description,
+                REMEMBER.parameters,
+                "read",
+                lambda ctx, args: self._own_tool(ctx.step, REMEMBER.name, args),
+            ),
+        )
         self.tokens = options.tokenizer or model_tokenizer(
             model,
             config.extra.get("model_tokenizer"),
@@ -200,7 +227,7 @@ class AgentRun:
             )
         #: The form of the latest tool calls: native | text ('' before the first).
         self.used_format = ""
-        self.specs: list[ToolSpec] = [*self.registry.specs(offered), UPDATE_PLAN, REMEMBER]
+        self.specs: list[ToolSpec] = [*base.specs(offered), UPDATE_PLAN, REMEMBER]
         self.names = frozenset(s.name for s in self.specs)
         if self.tool_format == "text":
             # No `tools` in the request: the tools are described in the system prompt, whose
@@ -676,16 +703,6 @@ class AgentRun:
                 "call `finish` saying what blocks you. Repeating it ends the run.",
                 repeated=True,
             )
-        elif call.name in (UPDATE_PLAN.name, REMEMBER.name):
-            result = (
-                self._pseudo(step, call.name, call.arguments)
-                if call.arguments is not None
-                else fail(
-                    f"Could not read the arguments of `{call.name}`: {call.error}. Send one "
-                    "JSON object.",
-                    bad_arguments=True,
-                )
-            )
         else:
             result = self.registry.call_tool(call, replace(self.ctx, step=step))
         seconds, extra = time.perf_counter() - t0, {}
@@ -719,8 +736,8 @@ class AgentRun:
                 self.set_plan(change.plan, change.kind, change.reason, title=change.title)
         return result
 
-    def _pseudo(self, step: int, name: str, args: dict[str, Any]) -> ToolResult:
-        """`update_plan` and `remember`: tools of the loop itself, not of the registry."""
+    def _own_tool(self, step: int, name: str, args: dict[str, Any]) -> ToolResult:
+        """`update_plan` and `remember`: the loop's own tools (registered per run)."""
         if name == REMEMBER.name:
             try:
                 entry = self.memory.set(

@@ -186,6 +186,11 @@ class ToolRegistry:
     def names(self) -> tuple[str, ...]:
         return tuple(self._tools)
 
+    def with_tools(self, *tools: Tool) -> ToolRegistry:
+        """A new registry with these tools and ``tools`` (e.g. a run's own tools, whose handlers
+        hold the run's state)."""
+        return ToolRegistry([*self._tools.values(), *tools])
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
