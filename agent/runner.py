@@ -15,6 +15,10 @@ With ``sandbox=SandboxPolicy(...)`` the command also runs in the kernel sandbox 
 agent/sandbox.py (Landlock, mount/network/user namespaces) and with git's repository-configured
 programs neutralised; ``CommandResult.sandbox`` says which layers applied. The allowlist stays a
 second layer.
+
+Size: spawning, the three containment strategies, output capture and killing the process tree share
+the process-group and cgroup state of one command; the command policy is in command_policy.py and
+the kernel sandbox in sandbox.py.
 """
 
 from __future__ import annotations

@@ -33,6 +33,10 @@ enforced. git inside the sandbox runs with ``indexer.gitsafe.git_env``.
 The ruleset and all mount arguments are prepared in the parent (agent/sandbox_child.py runs in
 the child); what does not change per command is computed once and revalidated by directory
 mtimes.
+
+Size: the layers are decided together — which apply depends on what the kernel offers and on each
+other (Landlock's TCP rules only without a network namespace, say) — so the policy, the probes and
+the rule building are read in one place; what runs in the child after fork is in sandbox_child.py.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ delivers events in order, so every change made before the call has been seen by 
 ``--index-dir`` outside the repository the marker is watched separately and this ordering is
 only near-certain.) Without inotify, or when it never reports, the tree is re-stat'ed at most
 every ``poll_interval_s`` instead.
+
+Size: the freshness protocol (LiveIndex, sync markers), the tool adapters and the two transports
+(stdio, HTTP) of one server; the change filter itself is indexer.watch.ChangeFilter.
 """
 
 from __future__ import annotations

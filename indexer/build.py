@@ -4,6 +4,9 @@ A no-op build only stats files. Changed files are re-parsed (in a process pool w
 are many), written one transaction per batch, and only references whose target names were
 added or removed are re-resolved. Names awaiting re-resolution are stored in the same
 transaction as the change, so a build killed at any moment is finished by the next one.
+
+Size: the serial driver of a build (write, delete, resolve, finalize) keeps one transaction
+discipline in one place; per-file work is in parse_worker.py, shared reads in graph.py.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ is checked against it: a bad value is a :class:`ConfigError` naming the key, whe
 with the closest known key. TOML values must already have the right type (``jobs = "4"`` is an
 error); only environment variables are parsed from text. A plain table rather than pydantic:
 read commands start in ~100 ms, and importing pydantic alone costs ~35 ms.
+
+Size: SETTINGS is the one table of every setting, and the loaders of its four sources sit beside it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 In a git work tree the file list comes from ``git ls-files``; elsewhere the tree is walked with
 ``.gitignore`` semantics. ``.repoctxignore`` files and ``Config.exclude`` apply on top of both.
+
+Size: `git ls-files`, the gitignore-semantics walk and the content classifiers must agree on what a
+file is (names as bytes, symlinks, ignore rules), so they stay together.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Text embedders for the semantic index (the token counter is in ``tokenizer``).
+"""Text embedders for the semantic index (the token counter is in ``embed_tokenizer``).
 
 Nothing heavy is imported at module import: ``sentence_transformers``/``torch`` (seconds) only
 when a torch model is loaded, ``openvino`` only when the OpenVINO runtime is used, and the token
@@ -10,6 +10,9 @@ converted once, checked against torch fp32 on probe texts, and cached under the 
 keyed by model files and library versions; later loads need neither torch nor
 sentence-transformers. Without ``openvino`` (or when the check fails) torch fp32 is used.
 ``benchmarks/embed_runtimes.py`` measures the choice.
+
+Size: the runtimes (torch, OpenVINO) and the conversion cache are chosen together by one check
+against torch fp32.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ Each commit is read in three cheap passes of ``git log`` over the batch:
 Merges keep their message but not their diff (their changes are those of the commits they
 merge). Huge commits (reformatting, vendoring) are stored with their file list but no patch;
 the signals in `retrieval.history` do not let them vote.
+
+Size: reading git in three passes, storing commits incrementally and mapping hunks to definitions
+share the history.db schema; the ranking signal that reads it is retrieval/history.py.
 """
 
 from __future__ import annotations

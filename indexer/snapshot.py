@@ -16,6 +16,9 @@ the build then parses and embeds only what really differs from the snapshot's co
 
 Credentials never reach a snapshot: the manifest records no URI and no local path, and the
 copied graph has its root and vectors location cleared.
+
+Size: push, pull and adopt share the manifest format and its ordering guarantee (the manifest is
+written last).
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 `graph.db` is the source of truth for which files, symbols, references and chunks exist.
 WAL mode lets any number of readers query while one writer builds.
+
+Size: the schema, its numbered migrations, generations and connection handling change together (a
+migration and the code that reads its tables are reviewed as one); shared reads of the reference
+graph are in graph.py.
 """
 
 from __future__ import annotations

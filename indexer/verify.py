@@ -17,6 +17,9 @@ scratch (vectors are reused by content hash); a vector table LanceDB cannot read
 
 Run against a live index, findings can be transient (a build in progress, a file saved a moment
 ago); each check reads one consistent SQLite snapshot, but the tree moves on its own.
+
+Size: every check has its repair beside it, so a new check cannot ship without the way to fix what
+it finds.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ watcher waits for a manual build instead of failing. Readers never wait (SQLite 
 watcher holds an advisory lock on `<index>/watch.pid`, which the kernel drops when it dies, so a
 pid file left by `kill -9` is never mistaken for a live watcher; its state is in
 `<index>/watch.json`.
+
+Size: the change filter, the event batcher, the watcher loop and its pid and state files are one
+lifecycle; the filter is shared with the MCP server.
 """
 
 from __future__ import annotations

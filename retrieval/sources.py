@@ -2,6 +2,9 @@
 names, paths and traceback frames, error messages, vectors, and the reference graph.
 
 Each one is measured alone and in the fusion by `benchmarks/localization.py`.
+
+Size: each signal is a small class; they sit in one module so their queries can be compared side by
+side (the protocol is in signals.py).
 """
 
 from __future__ import annotations
