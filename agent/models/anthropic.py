@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import Completion, Message, ToolCall, ToolSpec, Usage
+from .chat_client import JsonChatClient
 from .errors import MalformedResponseError, ModelConfigError, ModelConnectionError
 from .http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_TIMEOUT_S,
-    JsonHttp,
-    RetryPolicy,
-    error_from_payload,
+    decode_stream_json,
 )
 from .providers import ClientRequest, host, register
 
@@ -32,7 +28,7 @@ _FINISH = {
 }
 
 
-class AnthropicClient:
+class AnthropicClient(JsonChatClient):
     """Messages API with tool use. System messages are joined into the top-level ``system``;
     tool messages become ``tool_result`` blocks in a user turn (consecutive ones share a turn)."""
 
@@ -42,50 +38,23 @@ class AnthropicClient:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        retry: RetryPolicy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        stream: bool = False,
-        on_text: Callable[[str], None] | None = None,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         name: str | None = None,
+        **options: Any,
     ) -> None:
         if not model:
             raise ModelConfigError("No model name given — pass e.g. anthropic:claude-sonnet-4-5.")
-        self.model = model
+        super().__init__(model, name=name or f"anthropic:{model}", **options)
         base = (base_url or DEFAULT_BASE_URL).strip().rstrip("/")
         base = base.removesuffix("/messages").removesuffix("/v1")
         self.url = f"{base}/v1/messages"
-        self.name = name or f"anthropic:{model}"
-        self.stream = stream
-        self.on_text = on_text
         self.default_max_tokens = default_max_tokens
         self._headers = {"anthropic-version": API_VERSION}
         if api_key:
             self._headers["x-api-key"] = api_key
-        self._http = JsonHttp(
-            timeout=timeout, connect_timeout=connect_timeout, retry=retry, sleep=sleep
-        )
 
-    def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> Completion:
-        payload = self.build_request(
-            messages, tools, max_tokens=max_tokens, temperature=temperature
-        )
-        start = time.monotonic()
-        raw = (
-            self._stream(payload)
-            if self.stream
-            else self._http.post(self.url, payload, self._headers)
-        )
-        return parse_response(raw, time.monotonic() - start, self.model)
+    def parse(self, raw: dict[str, Any], latency_s: float) -> Completion:
+        return parse_response(raw, latency_s, self.model)
 
     def build_request(
         self,
@@ -130,7 +99,7 @@ class AnthropicClient:
             for event in events:
                 if event.event == "json":
                     return json.loads(event.data)
-                text = acc.add(_decode_event(event.data))
+                text = acc.add(decode_stream_json(event.data, "stream event"))
                 if text and self.on_text:
                     self.on_text(text)
                 if acc.done:
@@ -196,18 +165,6 @@ def _usage(usage: Any) -> Usage:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _decode_event(data: str) -> dict[str, Any]:
-    try:
-        event = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise MalformedResponseError(detail=f"bad stream event {data[:120]!r}") from exc
-    if not isinstance(event, dict):
-        raise MalformedResponseError(detail=f"bad stream event {data[:120]!r}")
-    if event.get("type") == "error" or event.get("error"):
-        raise error_from_payload(event, None, {})
-    return event
 
 
 class _StreamAccumulator:

@@ -464,3 +464,17 @@ def _guarded(items: Iterator[T], url: str, timeout: float) -> Iterator[T]:
         raise ModelTimeoutError(detail=f"{url} stopped sending for {timeout:g}s") from exc
     except (http.client.HTTPException, OSError) as exc:
         raise ModelConnectionError(detail=f"stream from {url} broke: {exc!r}") from exc
+
+
+def decode_stream_json(data: str | bytes, what: str = "stream chunk") -> dict[str, Any]:
+    """One JSON object of a streamed reply (an SSE ``data:`` or an NDJSON line); an error object
+    the server streams instead becomes the matching ModelError."""
+    try:
+        obj = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MalformedResponseError(detail=f"bad {what} {data[:120]!r}") from exc
+    if not isinstance(obj, dict):
+        raise MalformedResponseError(detail=f"bad {what} {data[:120]!r}")
+    if obj.get("error") or obj.get("type") == "error":
+        raise error_from_payload(obj, None, {})
+    return obj

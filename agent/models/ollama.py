@@ -4,20 +4,15 @@ cuts a longer prompt silently at its default."""
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from .base import Completion, Message, ToolCall, ToolSpec, Usage
+from .chat_client import JsonChatClient
 from .errors import MalformedResponseError, ModelConfigError, ModelConnectionError
 from .http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_TIMEOUT_S,
-    JsonHttp,
-    RetryPolicy,
-    error_from_payload,
+    decode_stream_json,
 )
 from .providers import ClientRequest, register
 
@@ -46,7 +41,7 @@ def ollama_base_url(value: str | None) -> str:
     return f"{parts.scheme}://{host}:{port}{path}"
 
 
-class OllamaClient:
+class OllamaClient(JsonChatClient):
     """Chat with tool calling over ``/api/chat``. ``num_ctx`` (when given) sets the context
     window the model is loaded with; Ollama reloads a model whose ``num_ctx`` changes, so keep
     it the same from call to call. Streams by default as the CLI does; ``on_text`` receives
@@ -57,48 +52,22 @@ class OllamaClient:
         model: str,
         *,
         base_url: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        retry: RetryPolicy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        stream: bool = False,
-        on_text: Callable[[str], None] | None = None,
         num_ctx: int | None = None,
         name: str | None = None,
         api_key: str | None = None,
+        **options: Any,
     ) -> None:
         if not model:
             raise ModelConfigError("No model name given — pass e.g. ollama:qwen2.5-coder:7b.")
-        self.model = model
+        super().__init__(model, name=name or f"ollama:{model}", **options)
         self.base_url = ollama_base_url(base_url)
         self.url = f"{self.base_url}/api/chat"
-        self.name = name or f"ollama:{model}"
-        self.stream = stream
-        self.on_text = on_text
         self.num_ctx = num_ctx
         # A proxy in front of Ollama may want a bearer token; Ollama itself needs none.
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = JsonHttp(
-            timeout=timeout, connect_timeout=connect_timeout, retry=retry, sleep=sleep
-        )
 
-    def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> Completion:
-        payload = self.build_request(
-            messages, tools, max_tokens=max_tokens, temperature=temperature
-        )
-        start = time.monotonic()
-        if self.stream:
-            raw = self._stream(payload)
-        else:
-            raw = self._http.post(self.url, payload, self._headers)
-        return parse_response(raw, time.monotonic() - start, self.model)
+    def parse(self, raw: dict[str, Any], latency_s: float) -> Completion:
+        return parse_response(raw, latency_s, self.model)
 
     def build_request(
         self,
@@ -143,7 +112,7 @@ class OllamaClient:
             for line in lines:
                 if not line.strip():
                     continue
-                text = acc.add(_decode_line(line))
+                text = acc.add(decode_stream_json(line, "stream line"))
                 if text and self.on_text:
                     self.on_text(text)
                 if acc.done:
@@ -205,18 +174,6 @@ def _tool_call(index: int, wire: Any) -> ToolCall:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _decode_line(line: bytes) -> dict[str, Any]:
-    try:
-        chunk = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MalformedResponseError(detail=f"bad stream line {line[:120]!r}") from exc
-    if not isinstance(chunk, dict):
-        raise MalformedResponseError(detail=f"bad stream line {line[:120]!r}")
-    if chunk.get("error"):
-        raise error_from_payload(chunk, None, {})
-    return chunk
 
 
 class _Accumulator:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from .base import Completion, Message, ToolCall, ToolSpec, Usage
+from .chat_client import JsonChatClient
 from .errors import (
     BadRequestError,
     MalformedResponseError,
@@ -17,11 +17,8 @@ from .errors import (
     ModelConnectionError,
 )
 from .http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
-    JsonHttp,
-    RetryPolicy,
-    error_from_payload,
+    decode_stream_json,
 )
 from .providers import ClientRequest, host, register
 from .server_tokens import ServerTokenizer
@@ -39,7 +36,7 @@ _FINISH = {
 }
 
 
-class OpenAIClient:
+class OpenAIClient(JsonChatClient):
     """Chat completions with function calling.
 
     ``base_url`` follows the OpenAI SDK convention (it includes ``/v1``); a bare ``http://host:port``
@@ -58,24 +55,16 @@ class OpenAIClient:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        retry: RetryPolicy | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        stream: bool = False,
-        on_text: Callable[[str], None] | None = None,
         max_tokens_field: str | None = None,
         tool_choice: str | None = "auto",
         name: str | None = None,
+        **options: Any,
     ) -> None:
         if not model:
             raise ModelConfigError("No model name given — pass e.g. openai:gpt-4o-mini.")
-        self.model = model
+        super().__init__(model, name=name or f"openai:{model}", **options)
         self.base_url = normalize_base_url(base_url or DEFAULT_BASE_URL)
         self.url = f"{self.base_url}/chat/completions"
-        self.name = name or f"openai:{model}"
-        self.stream = stream
-        self.on_text = on_text
         self.tool_choice = tool_choice
         # OpenAI deprecated `max_tokens` (newer models reject it); local servers may only know it.
         hosted = urlsplit(self.base_url).hostname == "api.openai.com"
@@ -83,9 +72,7 @@ class OpenAIClient:
             "max_completion_tokens" if hosted else "max_tokens"
         )
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = JsonHttp(
-            timeout=timeout, connect_timeout=connect_timeout, retry=retry, sleep=sleep
-        )
+        timeout = options.get("timeout", DEFAULT_TIMEOUT_S)
         self._tokens = ServerTokenizer(self.base_url, model, self._headers, timeout=timeout)
 
     def count_tokens(self, text: str) -> int | None:
@@ -98,32 +85,17 @@ class OpenAIClient:
         """The tokenize endpoint that answered ('' before a count, or when none did)."""
         return self._tokens.url
 
-    def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> Completion:
-        payload = self.build_request(
-            messages, tools, max_tokens=max_tokens, temperature=temperature
-        )
-        start = time.monotonic()
+    def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
         try:
-            raw = self._send(payload)
+            return super()._send(payload)
         except BadRequestError as exc:
             if "tool_choice" not in payload or not _TOOL_CHOICE.search(str(exc)):
                 raise
             self.tool_choice = None  # this server takes tools but not the field
-            payload = {k: v for k, v in payload.items() if k != "tool_choice"}
-            raw = self._send(payload)
-        return parse_response(raw, time.monotonic() - start, self.model)
+            return super()._send({k: v for k, v in payload.items() if k != "tool_choice"})
 
-    def _send(self, payload: dict[str, Any]) -> dict[str, Any]:
-        if self.stream:
-            return self._stream(payload)
-        return self._http.post(self.url, payload, self._headers)
+    def parse(self, raw: dict[str, Any], latency_s: float) -> Completion:
+        return parse_response(raw, latency_s, self.model)
 
     def build_request(
         self,
@@ -157,7 +129,7 @@ class OpenAIClient:
                 if event.data.strip() == "[DONE]":
                     acc.done = True
                     break
-                text = acc.add(_decode_chunk(event.data))
+                text = acc.add(decode_stream_json(event.data, "stream chunk"))
                 if text and self.on_text:
                     self.on_text(text)
         if not acc.chunks and not acc.done:
@@ -266,18 +238,6 @@ def _usage(usage: Any) -> Usage:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _decode_chunk(data: str) -> dict[str, Any]:
-    try:
-        chunk = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise MalformedResponseError(detail=f"bad stream chunk {data[:120]!r}") from exc
-    if not isinstance(chunk, dict):
-        raise MalformedResponseError(detail=f"bad stream chunk {data[:120]!r}")
-    if chunk.get("error"):
-        raise error_from_payload(chunk, None, {})
-    return chunk
 
 
 class _StreamAccumulator:
