@@ -45,7 +45,7 @@ from agent.tools.core import Tool, ToolContext, ToolRegistry, ToolResult, fail, 
 from agent.tools.read_tools import FIND_REFERENCES, FIND_SYMBOL, READ_SPAN, SEARCH_CODE
 from agent.tools.session import ToolSession
 from agent.workspace import Workspace
-from indexer import store
+from indexer import graph, store
 from indexer.build import build, index_exists
 from indexer.config import Config
 from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
@@ -460,11 +460,7 @@ def _status_tool(live: LiveIndex) -> Tool:
         ]
         model = ctx.session.embed_model(ctx.config)
         if model:
-            done, total = (
-                ctx.session.conn(ctx.config)
-                .execute("SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks")
-                .fetchone()
-            )
+            done, total = graph.vector_coverage(ctx.session.conn(ctx.config))
             st["vectors"] = {"model": model, "coverage": round(done / total, 4) if total else 1.0}
             lines.append(f"Vectors: {model}, {done} of {total} chunks embedded.")
         else:

@@ -1,4 +1,6 @@
-"""Reads of the reference graph that every layer shares.
+"""Reads of the index that the layers above share: references (resolved and candidate
+alike), definitions, and how much of the index has vectors. The agent and the CLI read the
+index only through here and through `retrieval`; no SQL of theirs depends on the schema.
 
 A reference is an edge from the definition that encloses it to its target. A reference that
 resolved has ``refs.target_id``; one that stayed ambiguous has no target but one row per
@@ -158,3 +160,129 @@ def strongest_edges(
         f"FROM ({inner}) GROUP BY enc, tgt, kind) WHERE rn <= ?",
         [*ids, fanout],
     ).fetchall()
+
+
+# -- definitions --------------------------------------------------------------------------------
+
+#: Columns of `symbol_rows`: id, kind, name, qualname, parent_id, path, module, signature.
+_SYMBOL_ROW = (
+    "SELECT s.id, s.kind, s.name, s.qualname, s.parent_id, f.path, coalesce(f.module, ''), "
+    "s.signature FROM symbols s JOIN files f ON f.id = s.file_id "
+)
+
+
+def symbol_rows(conn: sqlite3.Connection, ids: Iterable[int]) -> list[tuple]:
+    """(id, kind, name, qualname, parent_id, path, module, signature) of the definitions ``ids``."""
+    ids = list(ids)
+    out: list[tuple] = []
+    for i in range(0, len(ids), _CHUNK):
+        part = ids[i : i + _CHUNK]
+        out += conn.execute(_SYMBOL_ROW + f"WHERE s.id IN ({_marks(len(part))})", part).fetchall()
+    return out
+
+
+def python_functions_named_test(conn: sqlite3.Connection) -> list[tuple]:
+    """`symbol_rows` of every Python function or method whose name starts with ``test``."""
+    # A range, not LIKE: it uses the name index (pytest's prefix is case-sensitive too).
+    return conn.execute(
+        _SYMBOL_ROW + "WHERE s.name >= 'test' AND s.name < 'tesu' "
+        "AND s.kind IN ('function', 'method') AND f.language = 'python'"
+    ).fetchall()
+
+
+def definitions_in_file(conn: sqlite3.Connection, path: str) -> list[tuple]:
+    """(id, qualname, kind, path, start_line, end_line, parent_id) of every definition of
+    ``path``, its module included."""
+    return conn.execute(
+        "SELECT s.id, s.qualname, s.kind, f.path, s.start_line, s.end_line, s.parent_id "
+        "FROM symbols s JOIN files f ON f.id = s.file_id WHERE f.path = ?",
+        [path],
+    ).fetchall()
+
+
+def definition_id(conn: sqlite3.Connection, qualname: str, kind: str) -> int | None:
+    row = conn.execute(
+        "SELECT id FROM symbols WHERE qualname = ? AND kind = ?", [qualname, kind]
+    ).fetchone()
+    return row[0] if row else None
+
+
+def definition_bytes(conn: sqlite3.Connection, symbol_id: int) -> tuple[int, int]:
+    """(start_byte, end_byte) of a definition in its file."""
+    start, end = conn.execute(
+        "SELECT start_byte, end_byte FROM symbols WHERE id = ?", [symbol_id]
+    ).fetchone()
+    return start, end
+
+
+def sibling_named(
+    conn: sqlite3.Connection, name: str, symbol_id: int, parent_id: int | None
+) -> str | None:
+    """The qualified name of a definition called ``name`` in the same scope as ``symbol_id``
+    (same file, same parent), if there is one."""
+    row = conn.execute(
+        "SELECT s.qualname FROM symbols s WHERE s.name = ? AND s.file_id = "
+        "(SELECT file_id FROM symbols WHERE id = ?) AND s.parent_id IS ?",
+        [name, symbol_id, parent_id],
+    ).fetchone()
+    return row[0] if row else None
+
+
+def definitions_named(
+    conn: sqlite3.Connection, name: str, kind: str, limit: int = 10
+) -> list[tuple[str, str, int]]:
+    """(qualname, path, start_line) of definitions of ``kind`` called ``name``."""
+    return conn.execute(
+        "SELECT s.qualname, f.path, s.start_line FROM symbols s JOIN files f "
+        "ON f.id = s.file_id WHERE s.name = ? AND s.kind = ? LIMIT ?",
+        [name, kind, limit],
+    ).fetchall()
+
+
+def resolved_reference_count(conn: sqlite3.Connection, symbol_id: int) -> int:
+    return conn.execute("SELECT count(*) FROM refs WHERE target_id = ?", [symbol_id]).fetchone()[0]
+
+
+def unresolved_named(
+    conn: sqlite3.Connection, name: str, paths: Sequence[str]
+) -> set[tuple[str, int, str]]:
+    """(path, line, kind) of references called ``name`` in ``paths`` that resolve to nothing
+    (unresolved or external)."""
+    if not paths:
+        return set()
+    return set(
+        conn.execute(
+            "SELECT f.path, r.line, r.kind FROM refs r JOIN files f ON f.id = r.file_id "
+            "WHERE r.name = ? AND r.target_id IS NULL AND r.resolution IN "
+            f"('unresolved', 'external') AND f.path IN ({_marks(len(paths))})",
+            [name, *paths],
+        ).fetchall()
+    )
+
+
+def files_with_phrase(conn: sqlite3.Connection, phrase: str, limit: int = 200) -> list[str]:
+    """Files whose chunks the lexical index matches for ``phrase`` (as one quoted phrase)."""
+    rows = conn.execute(
+        "SELECT DISTINCT f.path FROM chunks_fts t JOIN chunks c ON c.id = t.rowid "
+        "JOIN files f ON f.id = c.file_id WHERE chunks_fts MATCH ? LIMIT ?",
+        ['"' + phrase.replace('"', '""') + '"', limit],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+# -- vectors ------------------------------------------------------------------------------------
+
+
+def vector_coverage(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(chunks with a vector, all chunks)."""
+    # embedded is -1 for a chunk whose file could not be read back: not a vector either.
+    done, total = conn.execute(
+        "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
+    ).fetchone()
+    return int(done), int(total)
+
+
+def embed_model(conn: sqlite3.Connection) -> str | None:
+    """The model the index's vectors were made with; None for a lexical-only index."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'embed_model'").fetchone()
+    return row[0] if row and row[0] else None

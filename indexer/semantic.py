@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import store
+from . import graph, store
 from .chunking import chunk_hash
 from .config import Config
 from .errors import ModelMismatchError
@@ -72,11 +72,7 @@ def _follow_vectors_uri(config: Config, conn) -> str:
 
 def coverage(conn) -> tuple[int, int]:
     """(chunks with a vector, all chunks)."""
-    # embedded is -1 for a chunk whose file could not be read back: not a vector either.
-    done, total = conn.execute(
-        "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
-    ).fetchone()
-    return int(done), int(total)
+    return graph.vector_coverage(conn)
 
 
 def check_model(db: WriteDB, model: str, reembed: bool) -> None:

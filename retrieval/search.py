@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from indexer import graph
 from indexer.errors import VectorsMissingError
 from indexer.testpaths import is_test_path
 
@@ -136,9 +137,7 @@ class Searcher:
         vs = self._vector_store()
         if vs is None:
             return []
-        done, total = self.conn.execute(
-            "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
-        ).fetchone()
+        done, total = graph.vector_coverage(self.conn)
         out = []
         if done < total:
             pct = int(1000 * done / total) / 10  # floor: 99.96% is not "100.0%"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from indexer import store
+from indexer import graph, store
 from indexer.config import Config
 from indexer.discovery import discover
 from indexer.languages import language_for_path
@@ -41,9 +41,7 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
     model = store.get_meta(db, "embed_model")
     if not model:
         return None
-    done, total = db.conn.execute(
-        "SELECT coalesce(sum(embedded = 1), 0), count(*) FROM chunks"
-    ).fetchone()
+    done, total = graph.vector_coverage(db.conn)
     uri = vectors_uri(config, db.conn)
     missing = table_missing(uri)
     if missing:

@@ -80,3 +80,41 @@ def test_no_layer_above_the_indexer_reads_the_candidate_table():
         if re.search(r"\bref_candidates\b", p.read_text())
     ]
     assert offenders == []
+
+
+def test_definition_reads(conn):
+    rows = graph.definitions_in_file(conn, "c/z.py")
+    assert sorted((r[1], r[2], r[4], r[5]) for r in rows) == [
+        ("z", "module", 1, 7),
+        ("z.other", "function", 5, 7),
+        ("z.use", "function", 1, 2),
+    ]
+    use = graph.definition_id(conn, "z.use", "function")
+    assert use == sym(conn, "z.use") and graph.definition_id(conn, "z.use", "class") is None
+    assert graph.sibling_named(conn, "other", use, None) == "z.other"
+    assert graph.sibling_named(conn, "absent", use, None) is None
+    assert graph.definitions_named(conn, "dup", "function") and all(
+        q.endswith(".dup") for q, _, _ in graph.definitions_named(conn, "dup", "function")
+    )
+    assert [r[3] for r in graph.symbol_rows(conn, [use])] == ["z.use"]
+    assert graph.resolved_reference_count(conn, sym(conn, "a.x.dup")) == 2  # the call, the import
+    assert "c/z.py" in graph.files_with_phrase(conn, "dup")
+    assert graph.unresolved_named(conn, "dup", ["c/z.py"]) == set()  # ambiguous, not unresolved
+
+
+def test_a_lexical_only_index_has_no_model_and_no_vectors(conn):
+    done, total = graph.vector_coverage(conn)
+    assert done == 0 and total > 0
+    assert graph.embed_model(conn) is None
+
+
+def test_no_sql_in_the_agent_or_the_cli():
+    root = Path(__file__).resolve().parent.parent
+    offenders = [
+        f"{p.relative_to(root)}:{i}"
+        for layer in ("agent", "cli")
+        for p in (root / layer).rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\.execute(many)?\(", line)
+    ]
+    assert offenders == [], "read the index through indexer.graph or retrieval"

@@ -10,6 +10,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexer import graph
 from indexer.errors import RepoctxError
 
 from ..checkpoints import CheckpointStore
@@ -127,11 +128,7 @@ def changed_symbols(conn: sqlite3.Connection, ranges: Ranges) -> list[ChangedSym
     for path, spans in ranges.items():
         rows = [
             ChangedSymbol(*row)
-            for row in conn.execute(
-                "SELECT s.id, s.qualname, s.kind, f.path, s.start_line, s.end_line, s.parent_id "
-                "FROM symbols s JOIN files f ON f.id = s.file_id WHERE f.path = ?",
-                [path],
-            )
+            for row in graph.definitions_in_file(conn, path)
         ]
         module = next((r for r in rows if r.kind == "module"), None)
         defs = [r for r in rows if r.kind != "module"]

@@ -112,20 +112,6 @@ def _is_word_at(data: bytes, offset: int, word: bytes) -> bool:
     return not (before and _IDENT_CHARS.match(before)) and not (after and _IDENT_CHARS.match(after))
 
 
-def _unresolved_named(conn: sqlite3.Connection, name: str, paths: list[str]) -> set[tuple]:
-    if not paths:
-        return set()
-    marks = ",".join("?" * len(paths))
-    return set(
-        conn.execute(
-            f"SELECT f.path, r.line, r.kind FROM refs r JOIN files f ON f.id = r.file_id "
-            f"WHERE r.name = ? AND r.target_id IS NULL AND r.resolution IN "
-            f"('unresolved', 'external') AND f.path IN ({marks})",
-            [name, *paths],
-        ).fetchall()
-    )
-
-
 def _mentions(
     ctx: ToolContext, conn: sqlite3.Connection, old: str, written: dict[str, bytes]
 ) -> list[str]:
@@ -134,12 +120,7 @@ def _mentions(
     term = old.lower().strip("_")
     candidates = dict.fromkeys(written)
     if term:
-        rows = conn.execute(
-            "SELECT DISTINCT f.path FROM chunks_fts t JOIN chunks c ON c.id = t.rowid "
-            "JOIN files f ON f.id = c.file_id WHERE chunks_fts MATCH ? LIMIT 200",
-            ['"' + term.replace('"', '""') + '"'],
-        ).fetchall()
-        candidates.update(dict.fromkeys(r[0] for r in rows))
+        candidates.update(dict.fromkeys(graph.files_with_phrase(conn, term)))
     pattern = re.compile(rb"(?<![A-Za-z0-9_$])" + re.escape(old.encode()) + rb"(?![A-Za-z0-9_$])")
     out: list[str] = []
     for path in candidates:
@@ -193,7 +174,7 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if rejected is not None:
         return rejected
     paths = [c.path for c in edits.changes]
-    dangling_before = _unresolved_named(conn, sym.name, paths)
+    dangling_before = graph.unresolved_named(conn, sym.name, paths)
     outcome = commit(ctx, edits.changes)
     new_qualname = sym.qualname[: len(sym.qualname) - len(sym.name)] + new_name
     problems, resolved_new = _verify(conn, sym, new_qualname, paths, dangling_before, outcome)
@@ -236,14 +217,10 @@ def _target(ctx: ToolContext, conn, name: str, kind: str | None, new_name: str):
         return fail(f"{new_name!r} is not a valid identifier — choose another name.")
     if new_name == old:
         return fail(f"{sym.qualname} is already called {new_name!r}.")
-    clash = conn.execute(
-        "SELECT s.qualname FROM symbols s WHERE s.name = ? AND s.file_id = "
-        "(SELECT file_id FROM symbols WHERE id = ?) AND s.parent_id IS ?",
-        [new_name, sym.id, sym.parent_id],
-    ).fetchone()
+    clash = graph.sibling_named(conn, new_name, sym.id, sym.parent_id)
     if clash:
         return fail(
-            f"{clash[0]} already exists in the same scope — renaming {sym.qualname} to "
+            f"{clash} already exists in the same scope — renaming {sym.qualname} to "
             f"{new_name!r} would shadow it. Choose another name."
         )
     return sym
@@ -253,9 +230,7 @@ def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolRe
     """The new bytes of every file to touch: the definition and each resolved reference site
     found by the reference graph (an alias keeps its local name), checked against the text."""
     old = sym.name
-    start_byte, end_byte = conn.execute(
-        "SELECT start_byte, end_byte FROM symbols WHERE id = ?", [sym.id]
-    ).fetchone()
+    start_byte, end_byte = graph.definition_bytes(conn, sym.id)
     refs = sorted((r.path, r.line, r.col, r.kind, r.name) for r in found if not r.ambiguous)
     old_b, new_b = old.encode(), new_name.encode()
     by_file: dict[str, list[tuple[int, str, int]]] = defaultdict(list)  # path -> (line, kind, col)
@@ -318,21 +293,17 @@ def _verify(conn, sym, new_qualname: str, paths: list[str], dangling_before, out
     if outcome.reindex is None:
         problems.append(f"the index could not be updated ({outcome.reindex_error})")
         return problems, resolved_new
-    row = conn.execute(
-        "SELECT id FROM symbols WHERE qualname = ? AND kind = ?", [new_qualname, sym.kind]
-    ).fetchone()
-    if row is None:
+    new_id = graph.definition_id(conn, new_qualname, sym.kind)
+    if new_id is None:
         problems.append(f"{new_qualname} is not defined after the rename")
-    dangling = sorted(_unresolved_named(conn, sym.name, paths) - dangling_before)
+    dangling = sorted(graph.unresolved_named(conn, sym.name, paths) - dangling_before)
     if dangling:
         problems.append(
             f"{len(dangling)} reference(s) to {sym.name!r} no longer resolve: "
             + ", ".join(f"{p}:{ln}" for p, ln, _ in dangling[:10])
         )
-    if row is not None:
-        resolved_new = conn.execute(
-            "SELECT count(*) FROM refs WHERE target_id = ?", [row[0]]
-        ).fetchone()[0]
+    if new_id is not None:
+        resolved_new = graph.resolved_reference_count(conn, new_id)
     return problems, resolved_new
 
 
@@ -347,11 +318,7 @@ def _report(ctx, conn, sym, new_qualname, edits: _Edits, ambiguous, resolved_new
     if sym.kind == "method":
         same_named = [
             f"{q} ({p}:{ln})"
-            for q, p, ln in conn.execute(
-                "SELECT s.qualname, f.path, s.start_line FROM symbols s JOIN files f "
-                "ON f.id = s.file_id WHERE s.name = ? AND s.kind = 'method' LIMIT 10",
-                [old],
-            )
+            for q, p, ln in graph.definitions_named(conn, old, "method", limit=10)
         ]
     lines = [
         f"Renamed {sym.qualname} -> {new_qualname}: {ref_sites + 1} site(s) in "

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from indexer import store
+from indexer import graph, store
 from indexer.build import build
 from indexer.config import Config
 from retrieval.search import Searcher
@@ -59,10 +59,7 @@ class ToolSession:
 
     def embed_model(self, config: Config) -> str | None:
         """The model the index's vectors were made with; None for a lexical-only index."""
-        row = (
-            self.conn(config).execute("SELECT value FROM meta WHERE key = 'embed_model'").fetchone()
-        )
-        return row[0] if row and row[0] else None
+        return graph.embed_model(self.conn(config))
 
     def embedder(self, config: Config) -> Any:
         """The embedder matching the index (loaded once per run); None without vectors."""

@@ -55,30 +55,13 @@ def node_id(sym: _Sym) -> str:
 
 
 def _load(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, _Sym]:
-    ids = list(ids)
-    out: dict[int, _Sym] = {}
-    for i in range(0, len(ids), 500):
-        part = ids[i : i + 500]
-        marks = ",".join("?" * len(part))
-        for row in conn.execute(
-            "SELECT s.id, s.kind, s.name, s.qualname, s.parent_id, f.path, coalesce(f.module, ''), "
-            f"s.signature FROM symbols s JOIN files f ON f.id = s.file_id WHERE s.id IN ({marks})",
-            part,
-        ):
-            out[row[0]] = _Sym(*row)
-    return out
+    return {row[0]: _Sym(*row) for row in graph.symbol_rows(conn, ids)}
 
 
 def _all_tests(conn: sqlite3.Connection) -> dict[int, _Sym]:
     """Every pytest-style test function of the index: test_* functions at module level or in
     Test* classes of test_*.py / *_test.py files."""
-    rows = conn.execute(
-        "SELECT s.id, s.kind, s.name, s.qualname, s.parent_id, f.path, coalesce(f.module, ''), "
-        "s.signature FROM symbols s JOIN files f ON f.id = s.file_id "
-        # A range, not LIKE: it uses the name index (pytest's prefix is case-sensitive too).
-        "WHERE s.name >= 'test' AND s.name < 'tesu' AND s.kind IN ('function', 'method') "
-        "AND f.language = 'python'"
-    ).fetchall()
+    rows = graph.python_functions_named_test(conn)
     syms = [_Sym(*r) for r in rows if is_test_file(r[5])]
     parents = _load(conn, {s.parent_id for s in syms if s.parent_id is not None})
     tests = {}
