@@ -39,7 +39,7 @@ from .models.errors import ContextTooLongError, ModelError
 from .models.http import retry_budget
 from .models.prompt_tokens import PromptCounter, model_tokenizer
 from .models.text_calls import CALL_EXAMPLE, parse_text_calls, prose, tools_prompt
-from .outcome import Ending, asks_for_change, text_ending
+from .outcome import Ending, asks_for_change, finish_ending, text_ending
 from .plan import (
     PLAN_PROMPT,
     UPDATE_PLAN,
@@ -587,11 +587,15 @@ class AgentRun:
         if done:
             if self.plan is not None:
                 self.set_plan(self.plan.complete_all(), "plan_progress", "finish called")
-            raise RunEnded(
-                "finished",
-                str(done[-1].data.get("summary", "")),
+            end = finish_ending(
+                self.task,
                 str(done[-1].data.get("status", "done")),
+                str(done[-1].data.get("summary", "")),
+                can_write=self.can_write,
+                changed=len(self._changed()),
+                run_id=self.run_id,
             )
+            raise RunEnded(end.reason, end.message, end.status)
 
     def _read_calls(self, step: int, reply: Message) -> tuple[tuple[ToolCall, ...], str, str]:
         """The calls to run, their form (native | text), and a correction for a call written

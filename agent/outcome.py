@@ -85,3 +85,23 @@ def text_ending(task: str, answer: str, *, can_write: bool, changed: int, run_id
         f"continue with `repoctx agent run --resume {run_id}`, or undo it with "
         f"`repoctx agent undo {run_id}`.",
     )
+
+
+def finish_ending(
+    task: str, status: str, summary: str, *, can_write: bool, changed: int, run_id: str
+) -> Ending:
+    """The end of a run whose model called ``finish`` with ``status``. A change task finished
+    as ``done`` with no file changed is ``no_progress``: the model's word is not a result."""
+    if status != "done" or changed or not can_write or not asks_for_change(task):
+        return Ending(status, "finished", summary)
+    said = " ".join(summary.split())
+    if len(said) > QUOTE_CHARS:
+        said = said[: QUOTE_CHARS - 1] + "…"
+    quote = f' Its summary: "{said}"' if said else ""
+    return Ending(
+        "no_progress",
+        "finished_without_change",
+        "The task asks for a change and the model called `finish` as done, but no file was "
+        f"changed.{quote} Nothing was done: try a stronger model or a more specific task; the "
+        f"exchange is in `repoctx agent replay {run_id}`.",
+    )

@@ -190,6 +190,9 @@ def apply_update(plan: Plan, args: dict[str, Any]) -> PlanChange | str:
         steps = parse_steps(args["steps"])
         if isinstance(steps, str):
             return f"invalid steps: {steps}"
+        if args.get("complete"):  # both: the current step is done, then the rest is replaced
+            title = plan.current.title if plan.current else ""
+            return PlanChange(plan.complete_current().revise(steps), "plan_revision", reason, title)
         return PlanChange(plan.revise(steps), "plan_revision", reason)
     if args.get("complete"):
         title = plan.current.title if plan.current else ""

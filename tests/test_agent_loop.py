@@ -405,7 +405,8 @@ def test_retryable_model_errors_and_context_overflow_are_retried(repo: Path) -> 
 
     model = FlakyModel([RateLimitError(), ContextTooLongError()], [PLAN, finish("nothing")])
     report = run(repo, [], model=model)
-    assert report.status == "done"
+    # past both errors to `finish` (which, with nothing changed on a fix task, is no_progress)
+    assert (report.status, report.reason) == ("no_progress", "finished_without_change")
     trace = events(repo, report.run_id)
     assert [e["kind"] for e in trace if e["type"] == "model_error"] == [
         "model_service",
@@ -920,7 +921,7 @@ def test_a_stalled_stream_is_closed_before_the_loop_retries(repo: Path, llama) -
     ]
     client = llama_client(llama, stream=True, timeout=0.5)
     report = run(repo, [], model=client, limits=Limits(model_retries=1))
-    assert report.status == "done" and len(llama.requests) == 3
+    assert report.reason == "finished_without_change" and len(llama.requests) == 3
     assert llama.overlaps == [0, 0, 0]  # no request ran beside an earlier one
     (error,) = [e for e in events(repo, report.run_id) if e["type"] == "model_error"]
     assert error["kind"] == "model_service" and "stopped sending" in error["message"]
@@ -955,3 +956,29 @@ def test_which_tasks_ask_for_a_change(task: str, change: bool) -> None:
     from agent.outcome import asks_for_change
 
     assert asks_for_change(task) is change
+
+
+def test_finish_as_done_without_a_change_on_a_change_task_is_no_progress(repo: Path) -> None:
+    """The model's word is not a result: `finish` says done, nothing changed, the task asked
+    for a fix — no_progress (exit 3 from the CLI), and the summary is quoted, not trusted."""
+    report = run(repo, [PLAN, finish("The tests passed.")])
+    assert (report.status, report.reason) == ("no_progress", "finished_without_change")
+    assert "no file was changed" in report.message and "The tests passed." in report.message
+    fixed = run(repo, [PLAN, call("edit", **FIX), finish("Fixed add.")])
+    assert (fixed.status, fixed.reason) == ("done", "finished")
+
+
+def test_update_plan_with_complete_and_steps_completes_then_replaces() -> None:
+    from agent.plan import apply_update
+
+    plan, why = parse_plan(PLAN)
+    assert plan is not None, why
+    change = apply_update(
+        plan, {"reason": "found it", "complete": True, "steps": [{"title": "Edit add"}]}
+    )
+    assert not isinstance(change, str)
+    assert [(s.title, s.status) for s in change.plan.steps] == [
+        ("Find the bug in add", "done"),
+        ("Edit add", "pending"),
+    ]
+    assert change.plan.current.title == "Edit add" and change.title == "Find the bug in add"

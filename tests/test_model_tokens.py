@@ -362,7 +362,7 @@ def test_the_agent_sizes_its_retry_from_the_reported_window(repo: Path) -> None:
     limits = Limits(prompt_budget=20_000, completion_tokens=1000)
     options = RunOptions(limits=limits, granted=ALL, sleep=lambda s: None)
     report = run_agent(load_config(repo, env={}, jobs=1), "Fix add", model, options)
-    assert report.status == "done"
+    assert report.reason == "finished_without_change"  # it got to `finish`
     trace = read_trace(Path(report.trace_path))
     budgets = [e["budget"] for e in trace if e["type"] == "context"]
     # 16,000 tokens of room beside the answer, in the server's count: 8,000 in ours.
@@ -399,5 +399,6 @@ def test_a_budget_below_the_fixed_prompt_is_refused_naming_the_minimum(
                   RunOptions(limits=Limits(prompt_budget=minimum - 1), granted=ALL))  # fmt: skip
     assert info.value.minimum == minimum
     ok = CliRunner().invoke(cli, [*args, "--budget", str(minimum), "--json"])
-    assert ok.exit_code == 0, ok.output
-    assert json.loads(ok.output)["status"] == "done"
+    # accepted: the run goes to `finish` (no_progress, exit 3: the script changes nothing)
+    assert ok.exit_code == 3, ok.output
+    assert json.loads(ok.output)["reason"] == "finished_without_change"

@@ -185,3 +185,16 @@ def test_tools_prompt_describes_every_tool_for_text_mode() -> None:
     text = tools_prompt(specs)
     assert text.count('{"type": "function", "function": {"name": ') == len(specs)
     assert "<tool_call>" in text and '"arguments": <args-json-object>' in text
+
+
+def test_keys_written_beside_the_arguments_are_arguments():
+    """Qwen2.5-Coder 1.5B writes `reason` next to `arguments`: it is kept (the schema check
+    still judges it), and the arguments' own value wins on a clash."""
+    text = '{"name": "update_plan", "arguments": {"complete": true, "reason": "a"}, "reason": "b", "steps": []}'
+    (call,) = parse_text_calls(text, names={"update_plan"}).calls
+    assert call.arguments == {"complete": True, "reason": "a", "steps": []}
+    (call,) = parse_text_calls(
+        '{"name": "update_plan", "arguments": {"complete": true}, "reason": "x"}',
+        names={"update_plan"},
+    ).calls
+    assert call.arguments == {"complete": True, "reason": "x"}

@@ -220,7 +220,13 @@ def _call(value: Any, names: frozenset[str]) -> ToolCall | None:
     if len(arg_keys) > 1 or (name not in names and not keys <= {"name", *arg_keys, *_EXTRA_KEYS}):
         return None
     call_id = value.get("id") if isinstance(value.get("id"), str) else ""
-    return ToolCall.from_raw(call_id, name, value[arg_keys[0]])
+    args = value[arg_keys[0]]
+    beside = {k: v for k, v in value.items() if k not in {"name", arg_keys[0], *_EXTRA_KEYS}}
+    if beside and isinstance(args, Mapping):
+        # `{"name": "update_plan", "arguments": {"complete": true}, "reason": "..."}`: a key
+        # written next to the arguments is one of them (the schema check still applies).
+        args = {**beside, **args}
+    return ToolCall.from_raw(call_id, name, args)
 
 
 # -- what is left, and what to tell the model ----------------------------------------------------
