@@ -66,8 +66,9 @@ from benchmarks.e2e_tasks import REPOS, TASKS, TASKS_BY_NAME, Task  # noqa: E402
 FORMAT = 1
 #: A per-call estimate further than this from the server's count breaks the invariant.
 ESTIMATE_TOLERANCE_PCT = 3.0
-#: Exit statuses of `repoctx agent run` that are results (done, stopped/failed, no_progress).
-AGENT_EXITS = (0, 2, 3)
+#: Exit statuses of `repoctx agent run` that are results (done, stopped/failed, no_progress,
+#: blocked/gave_up).
+AGENT_EXITS = (0, 2, 3, 4)
 FORMS = ("native", "tag", "fenced", "json")
 
 

@@ -28,6 +28,8 @@ from .common import (
 TOOL_LEVELS = ("read", "write", "execute")
 #: Exit status of a run that was asked for a change and made none.
 EXIT_NO_PROGRESS = 3
+#: Exit status of a run the model ended with `finish` as blocked or gave_up.
+EXIT_NOT_DONE = 4
 
 
 @click.group("agent")
@@ -177,6 +179,8 @@ def run_cmd(
         sys.exit(130)
     if report.status == "no_progress":
         sys.exit(EXIT_NO_PROGRESS)
+    if report.status in ("blocked", "gave_up"):
+        sys.exit(EXIT_NOT_DONE)
     if report.status in ("failed", "stopped"):
         sys.exit(2)
 

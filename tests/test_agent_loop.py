@@ -982,3 +982,14 @@ def test_update_plan_with_complete_and_steps_completes_then_replaces() -> None:
         ("Edit add", "pending"),
     ]
     assert change.plan.current.title == "Edit add" and change.title == "Find the bug in add"
+
+
+def test_cli_exit_status_says_the_model_gave_up(repo: Path, tmp_path: Path) -> None:
+    """finish as blocked is an honest end, not a success: exit status 4."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([PLAN, call("finish", summary="Cannot run tests here.", status="blocked")]))
+    res = CliRunner().invoke(
+        cli, ["agent", "run", "Fix add", "-C", str(repo), "--model", f"scripted:{script}", "--yes"]
+    )
+    assert res.exit_code == 4, res.output
+    assert "blocked" in res.output
