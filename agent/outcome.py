@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .trace import clip
+
 _VERBS = (
     r"(fix(es|ed)?|add|implement|change|update|rename|refactor|remove|delete|drop|replace|"
     r"make|create|write|edit|modify|move|convert|migrate|bump|upgrade|improve|support|handle|"
@@ -64,10 +66,7 @@ def text_ending(task: str, answer: str, *, can_write: bool, changed: int, run_id
     result nobody confirmed."""
     if not can_write or not asks_for_change(task):
         return Ending("done", "answered", answer)
-    said = " ".join(answer.split())
-    if len(said) > QUOTE_CHARS:
-        said = said[: QUOTE_CHARS - 1] + "…"
-    quote = f' Its last reply: "{said}"' if said else ""
+    quote = _quote("Its last reply", answer)
     if not changed:
         return Ending(
             "no_progress",
@@ -94,10 +93,7 @@ def finish_ending(
     as ``done`` with no file changed is ``no_progress``: the model's word is not a result."""
     if status != "done" or changed or not can_write or not asks_for_change(task):
         return Ending(status, "finished", summary)
-    said = " ".join(summary.split())
-    if len(said) > QUOTE_CHARS:
-        said = said[: QUOTE_CHARS - 1] + "…"
-    quote = f' Its summary: "{said}"' if said else ""
+    quote = _quote("Its summary", summary)
     return Ending(
         "no_progress",
         "finished_without_change",
@@ -105,3 +101,9 @@ def finish_ending(
         f"changed.{quote} Nothing was done: try a stronger model or a more specific task; the "
         f"exchange is in `repoctx agent replay {run_id}`.",
     )
+
+
+def _quote(label: str, text: str) -> str:
+    """`` Its summary: "…"`` — the model's words on one line, clipped; '' when it said nothing."""
+    said = clip(text, QUOTE_CHARS)
+    return f' {label}: "{said}"' if said else ""

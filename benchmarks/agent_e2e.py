@@ -364,63 +364,45 @@ class RecordingProxy:
                 return
             record["status"] = resp.status
             ctype = resp.headers.get("Content-Type", "")
-            if "event-stream" not in ctype:
-                # A whole reply (JSON, an error, a tokenize count): read it all upstream first,
-                # so the request has left the server before the client sees a byte of it — a
-                # client that acts on the status line alone (an error) is not an overlap. A
-                # client that hangs up meanwhile still has the upstream request closed.
-                threading.Thread(
-                    target=_watch_client, args=(handler.connection, conn, gone, done), daemon=True
-                ).start()
-                try:
-                    data = resp.read()
-                except (OSError, http.client.HTTPException):
-                    data, record["client_gone"] = b"", True
-                done.set()
-                self._leave(record)
-                handler.send_response(resp.status)
-                handler.send_header("Content-Type", ctype or "application/json")
-                handler.send_header("Content-Length", str(len(data)))
-                handler.end_headers()
-                try:
-                    handler.wfile.write(data)
-                    handler.wfile.flush()
-                except OSError:
-                    record["client_gone"] = True
-                record["client_gone"] = record["client_gone"] or gone.is_set()
-                record["seconds"] = round(time.monotonic() - t0, 3)
-                if record["chat"]:
-                    _read_reply(data, ctype, resp.status, record)
-                else:
-                    record["complete"] = not record["client_gone"]
-                    record["reply"] = data[:2000].decode("utf-8", "replace")
-                return
-            handler.send_response(resp.status)
-            for key in ("Content-Type", "Content-Length"):
-                if resp.headers.get(key):
-                    handler.send_header(key, resp.headers[key])
-            handler.end_headers()
-            watcher = threading.Thread(
+            threading.Thread(
                 target=_watch_client, args=(handler.connection, conn, gone, done), daemon=True
-            )
-            watcher.start()
+            ).start()
             kept: list[bytes] = []
-            pending: bytes | None = None
             try:
-                while line := resp.readline():
+                if "event-stream" not in ctype:
+                    # A whole reply (JSON, an error, a tokenize count) is read upstream first, so
+                    # the request has left the server before the client sees a byte of it: a
+                    # client that acts on the status line alone is not an overlap.
+                    kept.append(resp.read())
+                    done.set()
+                    self._leave(record)
+                    handler.send_response(resp.status)
+                    handler.send_header("Content-Type", ctype or "application/json")
+                    handler.send_header("Content-Length", str(len(kept[0])))
+                    handler.end_headers()
+                    handler.wfile.write(kept[0])
+                    handler.wfile.flush()
+                else:
+                    handler.send_response(resp.status)
+                    for key in ("Content-Type", "Content-Length"):
+                        if resp.headers.get(key):
+                            handler.send_header(key, resp.headers[key])
+                    handler.end_headers()
+                    pending: bytes | None = None
+                    while line := resp.readline():
+                        if pending is not None:
+                            handler.wfile.write(pending)
+                            handler.wfile.flush()
+                        kept.append(line)
+                        pending = line
+                    # The reply is complete upstream: the request is no longer in flight, even
+                    # before the client has read its last line and moved on to the next one
+                    # (and the client closing after that line is no hang-up).
+                    done.set()
+                    self._leave(record)
                     if pending is not None:
                         handler.wfile.write(pending)
                         handler.wfile.flush()
-                    kept.append(line)
-                    pending = line
-                # The reply is complete upstream: the request is no longer in flight, even
-                # before the client has read its last line and moved on to the next one (and
-                # the client closing after that line is no hang-up).
-                done.set()
-                self._leave(record)
-                if pending is not None:
-                    handler.wfile.write(pending)
-                    handler.wfile.flush()
             except (OSError, http.client.HTTPException):
                 record["client_gone"] = True
             finally:

@@ -70,11 +70,6 @@ def _follow_vectors_uri(config: Config, conn) -> str:
     return locate_vectors(wanted, None, config.index_path)
 
 
-def coverage(conn) -> tuple[int, int]:
-    """(chunks with a vector, all chunks)."""
-    return graph.vector_coverage(conn)
-
-
 def check_model(db: WriteDB, model: str, reembed: bool) -> None:
     """Refuse to mix models in one index unless asked to rebuild the vectors."""
     recorded = store.get_meta(db, "embed_model")
@@ -114,7 +109,7 @@ def embed_pending(
     pending_total = conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
     tombstones = [r[0] for r in conn.execute("SELECT chunk_id FROM vector_tombstones")]
     if not pending_total and not tombstones and not reembed:
-        done, total = coverage(conn)
+        done, total = graph.vector_coverage(conn)
         return EmbedStats(
             total, 0, 0, 0, model_name, time.perf_counter() - t0, done / total if total else 1.0
         )
@@ -160,7 +155,7 @@ def embed_pending(
         vs.maybe_index()
         if vs.needs_optimize():
             vs.optimize()
-    done_n, total_n = coverage(conn)
+    done_n, total_n = graph.vector_coverage(conn)
     return EmbedStats(
         chunks=total_n,
         embedded=embedded,

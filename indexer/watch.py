@@ -54,6 +54,8 @@ GIT_SIGNAL_DIRS = ("refs/heads/",)
 #: A batch at least this large gets one follow-up build after it settles: a burst big enough
 #: may overflow the kernel's inotify queue, and events lost at its end would go unnoticed.
 SETTLE_BATCH = 256
+#: Paths checked one by one against the ignore rules before a stat-only build is cheaper.
+MAX_IGNORE_CHECKS = 64
 
 
 class WatcherError(RepoctxError):
@@ -76,7 +78,7 @@ class WatchSettings:
     lock_retry_s: float = 1.0
     #: At most this many paths of one batch are checked against the ignore rules (each check
     #: runs `git check-ignore`); past it, a (cheap, stat-only) build decides instead.
-    max_ignore_checks: int = 64
+    max_ignore_checks: int = MAX_IGNORE_CHECKS
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +173,7 @@ class ChangeFilter:
     def rules_changed(self) -> None:
         self._dir_ignored.clear()
 
-    def any_relevant(self, paths: Sequence[str], limit: int = 64) -> bool:
+    def any_relevant(self, paths: Sequence[str], limit: int = MAX_IGNORE_CHECKS) -> bool:
         """Whether some of the CHECK paths ``paths`` is not ignored; past ``limit`` checks the
         answer is yes (a stat-only build is cheaper than checking them one by one)."""
         return any(i >= limit or not self.ignored(rel) for i, rel in enumerate(paths))

@@ -1,6 +1,6 @@
 """Model adapters: one protocol (`ModelClient`) over OpenAI-compatible servers, Ollama's native
 API, Anthropic and a scripted replay model, chosen by a `provider:model` spec; and how each
-model's prompts are counted (tokenizer.py)."""
+model's prompts are counted (prompt_tokens.py)."""
 
 from __future__ import annotations
 
@@ -39,9 +39,6 @@ from .openai import LOCAL_SERVERS, OpenAIClient
 from .prompt_tokens import ChatTemplate, PromptCounter, family_of, model_tokenizer
 from .scripted import ScriptedCall, ScriptedModel
 from .text_calls import TextCalls, parse_text_calls, prose
-
-#: Every registered ``provider:`` (agent/models/providers.py).
-PROVIDERS = providers.provider_names()
 
 
 def create_model(
@@ -127,7 +124,6 @@ __all__ = [
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT_S",
     "LOCAL_SERVERS",
-    "PROVIDERS",
     "AnthropicClient",
     "AuthError",
     "BadRequestError",
