@@ -480,7 +480,7 @@ def _build_locked(
             skipped["no_grammar"] += 1
         else:
             candidates.append((f, lang))
-    packages = package_dirs(f.path for f, lang in candidates if lang == "python")
+    packages = package_dirs(f.path for f, _ in candidates)
     existing = {
         row[1]: row
         for row in conn.execute("SELECT id, path, size, mtime_ns, hash, module FROM files")

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 
-_INIT_NAMES = ("__init__.py", "__init__.pyi")
+from .lang_hooks import PYTHON
+from .languages import hooks
+
+_INIT_NAMES = PYTHON.package_markers
 
 
 def package_dirs(paths: Iterable[str]) -> frozenset[str]:
@@ -19,19 +22,9 @@ def package_dirs(paths: Iterable[str]) -> frozenset[str]:
 
 
 def module_name(path: str, language: str, packages: frozenset[str]) -> str:
-    """Dotted module name: for Python, rooted at the topmost package directory above the file
-    (as the interpreter would import it); for other languages, the path without its suffix."""
-    pp = PurePosixPath(path)
-    if language != "python":
-        return ".".join(pp.with_suffix("").parts)
-    parts = [] if pp.stem == "__init__" else [pp.stem]
-    parent = pp.parent
-    while str(parent) not in (".", "") and str(parent) in packages:
-        parts.append(parent.name)
-        parent = parent.parent
-    if not parts:  # a root-level __init__.py
-        return pp.parent.name or "__init__"
-    return ".".join(reversed(parts))
+    """Dotted module name, as the language's hooks define it: for Python, rooted at the
+    topmost package directory above the file; for the others, the path without its suffix."""
+    return hooks(language).module_name(path, packages)
 
 
 def resolve_relative(module: str, is_package: bool, level: int, target: str) -> str:

@@ -7,7 +7,8 @@ from bisect import bisect_right
 
 import tree_sitter as ts
 
-from .languages import ts_parser, ts_query
+from .lang_hooks import DOC_STRIP, LanguageHooks
+from .languages import hooks, ts_parser, ts_query
 from .models import CLASS_KINDS, Definition, Import, ParsedFile, Reference, Span
 from .modules import resolve_relative
 
@@ -15,7 +16,6 @@ _DOTTED = re.compile(r"^[A-Za-z_$][\w$]*(?:(?:\.|::|->)[A-Za-z_$][\w$]*)*$")
 _WS = re.compile(r"\s+")
 _MAX_SIGNATURE = 240
 _MAX_DOC = 2000
-_COMMENT_TYPES = frozenset({"comment", "line_comment", "block_comment"})
 # Node types whose `body` field starts the part a signature leaves out.
 _BODY_FIELDS = ("body", "declarator_body")
 _METHOD_OWNERS = CLASS_KINDS - {"namespace"}
@@ -30,6 +30,7 @@ MAX_DEFINITION_DEPTH = 100
 def parse_source(path: str, source: bytes, language: str, module: str) -> ParsedFile:
     """Parse ``source`` and extract what the index stores. Never raises on bad syntax:
     tree-sitter recovers, and ``has_errors`` records that it had to."""
+    lang = hooks(language)
     tree = ts_parser(language).parse(source)
     root = tree.root_node
     raw_defs: dict[int, tuple[ts.Node, ts.Node, str]] = {}
@@ -39,7 +40,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
     # matches() yields in completion order; sorting by pattern index makes the earlier
     # (more specific) pattern win when two patterns capture the same node.
     matches = ts.QueryCursor(ts_query(language)).matches(root)
-    if language != "python":
+    if lang.sort_matches:
         matches.sort(key=lambda m: m[0])
     for _, caps in matches:
         name_nodes = caps.get("name")
@@ -61,7 +62,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
             elif key == "import":
                 raw_imports.append({k: v[0] for k, v in caps.items()})
 
-    definitions, def_nodes = _definitions(source, language, raw_defs)
+    definitions, def_nodes = _definitions(source, lang, raw_defs)
     starts = [n.start_byte for n in def_nodes]
     ends = [n.end_byte for n in def_nodes]
 
@@ -95,15 +96,15 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
                 enclosing=enclosing(start),
             )
         )
-    if language == "python":
-        is_pkg = path.rsplit("/", 1)[-1].startswith("__init__.")
+    if lang.own_imports:  # Python's import forms (relative levels, packages) are read here
+        is_pkg = path.rsplit("/", 1)[-1] in lang.package_markers
         imports = _python_imports(source, import_nodes, module, is_pkg)
     else:
-        imports = _generic_imports(source, raw_imports)
+        imports = _generic_imports(source, raw_imports, lang, path)
     for imp, byte in imports:
         references.append(
             Reference(
-                name=imp.name or (imp.module.rsplit(".", 1)[-1] if language == "python" else imp.alias),
+                name=lang.import_ref_name(imp.module, imp.name, imp.alias),
                 kind="import",
                 line=imp.line,
                 col=0,
@@ -119,7 +120,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         references=tuple(references),
         imports=tuple(imp for imp, _ in imports),
         has_errors=root.has_error,
-        doc=_module_doc(source, root, language),
+        doc=_module_doc(source, root, lang),
         breaks=_breaks(root, def_nodes),
         lines=source.count(b"\n") + (0 if source.endswith(b"\n") or not source else 1),
     )
@@ -130,7 +131,7 @@ def _text(source: bytes, node: ts.Node) -> str:
 
 
 def _definitions(
-    source: bytes, language: str, raw: dict[int, tuple[ts.Node, ts.Node, str]]
+    source: bytes, lang: LanguageHooks, raw: dict[int, tuple[ts.Node, ts.Node, str]]
 ) -> tuple[list[Definition], list[ts.Node]]:
     items = sorted(raw.values(), key=lambda t: (t[0].start_byte, -t[0].end_byte))
     out: list[Definition] = []
@@ -145,7 +146,7 @@ def _definitions(
         name = _text(source, name_node)
         if parent >= 0 and out[parent].kind in _METHOD_OWNERS and kind == "function":
             kind = "method"
-        if kind == "constant" and language == "python" and not name.isupper():
+        if kind == "constant" and lang.constants_upper_only and not name.isupper():
             kind = "variable"
         qualname = f"{out[parent].qualname}.{name}" if parent >= 0 else name
         outer = node
@@ -164,7 +165,7 @@ def _definitions(
                     node.end_byte,
                 ),
                 signature=_signature(source, node),
-                doc=_doc(source, node, outer, language),
+                doc=_doc(source, node, outer, lang),
                 parent=parent,
             )
         )
@@ -182,17 +183,17 @@ def _breaks(root: ts.Node, def_nodes: list[ts.Node]) -> tuple[int, ...]:
     return tuple(sorted(lines))
 
 
-def _module_doc(source: bytes, root: ts.Node, language: str) -> str:
+def _module_doc(source: bytes, root: ts.Node, lang: LanguageHooks) -> str:
     first = root.named_children[0] if root.named_child_count else None
     if first is None:
         return ""
-    if language == "python":
+    if lang.docstrings:
         if first.type == "expression_statement" and first.named_child_count:
             s = first.named_children[0]
             if s.type == "string":
                 return _clean_doc(_text(source, s))
         return ""
-    return _clean_doc(_text(source, first)) if first.type in _COMMENT_TYPES else ""
+    return _clean_doc(_text(source, first), lang.doc_strip) if first.type in lang.comment_types else ""
 
 
 def _signature(source: bytes, node: ts.Node) -> str:
@@ -210,8 +211,8 @@ def _signature(source: bytes, node: ts.Node) -> str:
     return text[:_MAX_SIGNATURE]
 
 
-def _doc(source: bytes, node: ts.Node, outer: ts.Node, language: str) -> str:
-    if language == "python":
+def _doc(source: bytes, node: ts.Node, outer: ts.Node, lang: LanguageHooks) -> str:
+    if lang.docstrings:
         body = node.child_by_field_name("body")
         if body is not None and body.named_child_count:
             first = body.named_children[0]
@@ -226,17 +227,14 @@ def _doc(source: bytes, node: ts.Node, outer: ts.Node, language: str) -> str:
     while prev is not None and prev.type == "attribute_item":  # Rust #[derive(...)]
         line = prev.start_point[0]
         prev = prev.prev_named_sibling
-    while prev is not None and prev.type in _COMMENT_TYPES and prev.end_point[0] >= line - 1:
+    while prev is not None and prev.type in lang.comment_types and prev.end_point[0] >= line - 1:
         comments.append(_text(source, prev))
         line = prev.start_point[0]
         prev = prev.prev_named_sibling
-    return _clean_doc("\n".join(reversed(comments))) if comments else ""
+    return _clean_doc("\n".join(reversed(comments)), lang.doc_strip) if comments else ""
 
 
-_DOC_STRIP = re.compile(r"^\s*(?://[/!]?|/\*[*!]?|\*/|\*|#)\s?", re.M)
-
-
-def _clean_doc(text: str) -> str:
+def _clean_doc(text: str, strip: re.Pattern[str] = DOC_STRIP) -> str:
     text = text.strip()
     for q in ('"""', "'''", '"', "'"):
         prefix_end = 0
@@ -246,7 +244,7 @@ def _clean_doc(text: str) -> str:
             text = text[prefix_end + len(q) : -len(q)]
             break
     else:
-        text = _DOC_STRIP.sub("", text).replace("*/", "")
+        text = strip.sub("", text).replace("*/", "")
     lines = [ln.strip() for ln in text.strip().splitlines()]
     return "\n".join(lines)[:_MAX_DOC]
 
@@ -294,13 +292,17 @@ def _python_imports(
     return out
 
 
-def _generic_imports(source: bytes, raw: list[dict[str, ts.Node]]) -> list[tuple[Import, int]]:
+def _generic_imports(
+    source: bytes, raw: list[dict[str, ts.Node]], lang: LanguageHooks, path: str
+) -> list[tuple[Import, int]]:
     out = []
     for caps in raw:
         mod = caps.get("import.module")
         if mod is None:
             continue
-        module = _text(source, mod).strip("\"'<>`")
+        module = lang.import_module(_text(source, mod).strip("\"'<>`"), path)
+        if not module:
+            continue
         name = _text(source, caps["import.name"]) if "import.name" in caps else ""
         alias_node = caps.get("import.alias")
         alias = _text(source, alias_node) if alias_node is not None else (name or module.rsplit("/", 1)[-1])

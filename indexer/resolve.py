@@ -7,7 +7,6 @@ An ambiguous name keeps its candidates with split confidence instead of guessing
 
 from __future__ import annotations
 
-import builtins
 import posixpath
 import sqlite3
 from collections import defaultdict
@@ -15,12 +14,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .languages import hooks
 from .models import CLASS_KINDS
 
 SELF_NAMES = frozenset({"self", "this", "cls", "Self"})
 MAX_CANDIDATES = 5
 _MAX_DEPTH = 5
-_PY_BUILTINS = frozenset(dir(builtins))
 _CALLABLE_KINDS = frozenset({"function", "method", "class", "struct", "macro"})
 _TYPE_KINDS = CLASS_KINDS | {"type", "class"}
 
@@ -250,7 +249,7 @@ class Resolver:
             if s is None:
                 break
             # Python class bodies do not enclose their methods' names.
-            if first or not (lang == "python" and s.kind in CLASS_KINDS):
+            if first or not (s.kind in CLASS_KINDS and not hooks(lang).class_body_encloses):
                 for c in cands:
                     if c.parent_id == scope:
                         return Resolution(c.id, "scope", 1.0)
@@ -262,7 +261,7 @@ class Resolver:
         imp = self._via_imports(file_id, name)
         if imp is not None:
             return imp
-        if lang == "python" and name in _PY_BUILTINS:
+        if name in hooks(lang).builtins:
             return Resolution(None, "builtin", 0.0)
         return self._nearby_or_global(file_id, name, kind, cands)
 

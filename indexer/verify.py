@@ -201,7 +201,7 @@ def _audit(config: Config) -> tuple[VerifyReport, _Findings]:
 def _check_files(config: Config, conn, found: _Findings, checked: dict) -> None:
     disc = discover(config)
     candidates = [(f, lang) for f in disc.files if (lang := language_for_path(f.path))]
-    packages = package_dirs(f.path for f, lang in candidates if lang == "python")
+    packages = package_dirs(f.path for f, _ in candidates)
     indexed = {
         path: (size, mtime, module)
         for path, size, mtime, module in conn.execute(

@@ -22,6 +22,19 @@ FILES = {
     "java": "java/Inventory.java",
     "c": "c/buffer.c",
     "cpp": "cpp/shapes.cpp",
+    "ruby": "ruby/inventory.rb",
+    "php": "php/Inventory.php",
+    "csharp": "csharp/Inventory.cs",
+    "kotlin": "kotlin/Inventory.kt",
+    "swift": "swift/Inventory.swift",
+    "scala": "scala/Inventory.scala",
+    "bash": "bash/deploy.sh",
+    "lua": "lua/inventory.lua",
+    "dart": "dart/inventory.dart",
+    "elixir": "elixir/inventory.ex",
+    "haskell": "haskell/Inventory.hs",
+    "ocaml": "ocaml/inventory.ml",
+    "ocaml_interface": "ocaml/inventory.mli",
 }
 
 
