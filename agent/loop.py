@@ -4,15 +4,21 @@ ask the model, run its tool calls, and stop on `finish` or a limit — every eve
     report = run_agent(load_config("."), "fix the failing test", create_model("openai:gpt-4o"),
                        RunOptions(granted={"read", "write", "execute"}))
 
-Helpers: budget.py (prompt budget, limits, misbehaviour guard), plan.py, memory.py, trace.py.
-See docs/agent.md.
+Helpers: budget.py (prompt budget, limits, misbehaviour guard), plan.py, memory.py, trace.py,
+model_calls.py (one model call with retries), call_reading.py (native or text tool calls),
+prompts.py (system prompt, nudges, the fixed prompt frame), run_result.py (options, report,
+what changed). See docs/agent.md.
+
+Size: one class, `AgentRun`, the run's state machine (start, step, end) over the state a
+run carries — plan, history, observation, memory, checkpoints — which every step reads and
+writes; what does not need that state lives in the helpers above.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from indexer.config import TOOL_FORMATS, Config, section_settings
@@ -21,24 +27,20 @@ from retrieval.context import ContextPack, assemble_context
 from retrieval.freshness import generation
 
 from .budget import (
-    MIN_ROOM,
     Guard,
-    Limits,
     StepPrompt,
     assemble_prompt,
-    classify_model_error,
     classify_tool_failure,
-    fixed_tokens,
     observation_digest,
 )
+from .call_reading import CallReader, observation
 from .checkpoints import CheckpointStore, RollbackReport
-from .errors import AgentError, BudgetTooSmallError
+from .errors import AgentError
 from .memory import REMEMBER, ProjectMemory, learned_facts, read_instructions
+from .model_calls import ModelCallFailed, ModelCalls
 from .models.base import Completion, Message, ModelClient, ToolCall, ToolSpec, Usage
-from .models.errors import ContextTooLongError, ModelError
-from .models.http import retry_budget
-from .models.prompt_tokens import PromptCounter, model_tokenizer
-from .models.text_calls import CALL_EXAMPLE, parse_text_calls, prose, tools_prompt
+from .models.prompt_tokens import model_tokenizer
+from .models.text_calls import CALL_EXAMPLE, prose
 from .outcome import Ending, asks_for_change, finish_ending, text_ending
 from .plan import (
     PLAN_PROMPT,
@@ -49,8 +51,9 @@ from .plan import (
     fallback_plan,
     parse_plan,
 )
+from .prompts import NUDGE_EMPTY, NUDGE_NO_CHANGE, NUDGE_TEXT, prompt_frame
 from .redact import redact, redact_pack
-from .run_result import FileStat, commit_run, diff_stats, git_stat
+from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
 from .tools import (
     Tool,
     ToolContext,
@@ -77,84 +80,6 @@ from .trace import (
     tests_from,
     trace_path,
 )
-
-SYSTEM_PROMPT = """\
-You are a careful software engineer working in a code repository through tools. Each turn you \
-see the task, the plan with its current step, code retrieved for that step, one line per \
-earlier step, and the full result of your latest tool calls. Work on the current plan step; \
-call `update_plan` with `complete: true` when its criterion holds, or with new `steps` and a \
-reason when what you see contradicts the plan. Read before you edit; copy old_text exactly. \
-Run the tests after changing code. Save lasting facts about the repository (test command, \
-layout, conventions) with `remember`. When the task is done, or cannot be done, call `finish` \
-with a summary for the user. Always answer with tool calls."""
-NUDGE_EMPTY = "Your reply was empty. Call a tool for the current plan step, or call `finish`."
-NUDGE_TEXT = (
-    "You answered without calling a tool. If the task is done, call `finish` with your "
-    "summary; otherwise call the next tool."
-)
-NUDGE_NO_CHANGE = (
-    "You answered without calling a tool, and no file has been changed yet although the task "
-    "asks for a change. Make it with the tools (read the code, then `edit`), or call `finish` "
-    "with status `blocked` saying what stops you."
-)
-NATIVE_ONLY = (
-    "You wrote a tool call as text. This run reads only the tool-calling interface of the API "
-    "(tool format `native`): send the call through it, not in your message."
-)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    limits: Limits = field(default_factory=Limits)
-    granted: frozenset[str] = frozenset({"read"})
-    #: Asked before write/execute tools that are not granted (interactive terminals).
-    confirm: Callable[[str], bool] | None = None
-    commit: bool = False
-    #: Run id (or unique prefix, or `last`) to continue.
-    resume: str | None = None
-    run_id: str | None = None
-    #: Called with every trace event as it is written (progress display).
-    on_event: Callable[[dict[str, Any]], None] | None = None
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
-    #: How tool calls are read: native (the API's `tool_calls` only), text (the tools are
-    #: described in the prompt and the calls read from the reply's text) or auto (native first,
-    #: else text). None: `agent.tool_format` of the configuration, else auto.
-    tool_format: str | None = None
-    #: How prompts are counted in the model's tokens (agent/models/prompt_tokens.py). None: the
-    #: `model_tokenizer` setting without asking the server (the CLI passes one that asked).
-    tokenizer: PromptCounter | None = None
-
-
-@dataclass(frozen=True)
-class RunReport:
-    run_id: str
-    #: done (completed: `finish` called, or a question answered) | blocked | gave_up (what the
-    #: model told `finish`) | no_progress (a change was asked for, none was made) | stopped |
-    #: failed | interrupted
-    status: str
-    #: finished | answered | no_change | no_finish | max_steps | max_tokens | timeout |
-    #: consecutive_failures | repetition | empty_answer | model_error | model_service |
-    #: context_overflow | interrupted | error (the index or the checkpoints failed)
-    reason: str
-    message: str
-    final: str  # the model's summary (finish) or answer
-    steps: int
-    usage: Usage
-    model_calls: int
-    elapsed_s: float
-    changed: tuple[FileStat, ...]
-    git_stat: str
-    tests: tuple[TestRecord, ...]
-    trace_path: str
-    plan: dict[str, Any]
-    branch: str | None = None
-    commit: str | None = None
-    #: How the model's tool calls came: native, text, or '' (it made none).
-    tool_format: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class RunEnded(Exception):  # noqa: N818 - control flow, not an error
@@ -202,12 +127,8 @@ class AgentRun:
         self.counter = self.tokens.counter
         self.memory = ProjectMemory.for_index(config.index_path)
         self.instructions = read_instructions(config.root)
-        self.budget, self.usage, self.model_calls, self.prior_s = (
-            self.limits.prompt_budget,
-            Usage(),
-            0,
-            0.0,
-        )
+        self.prior_s = 0.0
+        resumed = (Usage(), 0)
         self.history: list[str] = []
         self.observation: tuple[Message, ...] = ()
         self.tests: list[TestRecord] = []
@@ -215,7 +136,7 @@ class AgentRun:
         self.next_step, run_id = 1, options.run_id
         if options.resume:
             run_id = resolve_run(config.index_path, options.resume)
-            self._load(run_id)
+            resumed = self._load(run_id)
         offered = set(options.granted) | ({"write", "execute"} if options.confirm else set())
         self.can_write = "write" in offered
         self.tool_format = options.tool_format or section_settings(config, "agent").get(
@@ -225,34 +146,17 @@ class AgentRun:
             raise AgentError(
                 f"Unknown tool format {self.tool_format!r} — use one of {', '.join(TOOL_FORMATS)}."
             )
-        #: The form of the latest tool calls: native | text ('' before the first).
-        self.used_format = ""
         self.specs: list[ToolSpec] = [*base.specs(offered), UPDATE_PLAN, REMEMBER]
         self.names = frozenset(s.name for s in self.specs)
-        if self.tool_format == "text":
-            # No `tools` in the request: the tools are described in the system prompt, whose
-            # tokens are counted with it.
-            self.system, self.offered, self.tools_tokens = (
-                f"{SYSTEM_PROMPT}\n\n{tools_prompt(self.specs)}",
-                [],
-                0,
-            )
-        else:
-            self.system, self.offered = SYSTEM_PROMPT, self.specs
-            self.tools_tokens = self.tokens.tools_tokens(self.specs)
-        #: The smallest budget that holds the fixed prompt and some room (refused below it).
-        fixed = fixed_tokens(self.tokens, self.system, self.tools_tokens, self.task)
-        self.min_budget = self.tokens.needed(fixed + MIN_ROOM)
-        if self.limits.prompt_budget < self.min_budget:
-            schemas = f"{len(self.specs)} tool schemas"
-            raise BudgetTooSmallError(
-                f"A prompt budget of {self.limits.prompt_budget:,} tokens is too small: the "
-                f"system prompt, {schemas} and the task alone take {fixed:,} tokens of this "
-                f"model (counted by {self.tokens.source}), and a step needs {MIN_ROOM} more "
-                f"for the plan, the latest result and code — the minimum is "
-                f"{self.min_budget:,}: pass --budget {self.min_budget} or more.",
-                self.min_budget,
-            )
+        self.frame = prompt_frame(
+            self.tokens, self.specs, self.task, self.tool_format, self.limits.prompt_budget
+        )
+        self.calls = ModelCalls(
+            model, self.limits, self.tokens, self.frame.offered, self.emit, options.sleep,
+            self.frame.min_budget,
+        )
+        self.calls.usage, self.calls.count = resumed
+        self.reader = CallReader(self.tool_format, self.names, self.emit)
         self.ctx = ToolContext.create(
             config, granted=options.granted, confirm=options.confirm, run_id=run_id
         )
@@ -260,7 +164,8 @@ class AgentRun:
         self.trace = TraceWriter(trace_path(config.index_path, self.run_id))
         self._packs: dict[tuple[str, int, int], ContextPack] = {}
 
-    def _load(self, run_id: str) -> None:
+    def _load(self, run_id: str) -> tuple[Usage, int]:
+        """Restore a run's state from its trace; returns its usage and model calls so far."""
         events = read_trace(trace_path(self.config.index_path, run_id))
         state = resume_state(events)
         if state.ended and state.ended.get("reason") in ("finished", "answered"):
@@ -268,9 +173,9 @@ class AgentRun:
         self.task, self.next_step = state.task, state.next_step
         self.plan = Plan.from_dict(state.plan) if state.plan else None
         self.history, self.observation = list(state.history), state.observation
-        self.usage, self.model_calls = Usage(**state.usage), state.model_calls
         self.prior_s = float(((state.ended or {}).get("summary") or {}).get("elapsed_s", 0))
         self.tests = tests_from(events)
+        return Usage(**state.usage), state.model_calls
 
     def emit(self, type: str, **fields: Any) -> dict[str, Any]:
         event = self.trace.write(type, **fields)
@@ -369,10 +274,10 @@ class AgentRun:
             )
         if self.opts.clock() - t0 >= lim.timeout_s:
             raise RunEnded("timeout", f"Reached the time limit ({lim.timeout_s:g} s) — {again}.")
-        if self.usage.total_tokens >= lim.max_tokens:
+        if self.calls.usage.total_tokens >= lim.max_tokens:
             raise RunEnded(
                 "max_tokens",
-                f"Used {self.usage.total_tokens:,} tokens of "
+                f"Used {self.calls.usage.total_tokens:,} tokens of "
                 f"{lim.max_tokens:,} — {again} --max-tokens N.",
             )
 
@@ -404,8 +309,8 @@ class AgentRun:
         return assemble_prompt(
             counter=self.counter,
             budget=self.tokens.usable(budget),  # the margin stays free
-            system=self.system if system is None else system,
-            tools_tokens=self.tools_tokens if tools_tokens is None else tools_tokens,
+            system=self.frame.system if system is None else system,
+            tools_tokens=self.frame.tools_tokens if tools_tokens is None else tools_tokens,
             task=self.task,
             notes=redact("\n\n".join([*notes, self.instructions.text]).strip()),
             plan=plan_text or "",
@@ -440,112 +345,17 @@ class AgentRun:
         build: Callable[[int], StepPrompt],
         tools: list[ToolSpec] | tuple[()] | None = None,
     ) -> tuple[StepPrompt, Completion]:
-        """One model call with bounded retries: retryable errors wait and retry, a context
-        overflow shrinks the prompt budget and retries, anything else ends the run. The
-        adapter's own retries and these come out of one budget (``limits.model_retries``)."""
-        prompt = self._context(step, build(self.budget))
-        attempts = overflows = 0
-        with retry_budget(self.limits.model_retries) as retries:
-            while True:
-                try:
-                    completion = self.model.complete(
-                        prompt.messages,
-                        self.offered if tools is None else tools,
-                        max_tokens=self.limits.completion_tokens,
-                    )
-                    break
-                except ModelError as exc:
-                    kind = classify_model_error(exc)
-                    self.emit(
-                        "model_error",
-                        step=step,
-                        kind=kind,
-                        message=str(exc),
-                        attempt=attempts + overflows + 1,
-                        retryable=exc.retryable,
-                        retries_left=retries.left,
-                    )
-                    smaller = (
-                        self._smaller_budget(exc, prompt)
-                        if isinstance(exc, ContextTooLongError)
-                        and overflows < self.limits.overflow_retries
-                        else None
-                    )
-                    if smaller is not None:
-                        overflows += 1
-                        self.budget = smaller
-                        prompt = self._context(step, build(self.budget))
-                    elif exc.retryable and retries.take():
-                        attempts += 1
-                        self.opts.sleep(exc.retry_after or 2.0**attempts)
-                    else:
-                        raise RunEnded(kind, f"The model call failed: {exc}", "failed") from exc
-        m, usage = completion.message, completion.usage
-        if usage.total_tokens == 0:  # servers that report no usage: count it ourselves
-            out = self.counter.count(m.content + "".join(c.raw_arguments for c in m.tool_calls))
-            usage = Usage(prompt.tokens, out, prompt.tokens + out)
-        self.usage, self.model_calls = self.usage + usage, self.model_calls + 1
-        self.emit(
-            "model_call",
-            step=step,
-            purpose=purpose,
-            usage=asdict(usage),
-            latency_s=round(completion.latency_s, 4),
-            finish_reason=completion.finish_reason,
-            content=m.content,
-            prompt_tokens_est=prompt.tokens,
-            tool_calls=[
-                {"id": c.id, "name": c.name, "arguments": c.raw_arguments, "error": c.error}
-                for c in m.tool_calls
-            ],
-        )
-        return prompt, completion
-
-    def _smaller_budget(self, exc: ContextTooLongError, prompt: StepPrompt) -> int | None:
-        """The budget to retry with after the server said the prompt is too long: sized from
-        the context window it reported (and how far its count was above ours), else 60 % of
-        the last; None when that would not hold the fixed prompt."""
-        smaller = int(self.budget * 0.6)
-        if exc.context_window:
-            room = exc.context_window - self.limits.completion_tokens
-            # The server counted more than we did: scale our count to its.
-            over = exc.prompt_tokens / prompt.tokens if exc.prompt_tokens and prompt.tokens else 1
-            fits = self.tokens.needed(int(room / max(1.0, over)))
-            smaller = min(fits, int(self.budget * 0.9))
-        if smaller < self.min_budget:
-            return None
-        return smaller
-
-    def _context(self, step: int, prompt: StepPrompt) -> StepPrompt:
-        items = [
-            {
-                "path": i.path,
-                "lines": f"{i.start_line}-{i.end_line}",
-                "symbol": i.symbol,
-                "kind": i.kind,
-                "tokens": i.tokens,
-                "reason": str(i.reasons[0]) if i.reasons else "",
-            }
-            for i in (prompt.pack.items if prompt.pack else ())
-        ]
-        self.emit(
-            "context",
-            step=step,
-            budget=prompt.budget,
-            prompt_tokens=prompt.tokens,
-            sections=prompt.sections,
-            items=items,
-            ms=round(prompt.context_ms, 2),
-            assemble_ms=round(prompt.total_ms, 2),
-            timings=prompt.pack.timings if prompt.pack else {},
-        )
-        return prompt
+        """One model call (agent/model_calls.py); a call that fails for good ends the run."""
+        try:
+            return self.calls.complete(step, purpose, build, tools)
+        except ModelCallFailed as exc:
+            raise RunEnded(exc.reason, exc.message, "failed") from exc.__cause__
 
     # -- one step --------------------------------------------------------------------------------
 
     def _step(self, step: int) -> None:
         reply = self.complete(step, "act", self.prompt)[1].message
-        calls, form, hint = self._read_calls(step, reply)
+        calls, form, hint = self.reader.read(step, reply)
         if not calls:
             return self._no_calls(step, reply, hint)
         verdict = self.guard.calls(tuple((c.name, canonical_arguments(c)) for c in calls))
@@ -571,10 +381,10 @@ class AgentRun:
             answers = [(c, r.text()) for c, r in results] + [
                 (c, "Not run: the user interrupted the run.") for c in calls[len(results) :]
             ]
-            obs = self._observation(reply, form, answers, hint)
+            obs = observation(reply, form, answers, hint)
             self._end_step(step, obs, step_summary(step, results) + " [interrupted]", False)
             raise
-        obs = self._observation(reply, form, [(c, r.text()) for c, r in results], hint)
+        obs = observation(reply, form, [(c, r.text()) for c, r in results], hint)
         errors = [r.error for _, r in results if r.error]
         self._end_step(
             step,
@@ -596,47 +406,6 @@ class AgentRun:
                 run_id=self.run_id,
             )
             raise RunEnded(end.reason, end.message, end.status)
-
-    def _read_calls(self, step: int, reply: Message) -> tuple[tuple[ToolCall, ...], str, str]:
-        """The calls to run, their form (native | text), and a correction for a call written
-        in the text that could not be read (or, in native mode, was written there at all)."""
-        if reply.tool_calls:  # the API's own calls come first
-            calls, form, hint, where = reply.tool_calls, "native", "", ""
-        else:
-            parsed = parse_text_calls(reply.content, names=self.names, id_prefix=f"text_{step}")
-            if self.tool_format == "native":
-                return (), "", NATIVE_ONLY if parsed.calls or parsed.malformed else ""
-            calls, hint, where = parsed.calls, parsed.malformed, parsed.form
-            form = "text" if calls else ""
-        if form and form != self.used_format:
-            self.used_format = form
-            how = {"tag": "in <tool_call> tags", "fenced": "in code fences", "json": "as JSON"}
-            self.emit(
-                "notice",
-                step=step,
-                kind="tool_format",
-                format=form,
-                form=where,
-                message="the model sends native tool calls"
-                if form == "native"
-                else f"the model writes its tool calls in its text ({how.get(where, where)}); "
-                "they are read from there",
-            )
-        return tuple(calls), form, hint
-
-    def _observation(
-        self, reply: Message, form: str, answers: list[tuple[ToolCall, str]], hint: str
-    ) -> list[Message]:
-        """What the model sees of this step next time: its reply and every call's result.
-        Calls it wrote as text get their results as text too (Hermes `<tool_response>`), so a
-        server without tool support still gets a conversation it can render."""
-        if form != "text":
-            obs = [reply, *(Message.tool(c.id, text, c.name) for c, text in answers)]
-            return obs + ([Message.user(hint)] if hint else [])
-        parts = [
-            f'<tool_response name="{c.name}">\n{text}\n</tool_response>' for c, text in answers
-        ]
-        return [reply, Message.user("\n\n".join([*parts, hint] if hint else parts))]
 
     def _no_calls(self, step: int, reply: Message, hint: str = "") -> None:
         text = reply.content.strip()
@@ -670,7 +439,7 @@ class AgentRun:
         )
         change_missing = self._change_expected() and not self._changed()
         nudge = NUDGE_NO_CHANGE if change_missing else NUDGE_TEXT
-        if self.tool_format == "text" or self.used_format == "text":
+        if self.tool_format == "text" or self.reader.used == "text":
             nudge += f" Write each tool call like this: {CALL_EXAMPLE}"
         obs = [Message.user(NUDGE_EMPTY)] if not text else [reply, Message.user(nudge)]
         said = " ".join(text.split())[:120]
@@ -797,11 +566,11 @@ class AgentRun:
             "changed": [asdict(c) for c in changed],
             "git_stat": stat,
             "tests": [asdict(t) for t in self.tests],
-            "usage": asdict(self.usage),
-            "model_calls": self.model_calls,
+            "usage": asdict(self.calls.usage),
+            "model_calls": self.calls.count,
             "steps": self.next_step - 1,
             "elapsed_s": elapsed,
-            "tool_format": {"setting": self.tool_format, "used": self.used_format},
+            "tool_format": {"setting": self.tool_format, "used": self.reader.used},
         }
         self.emit(
             "end",
@@ -832,8 +601,8 @@ class AgentRun:
             message,
             final,
             self.next_step - 1,
-            self.usage,
-            self.model_calls,
+            self.calls.usage,
+            self.calls.count,
             elapsed,
             tuple(changed),
             stat,
@@ -842,7 +611,7 @@ class AgentRun:
             plan,
             branch,
             sha,
-            self.used_format,
+            self.reader.used,
         )
 
 

@@ -1,5 +1,6 @@
-"""What a run changed: lines added and removed per file, `git diff --stat`, and the commit of
-the run's files on a branch of its own (`agent run --commit`)."""
+"""What a run is given and what it returns: its options (`RunOptions`), its report
+(`RunReport`), what it changed (lines added and removed per file, `git diff --stat`), and the
+commit of the run's files on a branch of its own (`agent run --commit`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,18 @@ import difflib
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from indexer.gitsafe import git_env
 
+from .budget import Limits
 from .errors import AgentError
+from .models.base import Usage
+from .models.prompt_tokens import PromptCounter
 from .trace import TestRecord
 
 
@@ -110,3 +116,57 @@ def commit_run(
     git(root, "commit", "-q", "-m", message)
     sha = git(root, "rev-parse", "HEAD").stdout.strip()
     return CommitResult(branch, sha, message)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    limits: Limits = field(default_factory=Limits)
+    granted: frozenset[str] = frozenset({"read"})
+    #: Asked before write/execute tools that are not granted (interactive terminals).
+    confirm: Callable[[str], bool] | None = None
+    commit: bool = False
+    #: Run id (or unique prefix, or `last`) to continue.
+    resume: str | None = None
+    run_id: str | None = None
+    #: Called with every trace event as it is written (progress display).
+    on_event: Callable[[dict[str, Any]], None] | None = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    #: How tool calls are read: native (the API's `tool_calls` only), text (the tools are
+    #: described in the prompt and the calls read from the reply's text) or auto (native first,
+    #: else text). None: `agent.tool_format` of the configuration, else auto.
+    tool_format: str | None = None
+    #: How prompts are counted in the model's tokens (agent/models/prompt_tokens.py). None: the
+    #: `model_tokenizer` setting without asking the server (the CLI passes one that asked).
+    tokenizer: PromptCounter | None = None
+
+
+@dataclass(frozen=True)
+class RunReport:
+    run_id: str
+    #: done (completed: `finish` called, or a question answered) | blocked | gave_up (what the
+    #: model told `finish`) | no_progress (a change was asked for, none was made) | stopped |
+    #: failed | interrupted
+    status: str
+    #: finished | answered | no_change | no_finish | max_steps | max_tokens | timeout |
+    #: consecutive_failures | repetition | empty_answer | model_error | model_service |
+    #: context_overflow | interrupted | error (the index or the checkpoints failed)
+    reason: str
+    message: str
+    final: str  # the model's summary (finish) or answer
+    steps: int
+    usage: Usage
+    model_calls: int
+    elapsed_s: float
+    changed: tuple[FileStat, ...]
+    git_stat: str
+    tests: tuple[TestRecord, ...]
+    trace_path: str
+    plan: dict[str, Any]
+    branch: str | None = None
+    commit: str | None = None
+    #: How the model's tool calls came: native, text, or '' (it made none).
+    tool_format: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

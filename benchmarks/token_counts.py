@@ -40,13 +40,13 @@ from typing import Any
 from _common import REPO, log
 
 from agent.ask import SYSTEM_PROMPT as ASK_SYSTEM
-from agent.loop import SYSTEM_PROMPT as AGENT_SYSTEM
 from agent.memory import REMEMBER
 from agent.models import Message, OpenAIClient, ToolCall
 from agent.models.openai import to_wire_message, to_wire_tool
 from agent.models.prompt_tokens import model_tokenizer
 from agent.models.text_calls import tools_prompt
 from agent.plan import PLAN_PROMPT, UPDATE_PLAN
+from agent.prompts import SYSTEM_PROMPT as AGENT_SYSTEM
 from agent.tools import default_registry
 from retrieval.tokens import get_tokenizer
 

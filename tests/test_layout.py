@@ -6,7 +6,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 500
 #: Over the limit with no reason yet: to be split (agent/loop.py: AgentRun, ~530 lines).
-NOT_YET = frozenset({"agent/loop.py"})
+NOT_YET: frozenset[str] = frozenset()
 
 
 def _large_modules() -> dict[str, str]:

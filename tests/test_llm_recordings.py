@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from agent.budget import Limits
-from agent.loop import SYSTEM_PROMPT, RunOptions, run_agent
+from agent.loop import RunOptions, run_agent
 from agent.memory import REMEMBER
 from agent.models import Message, OpenAIClient, RetryPolicy, parse_text_calls
 from agent.plan import UPDATE_PLAN
+from agent.prompts import SYSTEM_PROMPT
 from agent.tools import default_registry
 from agent.trace import read_trace
 from indexer.config import load_config
