@@ -85,6 +85,8 @@ def build_cmd(
         f"{stats.resolved_pct:.1f}% resolved ({stats.ambiguous} ambiguous); "
         f"{stats.files_with_errors} files with syntax errors."
     )
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats.by_kind.items())) or "none"
+    click.echo(f"By kind: {kinds}.")
     click.echo(f"Skipped (not indexed): {skipped}.")
     if stats.embedding:
         e = stats.embedding
@@ -117,6 +119,9 @@ def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
         f"{st['files']} files, {st['symbols']} symbols, {st['references']} references "
         f"({st['resolved_pct']:.1f}% resolved)"
     )
+    if st.get("by_kind"):
+        click.echo("By kind: " + ", ".join(f"{k} {v}" for k, v in st["by_kind"].items()) + "; by language: "
+                   + ", ".join(f"{k} {v}" for k, v in st["by_language"].items()))
     pend = st["pending"]
     click.echo(
         f"Pending changes: {pend['changed']} changed, {pend['added']} added, {pend['deleted']} deleted"

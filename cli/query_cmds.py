@@ -100,20 +100,30 @@ def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
 @click.option("-k", "k", default=10, show_default=True, help="Number of results.")
 @click.option("--lang", default=None, help="Only this language (python, go, …).")
 @click.option("--path", "path_glob", default=None, help="Only paths matching this glob (or prefix).")
+@click.option("--kind", "kinds", multiple=True, metavar="KIND",
+              help="Only files of this kind: code, docs or config (repeatable, or a comma list).")
 @click.option("--history", "history", is_flag=True,
               help="List past commits similar to QUERY, with the files they changed.")
 @read_options
-def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str | None, history: bool,
-               root: Path, index_dir: Path | None, as_json: bool) -> None:
-    """Search code by words or identifiers: lexical, semantic or both fused."""
+def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str | None,
+               kinds: tuple[str, ...], history: bool, root: Path, index_dir: Path | None,
+               as_json: bool) -> None:
+    """Search code, docs and configs by words or identifiers: lexical, semantic or both fused."""
+    from indexer.languages import KINDS
     from retrieval.search import Searcher
+
+    kinds = tuple(dict.fromkeys(kd.strip() for arg in kinds for kd in arg.split(",") if kd.strip()))
+    bad = [kd for kd in kinds if kd not in KINDS]
+    if bad:
+        raise click.BadParameter(f"{', '.join(bad)} is not one of {', '.join(KINDS)}",
+                                 param_hint="--kind")
 
     config, conn = open_graph(root, index_dir)
     if history:
         _history_search(config, conn, query, k, as_json)
         return
     searcher = Searcher.from_config(conn, config)
-    result = searcher.search(query, mode, k, lang=lang, path_glob=path_glob)
+    result = searcher.search(query, mode, k, lang=lang, path_glob=path_glob, kinds=kinds)
     for warning in result.warnings:  # also in --json, as "warnings"
         click.echo(f"warning: {warning}", err=True)
     if as_json:
@@ -122,7 +132,8 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
     for h in result.hits:
         srcs = ", ".join(f"{s}#{r}" for s, r in h.ranks.items())
         click.echo(click.style(f"{h.path}:{h.start_line}-{h.end_line}", bold=True)
-                   + f"  {h.symbol or '<module>'}  {h.score:.4f}  [{srcs}]")
+                   + f"  {h.symbol or '<module>'}  {h.score:.4f}  [{srcs}]"
+                   + (f"  ({h.kind})" if h.kind != "code" else ""))
         for line in h.snippet.splitlines()[:4]:
             click.echo("    " + line)
     if not result.hits:

@@ -6,7 +6,8 @@ added or removed are re-resolved. Names awaiting re-resolution are stored in the
 transaction as the change, so a build killed at any moment is finished by the next one.
 
 Size: the serial driver of a build (write, delete, resolve, finalize) keeps one transaction
-discipline in one place; per-file work is in parse_worker.py, shared reads in graph.py.
+discipline in one place; per-file work is in parse_worker.py, the write statements in
+graph_write.py, shared reads in graph.py.
 """
 
 from __future__ import annotations
@@ -16,28 +17,23 @@ import os
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 
-from . import store
+from . import graph_write, store
 from .config import Config
 from .discovery import discover
 from .errors import IndexDamagedError
-from .languages import language_for_path
-from .lexical import index_files, index_terms
+from .languages import kind_of, language_for_path
+from .lexical import index_files
 from .lock import WriteLock
-from .models import BuildStats, ParsedFile, Progress
+from .models import BuildStats, Progress
 from .modules import module_name, package_dirs
 from .parse_worker import FileResult, parse_file
-from .resolve import Resolution, SymbolTable, resolve_refs
 from .store import WriteDB
 
 #: Below this many changed files, parse in-process: a pool costs more than it saves.
 POOL_THRESHOLD = 48
-#: References resolved per page.
-RESOLVE_PAGE = 50_000
-#: Above this share of references needing resolution, load every symbol up front.
-PRELOAD_SHARE = 0.05
 
 
 ProgressFn = Callable[[Progress], None]
@@ -100,222 +96,6 @@ def _parse_all(
                 if progress:
                     progress(Progress("parse", done, len(work)))
                 yield results
-
-
-def _write_results(
-    db: WriteDB, results: Iterable[FileResult], existing: dict, gen: int,
-    bulk: bool = False,
-) -> None:
-    """Replace the rows of each changed file; record names whose definitions moved."""
-    conn = db.conn
-    pending_names: set[str] = set()
-    for r in results:
-        old = existing.get(r.path)
-        if r.status == "unchanged":
-            conn.execute("UPDATE files SET mtime_ns = ?, size = ? WHERE path = ?",
-                         [r.mtime_ns, r.size, r.path])
-            continue
-        old_ids: dict[int, str] = {}
-        old_imports: set[tuple] = set()
-        if old is not None:
-            fid = old[0]
-            old_ids = dict(conn.execute("SELECT id, name FROM symbols WHERE file_id = ?", [fid]))
-            old_imports = set(conn.execute("SELECT module, name, alias FROM imports WHERE file_id = ?", [fid]))
-            _delete_file_rows(conn, fid, keep_file=True)
-        pf = r.parsed
-        language = pf.language if pf else language_for_path(r.path)
-        module = pf.module if pf else None
-        row = conn.execute(
-            "INSERT INTO files(path, language, module, size, mtime_ns, hash, lines, status, gen) "
-            "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET language=excluded.language, "
-            "module=excluded.module, size=excluded.size, mtime_ns=excluded.mtime_ns, "
-            "hash=excluded.hash, lines=excluded.lines, status=excluded.status, gen=excluded.gen "
-            "RETURNING id",
-            [r.path, language, module, r.size, r.mtime_ns, r.hash, pf.lines if pf else 0, r.status, gen],
-        ).fetchone()
-        fid = row[0]
-        new_ids: dict[int, str] = {}
-        new_imports: set[tuple] = set()
-        if pf is not None:
-            new_ids, new_imports = _insert_parsed(conn, fid, pf)
-        _replace_chunks(conn, fid, r, module or "")
-        for sid in old_ids.keys() ^ new_ids.keys():
-            pending_names.add(old_ids.get(sid) or new_ids[sid])
-        pending_names.update(t[2] for t in old_imports ^ new_imports)
-        old_module = old[5] if old is not None else None
-        if old_module != module and not bulk:  # a bulk build re-resolves every reference anyway
-            _touch_importers(conn, {m for m in (old_module, module) if m})
-    if pending_names:
-        conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
-                         [(n,) for n in pending_names])
-
-
-def _changed_file_ids(conn, results: Iterable[FileResult]) -> list[int]:
-    """Ids of the files a batch rewrote (their whole-file lexical documents follow)."""
-    paths = [r.path for r in results if r.status != "unchanged"]
-    ids = []
-    for path in paths:
-        row = conn.execute("SELECT id FROM files WHERE path = ?", [path]).fetchone()
-        if row is not None:
-            ids.append(row[0])
-    return ids
-
-
-def _touch_importers(conn, modules: set[str]) -> None:
-    """A module appeared or vanished: references in files that import it (or a package above
-    it) may now resolve differently — to it, or to nothing outside the index."""
-    for m in modules:
-        conn.execute(
-            "UPDATE refs SET resolution = 'pending' WHERE resolution != 'pending' AND file_id IN "
-            "(SELECT file_id FROM imports WHERE module = ?1 OR module || '.' || name = ?1 "
-            "OR ?1 LIKE module || '.%')",
-            [m],
-        )
-
-
-def _insert_parsed(conn, fid: int, pf: ParsedFile) -> tuple[dict[int, str], set[tuple]]:
-    ids: list[int] = []
-    seen: Counter = Counter()
-    rows = []
-    # The module is part of every id: when a package boundary moves, ids change and the
-    # references that named the old module are re-resolved like any other changed name.
-    mod_id = store.stable_id(pf.path, pf.module, "", "module")
-    last = pf.module.rsplit(".", 1)[-1]
-    rows.append((mod_id, fid, last, pf.module, "module", 1, max(pf.lines, 1), 0, 0, "", pf.doc, None))
-    for d in pf.definitions:
-        key = (d.qualname, d.kind)
-        seen[key] += 1
-        sid = store.stable_id(pf.path, pf.module, d.qualname, d.kind, str(seen[key]))
-        ids.append(sid)
-        parent = ids[d.parent] if d.parent >= 0 else None
-        qual = f"{pf.module}.{d.qualname}" if pf.module else d.qualname
-        rows.append((sid, fid, d.name, qual, d.kind, d.span.start_line, d.span.end_line,
-                     d.span.start_byte, d.span.end_byte, d.signature, d.doc, parent))
-    conn.executemany("INSERT OR REPLACE INTO symbols VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-    conn.executemany(
-        "INSERT INTO refs(file_id, name, kind, line, col, receiver, enclosing_id) VALUES (?,?,?,?,?,?,?)",
-        [(fid, r.name, r.kind, r.line, r.col, r.receiver, ids[r.enclosing] if r.enclosing >= 0 else mod_id)
-         for r in pf.references],
-    )
-    conn.executemany(
-        "INSERT INTO imports(file_id, module, name, alias, line, level) VALUES (?,?,?,?,?,?)",
-        [(fid, i.module, i.name, i.alias, i.line, i.level) for i in pf.imports],
-    )
-    names = {row[0]: row[2] for row in rows}
-    return names, {(i.module, i.name, i.alias) for i in pf.imports}
-
-
-def _replace_chunks(conn, fid: int, r: FileResult, module: str) -> None:
-    """Swap a file's chunks, keeping rows (and their vectors) whose id is unchanged and
-    tombstoning the vectors of chunks that disappeared."""
-    old = {row[0] for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])}
-    new = {}
-    for c in r.chunks:
-        cid = store.stable_id(r.path, str(c.start_line), str(c.end_line), c.content_hash)
-        new[cid] = c
-    gone = old - new.keys()
-    if gone:
-        conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in gone])
-        conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in gone])
-        conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", [(i,) for i in gone])
-    added = [(cid, c) for cid, c in new.items() if cid not in old]
-    conn.executemany(
-        "INSERT INTO chunks(id, file_id, symbol, kind, start_line, end_line, tokens, header, "
-        "content_hash) VALUES (?,?,?,?,?,?,?,?,?)",
-        [(cid, fid, _qualify(module, c.symbol), c.kind, c.start_line, c.end_line, c.tokens, c.header,
-          c.content_hash) for cid, c in added],
-    )
-    conn.executemany(
-        "INSERT INTO chunks_fts(rowid, path, symbol, body) VALUES (?,?,?,?)",
-        [(cid, index_terms(r.path), index_terms(c.symbol), c.terms) for cid, c in added],
-    )
-    if added:
-        conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(cid,) for cid, _ in added])
-
-
-def _qualify(module: str, symbol: str) -> str:
-    return f"{module}.{symbol}" if module and symbol else symbol or module
-
-
-def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
-    conn.execute("DELETE FROM ref_candidates WHERE ref_id IN (SELECT id FROM refs WHERE file_id = ?)", [fid])
-    conn.execute("DELETE FROM refs WHERE file_id = ?", [fid])
-    conn.execute("DELETE FROM symbols WHERE file_id = ?", [fid])
-    conn.execute("DELETE FROM imports WHERE file_id = ?", [fid])
-    if not keep_file:
-        conn.execute("DELETE FROM files_fts WHERE rowid = ?", [fid])
-        ids = [(row[0],) for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])]
-        conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ids)
-        conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", ids)
-        conn.execute("DELETE FROM chunks WHERE file_id = ?", [fid])
-        conn.execute("DELETE FROM files WHERE id = ?", [fid])
-
-
-def _delete_files(db: WriteDB, existing: dict, paths: Iterable[str]) -> None:
-    conn = db.conn
-    names: set[str] = set()
-    for path in paths:
-        fid = existing[path][0]
-        names.update(r[0] for r in conn.execute("SELECT name FROM symbols WHERE file_id = ?", [fid]))
-        names.update(r[0] for r in conn.execute("SELECT alias FROM imports WHERE file_id = ?", [fid]))
-        _delete_file_rows(conn, fid)
-        if existing[path][5]:
-            _touch_importers(conn, {existing[path][5]})
-    conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)", [(n,) for n in names])
-
-
-def _resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None) -> None:
-    """Resolve new references and those whose target names changed, inherit edges first
-    (member lookups through base classes need them)."""
-    conn = db.conn
-    total = store.counts(db).get("refs") or conn.execute("SELECT count(*) FROM refs").fetchone()[0]
-    cols = "SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs"
-    # Two indexed lookups (new references; references to changed names), not one scan.
-    select = (
-        f"SELECT * FROM ({cols})" if full else
-        f"SELECT * FROM ({cols} WHERE resolution = 'pending' UNION "
-        f"{cols} WHERE name IN (SELECT name FROM pending_names))"
-    )
-    count = total if full else conn.execute(f"SELECT count(*) FROM ({select})").fetchone()[0]
-    table = SymbolTable(conn)
-    if count and (full or count > total * PRELOAD_SHARE):
-        table.preload()
-    done = 0
-    with conn:
-        for inherit in (True, False):
-            sql = select + (" WHERE kind = 'inherit'" if inherit else " WHERE kind != 'inherit'")
-            sql += " AND id > ? ORDER BY id LIMIT ?"
-            last = -1
-            while True:  # pages keep memory flat: millions of rows would not fit in 1 GB
-                rows = conn.execute(sql, [last, RESOLVE_PAGE]).fetchall()
-                if not rows:
-                    break
-                last = rows[-1][0]
-                _apply(conn, resolve_refs(conn, table, rows))
-                done += len(rows)
-                if progress:
-                    progress(Progress("resolve", done, count))
-            if inherit and table.preloaded:
-                table.load_bases()
-        conn.execute("DELETE FROM pending_names")
-
-
-def _apply(conn, resolved: Iterable[tuple[int, Resolution]]) -> None:
-    updates, cands, ids = [], [], []
-    for ref_id, res in resolved:
-        updates.append((res.target_id, res.resolution, res.confidence, ref_id))
-        ids.append((ref_id,))
-        cands.extend((ref_id, sid, conf) for sid, conf in res.candidates)
-        if len(updates) >= 50_000:
-            _flush(conn, updates, ids, cands)
-            updates, cands, ids = [], [], []
-    _flush(conn, updates, ids, cands)
-
-
-def _flush(conn, updates, ids, cands) -> None:
-    conn.executemany("DELETE FROM ref_candidates WHERE ref_id = ?", ids)
-    conn.executemany("UPDATE refs SET target_id = ?, resolution = ?, confidence = ? WHERE id = ?", updates)
-    conn.executemany("INSERT OR REPLACE INTO ref_candidates VALUES (?,?,?)", cands)
 
 
 def build(
@@ -454,11 +234,10 @@ def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
     if not VectorStore._has_table(lance):
         return
     ids = lance.open_table(TABLE).search().select(["chunk_id"]).limit(None).to_arrow()
-    known = {row[0] for row in db.conn.execute("SELECT id FROM chunks")}
+    known = graph_write.chunk_ids(db.conn)
     stray = {int(i) for i in ids["chunk_id"].to_pylist() if i.isdigit()} - known
     with db.conn:
-        db.conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)",
-                            [(i,) for i in sorted(stray)])
+        graph_write.tombstone(db.conn, sorted(stray))
 
 
 def _build_locked(
@@ -500,7 +279,7 @@ def _build_locked(
     deleted = [p for p in existing if p not in current]
     if deleted:
         with conn:
-            _delete_files(db, existing, deleted)
+            graph_write.delete_files(db, existing, deleted)
     marks["discover"] = time.perf_counter()
     bulk = len(work) > max(1000, len(existing) // 4)
     if bulk:
@@ -518,9 +297,9 @@ def _build_locked(
     for results in batches:
         tw = time.perf_counter()
         with conn:
-            _write_results(db, results, existing, gen, bulk or full)
+            graph_write.write_results(db, results, existing, gen, bulk or full)
             if chunks:
-                index_files(conn, _changed_file_ids(conn, results))
+                index_files(conn, graph_write.changed_file_ids(conn, results))
         write_s += time.perf_counter() - tw
         for r in results:
             if r.status == "unchanged":
@@ -531,14 +310,11 @@ def _build_locked(
                 failed[r.path] = r.error
     if chunks and store.get_meta(db, "files_fts_pending") == "1":  # an index from before m004
         with conn:
-            index_files(conn, [row[0] for row in conn.execute("SELECT id FROM files")])
-            conn.execute("DELETE FROM meta WHERE key = 'files_fts_pending'")
-    pending = conn.execute(
-        "SELECT EXISTS(SELECT 1 FROM pending_names) OR EXISTS(SELECT 1 FROM refs WHERE resolution = 'pending')"
-    ).fetchone()[0]
+            graph_write.index_all_files(conn)
+    pending = graph_write.resolution_pending(conn)
     marks["parse"] = time.perf_counter()
     if pending or full:
-        _resolve_pending(db, full or bulk, progress)
+        graph_write.resolve_pending(db, full or bulk, progress)
     marks["resolve"] = time.perf_counter()
     if bulk or full:
         with conn:
@@ -560,6 +336,7 @@ def _build_locked(
         # Skipped files are this tree's, though: one no build indexes (a name that is not
         # UTF-8, a file of no known language) may have appeared or gone since.
         return replace(base, files_parsed=0, files_deleted=0, files_unchanged=base.files_total,
+                       by_kind=by_kind(base.by_language),
                        failed={}, seconds=time.perf_counter() - t0, generation=gen - 1, full=False,
                        phases=phases, embedding={}, skipped=dict(skipped + _skipped_in_index(conn)))
     with conn:
@@ -603,9 +380,18 @@ def collect_stats(db, **kw) -> BuildStats:
         resolved=resolved,
         ambiguous=ambiguous or 0,
         by_language=by_lang,
+        by_kind=by_kind(by_lang),
         skipped=dict(skipped),
         **kw,
     )
+
+
+def by_kind(by_language: dict[str, int]) -> dict[str, int]:
+    """Files per kind (code | docs | config) from files per language."""
+    out: Counter = Counter()
+    for lang, n in by_language.items():
+        out[kind_of(lang)] += n
+    return dict(sorted(out.items()))
 
 
 def _skipped_in_index(conn) -> Counter:

@@ -30,6 +30,22 @@ MINIFIED_SUFFIXES = (".min.js", ".min.css", ".bundle.js", ".map")
 MINIFIABLE_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")
 #: How many example paths ``Discovery.skipped_paths`` keeps per reason.
 MAX_EXAMPLES = 20
+#: Dependency lock files: generated pins, never read by a person (reason ``lockfile``).
+LOCK_FILES = frozenset({
+    "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "bun.lockb",
+    "poetry.lock", "Pipfile.lock", "uv.lock", "pdm.lock", "Cargo.lock", "Gemfile.lock",
+    "composer.lock", "go.sum", "mix.lock", "pubspec.lock", "Podfile.lock", "flake.lock",
+    "packages.lock.json", "gradle.lockfile", "Package.resolved",
+})
+LOCK_SUFFIXES = (".lock", ".lockfile")
+#: Directories of third-party code checked into the tree (reason ``vendored``, counted once
+#: per directory: nothing below it is listed).
+VENDORED_DIRS = frozenset({"vendor", "node_modules", "third_party", "third-party", "bower_components"})
+_VENDORED = re.compile(r"(?:^|/)(?:" + "|".join(re.escape(d) for d in sorted(VENDORED_DIRS)) + r")/")
+#: Data formats: above this size a JSON/YAML file is data (fixtures, dumps, API captures), not
+#: configuration (reason ``large_data``). Other files go up to ``Config.max_file_bytes``.
+DATA_SUFFIXES = (".json", ".yaml", ".yml")
+MAX_DATA_BYTES = 256 * 1024
 
 _SNIFF_BYTES = 8192
 _MAX_NON_TEXT = 0.30
@@ -80,6 +96,21 @@ class Discovery:
 
 
 _by_path = attrgetter("path")
+
+
+def name_skip(name: str) -> str | None:
+    """A skip reason given by a file name alone: ``minified`` or ``lockfile``."""
+    if name.endswith(MINIFIED_SUFFIXES):
+        return "minified"
+    if name in LOCK_FILES or name.endswith(LOCK_SUFFIXES):
+        return "lockfile"
+    return None
+
+
+def vendored_dir(path: str) -> str | None:
+    """The vendored directory (``vendor``, ``node_modules``...) ``path`` lies in, or None."""
+    m = _VENDORED.search(path)
+    return path[: m.end() - 1] if m else None
 
 #: Skip reason of a name that is not valid UTF-8 (see ``decodable``).
 UNDECODABLE_NAME = "undecodable_name"
@@ -327,6 +358,7 @@ class _Scan:
         self.exclude: tuple[_Layer, ...] = (_Layer("", exclude),) if exclude else ()
         self.files: list[DiscoveredFile] = []
         self.skipped: dict[str, list[str]] = {}
+        self.vendored: set[str] = set()
 
     def skip(self, reason: str, rel: str) -> None:
         self.skipped.setdefault(reason, []).append(rel)
@@ -353,6 +385,8 @@ class _Scan:
     def add_regular(self, rel: str, st: os.stat_result) -> None:
         if st.st_size > self.max_bytes:
             self.skip("too_large", rel)
+        elif st.st_size > MAX_DATA_BYTES and rel.endswith(DATA_SUFFIXES):
+            self.skip("large_data", rel)
         else:
             self.files.append(DiscoveredFile(rel, st.st_size, st.st_mtime_ns))
 
@@ -455,6 +489,9 @@ def _scan_dirs(
                         continue
                     if scan.undecodable(rel):  # counted once; nothing below it is readable
                         continue
+                    if name in VENDORED_DIRS:
+                        scan.skip("vendored", rel)
+                        continue
                     pending.append((rel, entry.path, real_dir + sep + name, groups))
                     continue
                 if entry.is_file(follow_symlinks=False):
@@ -462,13 +499,16 @@ def _scan_dirs(
                         continue
                     if scan.undecodable(rel):
                         continue
-                    if name.endswith(MINIFIED_SUFFIXES):
-                        scan.skip("minified", rel)
+                    reason = name_skip(name)
+                    if reason:
+                        scan.skip(reason, rel)
                         continue
                     st = entry.stat(follow_symlinks=False)
                     # Inlined add_regular: this line runs once per file of the tree.
                     if st.st_size > max_bytes:
                         scan.skip("too_large", rel)
+                    elif st.st_size > MAX_DATA_BYTES and name.endswith(DATA_SUFFIXES):
+                        scan.skip("large_data", rel)
                     else:
                         files.append(DiscoveredFile(rel, st.st_size, st.st_mtime_ns))
                     continue
@@ -501,8 +541,12 @@ def _walk_symlink(
         return
     if scan.undecodable(rel):
         return
-    if not is_dir and name.endswith(MINIFIED_SUFFIXES):
-        scan.skip("minified", rel)
+    if is_dir and name in VENDORED_DIRS:
+        scan.skip("vendored", rel)
+        return
+    reason = None if is_dir else name_skip(name)
+    if reason:
+        scan.skip(reason, rel)
         return
     followed = scan.follow(entry.path, rel)
     if followed is None:
@@ -593,8 +637,15 @@ def _from_git(scan: _Scan, paths: list[str]) -> None:
                 continue
         if scan.undecodable(path):
             continue
-        if name.endswith(MINIFIED_SUFFIXES):
-            scan.skip("minified", path)
+        vendored = vendored_dir(path) if "/" in path else None
+        if vendored is not None:
+            if vendored not in scan.vendored:  # counted once per directory, as the walk does
+                scan.vendored.add(vendored)
+                scan.skip("vendored", vendored)
+            continue
+        reason = name_skip(name)
+        if reason:
+            scan.skip(reason, path)
             continue
         abs_path = prefix + path
         try:
@@ -655,7 +706,9 @@ def is_ignored_path(config: Config, rel_path: str) -> bool:
     abs_path = os.path.join(scan.root, *rel.split("/"))
     is_dir = os.path.isdir(abs_path) and not os.path.islink(abs_path)
     name = rel.rpartition("/")[2]
-    if not is_dir and name.endswith(MINIFIED_SUFFIXES):
+    if not is_dir and name_skip(name):
+        return True
+    if vendored_dir(rel + "/" if is_dir else rel) is not None:
         return True
     git_ignored = _git_ignored(scan.root, [".", rel])
     use_git = git_ignored is not None and "." not in git_ignored

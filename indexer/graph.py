@@ -7,6 +7,15 @@ resolved has ``refs.target_id``; one that stayed ambiguous has no target but one
 candidate in ``ref_candidates`` (with that candidate's confidence). Questions like "what refers
 to X" must ask both tables; this module is the one place that does, so `symbol`/`refs`/
 `callers`, the graph walk of `context`, test selection and rename cannot drift apart.
+
+The other reads of the graph tables that retrieval makes are here too (definitions by name, by
+span and by file, resolved edges, file identity and metadata), so no layer above writes SQL
+against the schema; FTS5 and chunk reads are in `indexer.lexical_reads`, commit history in
+`indexer.history_reads`.
+
+Size: one reader per schema: every query of files, symbols, refs, ref_candidates, imports and
+meta made above the indexer sits here, sections by table, so a schema change is checked in one
+place; the functions share the filters (`FileFilter`) and row shapes.
 """
 
 from __future__ import annotations
@@ -14,6 +23,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
+
+from .models import SymbolRecord
+from .testpaths import sql_is_test_path
 
 #: Parameters per statement, below SQLite's default limit.
 _CHUNK = 500
@@ -286,3 +299,373 @@ def embed_model(conn: sqlite3.Connection) -> str | None:
     """The model the index's vectors were made with; None for a lexical-only index."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'embed_model'").fetchone()
     return row[0] if row and row[0] else None
+
+
+# -- index metadata and files -------------------------------------------------------------------
+
+
+def generation(conn: sqlite3.Connection) -> int:
+    """The index generation (0 before the first build)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def index_root(conn: sqlite3.Connection) -> str:
+    """The repository root the index was built from ("" if unknown)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'root'").fetchone()
+    return row[0] if row else ""
+
+
+def file_stat(conn: sqlite3.Connection, path: str) -> tuple[int, int] | None:
+    """(size, mtime_ns) of ``path`` as the index saw it; None if it is not indexed."""
+    row = conn.execute("SELECT size, mtime_ns FROM files WHERE path = ?", [path]).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def all_paths(conn: sqlite3.Connection) -> list[str]:
+    """Every indexed path (in the table's order)."""
+    return [r[0] for r in conn.execute("SELECT path FROM files")]
+
+
+def module_exists(conn: sqlite3.Connection, module: str) -> bool:
+    """Whether some indexed file is the module ``module`` (dotted)."""
+    return conn.execute("SELECT 1 FROM files WHERE module = ? LIMIT 1", [module]).fetchone() is not None
+
+
+def module_paths(conn: sqlite3.Connection, module: str) -> list[str]:
+    """Paths of the files that are the module ``module`` (dotted)."""
+    return [r[0] for r in conn.execute("SELECT path FROM files WHERE module = ?", [module]).fetchall()]
+
+
+def file_identity(conn: sqlite3.Connection, path: str) -> tuple[int, str, str | None] | None:
+    """(file id, module or "", content hash) of ``path``; None if it is not indexed."""
+    row = conn.execute(
+        "SELECT id, coalesce(module, ''), hash FROM files WHERE path = ?", [path]
+    ).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def indexed_languages(conn: sqlite3.Connection, paths: Sequence[str]) -> dict[str, str]:
+    """path -> language ("" unknown) of those of ``paths`` indexed with status ok or
+    syntax_error; the others are absent."""
+    found: dict[str, str] = {}
+    for i in range(0, len(paths), _CHUNK):
+        part = list(paths[i : i + _CHUNK])
+        found.update(
+            conn.execute(
+                f"SELECT path, coalesce(language, '') FROM files WHERE status IN ('ok', 'syntax_error') "
+                f"AND path IN ({_marks(len(part))})", part,
+            ).fetchall()
+        )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class FileFilter:
+    """Conditions on the files a read returns: a language, a path GLOB (already a pattern),
+    test code left out."""
+
+    lang: str | None = None
+    glob: str | None = None
+    exclude_tests: bool = False
+    #: only files of these languages (those of the kinds a search asks for); empty: any
+    langs: tuple[str, ...] = ()
+
+    def sql(self, file_alias: str = "f") -> tuple[str, list]:
+        """`` AND ...`` conditions on the files table aliased ``file_alias``, and parameters."""
+        sql, params = "", []
+        if self.exclude_tests:
+            tests, globs = sql_is_test_path(f"{file_alias}.path")
+            sql += f" AND NOT {tests}"
+            params.extend(globs)
+        if self.lang:
+            sql += f" AND {file_alias}.language = ?"
+            params.append(self.lang)
+        if self.langs:
+            sql += f" AND {file_alias}.language IN ({','.join('?' * len(self.langs))})"
+            params.extend(self.langs)
+        if self.glob:
+            sql += f" AND {file_alias}.path GLOB ?"
+            params.append(self.glob)
+        return sql, params
+
+
+#: No condition: every indexed file.
+ANY_FILE = FileFilter()
+
+
+# -- definitions by name, by span, with their context ---------------------------------------------
+
+
+class NamedDefinition(NamedTuple):
+    """A definition found by name (the lookups of task identifiers)."""
+
+    qualname: str
+    kind: str
+    start_line: int
+    end_line: int
+    path: str
+    language: str  # "" when unknown
+
+
+_NAMED = (
+    "SELECT s.qualname, s.kind, s.start_line, s.end_line, f.path, coalesce(f.language, '') "
+    "FROM symbols s JOIN files f ON f.id = s.file_id "
+)
+
+
+def qualname_exists(conn: sqlite3.Connection, qualname: str) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM symbols WHERE qualname = ? LIMIT 1", [qualname]
+    ).fetchone() is not None
+
+
+def module_imports_named(conn: sqlite3.Connection, module: str, name: str) -> list[tuple[str, str]]:
+    """(imported module, imported name) of the imports of ``module`` bound to ``name`` or of
+    ``*``; at most 20."""
+    return conn.execute(
+        "SELECT DISTINCT i.module, i.name FROM imports i JOIN files f ON f.id = i.file_id "
+        "WHERE f.module = ? AND (i.alias = ? OR i.name = '*') LIMIT 20",
+        [module, name],
+    ).fetchall()
+
+
+def definitions_with_qualname(
+    conn: sqlite3.Connection, qualname: str, files: FileFilter = ANY_FILE
+) -> list[NamedDefinition]:
+    """Definitions (not modules) whose qualified name is ``qualname``."""
+    fsql, fparams = files.sql()
+    return [
+        NamedDefinition(*r)
+        for r in conn.execute(
+            _NAMED + f"WHERE s.qualname = ? AND s.kind != 'module'{fsql}", [qualname, *fparams]
+        ).fetchall()
+    ]
+
+
+def definitions_with_name(
+    conn: sqlite3.Connection, name: str, files: FileFilter = ANY_FILE, limit: int = 200
+) -> list[NamedDefinition]:
+    """Definitions (not modules) called ``name``, at most ``limit``."""
+    fsql, fparams = files.sql()
+    return [
+        NamedDefinition(*r)
+        for r in conn.execute(
+            _NAMED + f"WHERE s.name = ? AND s.kind != 'module'{fsql} LIMIT ?", [name, *fparams, limit]
+        ).fetchall()
+    ]
+
+
+def definition_spans_in_file(conn: sqlite3.Connection, path: str) -> list[tuple[str, int, int, str]]:
+    """(qualname, start_line, end_line, name) of the definitions (not the module) of ``path``."""
+    return conn.execute(
+        "SELECT s.qualname, s.start_line, s.end_line, s.name FROM symbols s JOIN files f "
+        "ON f.id = s.file_id WHERE f.path = ? AND s.kind != 'module'",
+        [path],
+    ).fetchall()
+
+
+def definition_ids_within(conn: sqlite3.Connection, path: str, start: int, end: int) -> list[int]:
+    """Ids of the definitions (not modules) of ``path`` inside lines ``start``-``end``."""
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT s.id FROM symbols s JOIN files f ON f.id = s.file_id WHERE f.path = ? "
+            "AND s.start_line >= ? AND s.end_line <= ? AND s.kind != 'module'",
+            [path, start, end],
+        )
+    ]
+
+
+def definitions_of_file_id(conn: sqlite3.Connection, file_id: int) -> list[tuple[int, str, str, int, int, int | None]]:
+    """(id, qualname, kind, start_line, end_line, parent_id) of the definitions (not the
+    module) of a file, by start line."""
+    return conn.execute(
+        "SELECT id, qualname, kind, start_line, end_line, parent_id FROM symbols "
+        "WHERE file_id = ? AND kind != 'module' ORDER BY start_line",
+        [file_id],
+    ).fetchall()
+
+
+def definitions_named_in_file(
+    conn: sqlite3.Connection, path: str, names: Iterable[str]
+) -> list[tuple[str, str, int, int, str]]:
+    """(name, qualname, start_line, end_line, enclosing definition's name or "") of the
+    definitions (not the module) of ``path`` called one of ``names``; [] if ``path`` is not
+    indexed."""
+    row = conn.execute("SELECT id FROM files WHERE path = ?", [path]).fetchone()
+    if row is None:
+        return []
+    wanted = sorted(names)
+    return conn.execute(
+        "SELECT s.name, s.qualname, s.start_line, s.end_line, coalesce(p.name, '') FROM symbols s "
+        "LEFT JOIN symbols p ON p.id = s.parent_id "
+        f"WHERE s.file_id = ? AND s.kind != 'module' AND s.name IN ({_marks(len(wanted))})",
+        [row[0], *wanted],
+    ).fetchall()
+
+
+def definitions_with_popularity(
+    conn: sqlite3.Connection, ids: Sequence[int]
+) -> dict[int, tuple[str, str, int, int, str, str, int]]:
+    """id -> (qualname, path, start_line, end_line, kind, language or "", resolved references
+    to it, counted up to 1000) of the definitions ``ids``."""
+    return {
+        r[0]: r[1:]
+        for r in conn.execute(
+            "SELECT s.id, s.qualname, f.path, s.start_line, s.end_line, s.kind, coalesce(f.language, ''), "
+            "(SELECT count(*) FROM (SELECT 1 FROM refs r WHERE r.target_id = s.id LIMIT 1000)) "
+            "FROM symbols s "
+            f"JOIN files f ON f.id = s.file_id WHERE s.id IN ({_marks(len(ids))})",
+            list(ids),
+        )
+    }
+
+
+def nesting_rows(conn: sqlite3.Connection, ids: Sequence[int]) -> list[tuple[int, int | None, int, str]]:
+    """(id, parent_id, file_id, kind) of the definitions ``ids`` and of their members."""
+    marks = _marks(len(ids))
+    return conn.execute(
+        f"SELECT id, parent_id, file_id, kind FROM symbols WHERE id IN ({marks}) "
+        f"UNION SELECT id, parent_id, file_id, kind FROM symbols WHERE parent_id IN ({marks})",
+        [*ids, *ids],
+    ).fetchall()
+
+
+def module_ids(conn: sqlite3.Connection, file_ids: Sequence[int]) -> dict[int, int]:
+    """file id -> id of its module definition, for ``file_ids``."""
+    if not file_ids:
+        return {}
+    return dict(
+        conn.execute(
+            f"SELECT file_id, id FROM symbols WHERE kind = 'module' AND file_id IN "
+            f"({_marks(len(file_ids))})",
+            list(file_ids),
+        ).fetchall()
+    )
+
+
+#: Columns of `definition_details`: id, path, name, qualname, kind, start_line, end_line,
+#: signature, doc, parent_id, language, module, size in bytes.
+_DETAIL = (
+    "SELECT s.id, f.path, s.name, s.qualname, s.kind, s.start_line, s.end_line, s.signature, "
+    "s.doc, s.parent_id, coalesce(f.language, ''), coalesce(f.module, ''), "
+    "s.end_byte - s.start_byte "
+    "FROM symbols s JOIN files f ON f.id = s.file_id "
+)
+
+
+def definition_details(conn: sqlite3.Connection, ids: Iterable[int]) -> list[tuple]:
+    """Rows of ``_DETAIL`` columns (id, path, name, qualname, kind, start_line, end_line,
+    signature, doc, parent_id, language, module, nbytes) of the definitions ``ids``."""
+    ids = list(ids)
+    out: list[tuple] = []
+    for k in range(0, len(ids), 900):
+        part = ids[k : k + 900]
+        out += conn.execute(_DETAIL + f"WHERE s.id IN ({_marks(len(part))})", part).fetchall()
+    return out
+
+
+def definition_details_in_file(conn: sqlite3.Connection, path: str) -> list[tuple]:
+    """`definition_details` rows of every definition of ``path`` (its module included), by
+    start line then outermost first."""
+    return conn.execute(
+        _DETAIL + "WHERE f.path = ? ORDER BY s.start_line, s.end_line DESC", [path]
+    ).fetchall()
+
+
+def definition_details_between(conn: sqlite3.Connection, path: str, start: int, end: int) -> list[tuple]:
+    """`definition_details` rows of the definitions (not the module) of ``path`` overlapping
+    lines ``start``-``end``, by start line then outermost first."""
+    return conn.execute(
+        _DETAIL + "WHERE s.file_id = (SELECT id FROM files WHERE path = ?) "
+        "AND s.start_line <= ? AND s.end_line >= ? AND s.kind != 'module' "
+        "ORDER BY s.start_line, s.end_line DESC",
+        [path, end, start],
+    ).fetchall()
+
+
+# -- symbol lookup (the `symbol` command and everything that names a definition) ----------------
+
+_RECORD = (
+    "SELECT s.id, f.path, s.name, s.qualname, s.kind, s.start_line, s.end_line, s.signature, "
+    "s.doc, f.language, s.parent_id FROM symbols s JOIN files f ON f.id = s.file_id "
+)
+
+
+def _records(conn: sqlite3.Connection, where: str, params: list, limit: int) -> list[SymbolRecord]:
+    sql = _RECORD + f"WHERE {where} ORDER BY (s.kind = 'module'), length(s.qualname), s.qualname LIMIT ?"
+    return [SymbolRecord(*row) for row in conn.execute(sql, [*params, limit])]
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def find_definitions(
+    conn: sqlite3.Connection, name: str, kind: str | None = None, limit: int = 50
+) -> list[SymbolRecord]:
+    """Definitions matching ``name`` (dotted), from the first of these that matches any: an
+    exact qualified name, an exact name, a qualified-name suffix (``Class.method``), a prefix
+    of the name or qualified name. Modules last, then shorter qualified names first."""
+    kind_sql, kind_params = (" AND s.kind = ?", [kind]) if kind else ("", [])
+    steps: list[tuple[str, list]] = [
+        ("s.qualname = ?", [name]),
+        ("s.name = ?", [name]),
+    ]
+    if "." in name:
+        steps.append(("s.qualname LIKE ? ESCAPE '\\'", ["%." + _like_escape(name)]))
+    steps.append(
+        (
+            "(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')",
+            [_like_escape(name) + "%", _like_escape(name) + "%"],
+        )
+    )
+    for where, params in steps:
+        hits = _records(conn, where + kind_sql, params + kind_params, limit)
+        if hits:
+            return hits
+    return []
+
+
+def definition_record(conn: sqlite3.Connection, symbol_id: int) -> SymbolRecord | None:
+    hits = _records(conn, "s.id = ?", [symbol_id], 1)
+    return hits[0] if hits else None
+
+
+# -- resolved edges -----------------------------------------------------------------------------
+
+
+def calls_from(
+    conn: sqlite3.Connection, ids: Sequence[int], limit: int
+) -> list[tuple[int, str, int, float, str]]:
+    """(target_id, path, line, confidence, resolution) of the resolved calls made inside the
+    definitions ``ids``, by path and line; at most ``limit``."""
+    return conn.execute(
+        f"""SELECT r.target_id, f.path, r.line, r.confidence, r.resolution FROM refs r
+            JOIN files f ON f.id = r.file_id
+            WHERE r.enclosing_id IN ({_marks(len(ids))}) AND r.kind = 'call' AND r.target_id IS NOT NULL
+            ORDER BY f.path, r.line LIMIT ?""",
+        [*ids, limit],
+    ).fetchall()
+
+
+def resolved_out_edges(conn: sqlite3.Connection, ids: Sequence[int]) -> list[tuple[int, int, float]]:
+    """(enclosing_id, target_id, confidence) of every resolved reference made inside ``ids``."""
+    return conn.execute(
+        f"SELECT enclosing_id, target_id, confidence FROM refs WHERE enclosing_id IN ({_marks(len(ids))}) "
+        "AND target_id IS NOT NULL",
+        list(ids),
+    ).fetchall()
+
+
+def resolved_in_edges(
+    conn: sqlite3.Connection, ids: Sequence[int], limit: int
+) -> list[tuple[int, int, float]]:
+    """(target_id, enclosing_id, confidence) of resolved references to ``ids`` made inside a
+    definition; at most ``limit`` (in the table's order)."""
+    return conn.execute(
+        f"SELECT target_id, enclosing_id, confidence FROM refs WHERE target_id IN ({_marks(len(ids))}) "
+        "AND enclosing_id IS NOT NULL LIMIT ?",
+        [*ids, limit],
+    ).fetchall()

@@ -45,6 +45,11 @@ class LanguageHooks:
     sort_matches: bool = True
     #: file names that make a directory a package (Python's `__init__.py`)
     package_markers: tuple[str, ...] = field(default=())
+    #: whether an import that names neither a name nor an alias brings every top-level name
+    #: of the module into scope (Bash `source`, Ruby `require`, Haskell `import M`, OCaml
+    #: `open M`, a plain Dart import): the parser records it also as a `*` import, which the
+    #: resolver searches for bare names before guessing by directory or globally
+    bare_imports_bind_all: bool = False
 
     def module_name(self, path: str, packages: frozenset[str]) -> str:
         """Dotted module name of a file: its path without the suffix."""
@@ -53,6 +58,11 @@ class LanguageHooks:
     def import_ref_name(self, module: str, name: str, alias: str) -> str:
         """The name an import binds, for its `import` reference."""
         return name or alias
+
+    def import_alias(self, text: str, module: str) -> str:
+        """The name an import without `@import.name` or `@import.alias` binds: the module's
+        last path part. ``text`` is the module as written, ``module`` after `import_module`."""
+        return module.rsplit("/", 1)[-1]
 
     def import_module(self, text: str, path: str) -> str:
         """The module an import names, from the text its `@import.module` capture holds
@@ -91,3 +101,375 @@ class PythonHooks(LanguageHooks):
 
 DEFAULT = LanguageHooks()
 PYTHON = PythonHooks()
+
+
+# ---- lua ----
+
+#: Lua comments: `-- x`, `--- doc` (LDoc), `--[[ block ]]`, `--[==[ block ]==]`.
+LUA_DOC_STRIP = re.compile(r"^\s*(?:--\[=*\[-*|\]=*\]|-{2,})\s?", re.M)
+
+
+@dataclass(frozen=True)
+class LuaHooks(LanguageHooks):
+    doc_strip: re.Pattern[str] = LUA_DOC_STRIP
+    builtins: frozenset[str] = frozenset({
+        "assert", "collectgarbage", "dofile", "error", "getmetatable", "ipairs", "load",
+        "loadfile", "loadstring", "next", "pairs", "pcall", "print", "rawequal", "rawget",
+        "rawlen", "rawset", "require", "select", "setmetatable", "tonumber", "tostring", "type",
+        "unpack", "xpcall", "module", "setfenv", "getfenv",
+        "coroutine", "debug", "io", "math", "os", "package", "string", "table", "utf8", "_G",
+        "_ENV", "_VERSION",
+    })
+    #: `local x = 1` is a variable, `local MAX = 1` a constant
+    constants_upper_only: bool = True
+
+    def module_name(self, path: str, packages: frozenset[str]) -> str:
+        """What `require` names the file by: `a/b.lua` is `a.b`, `a/init.lua` is `a`, and a
+        leading `lua/` (Neovim's runtime path layout) is not part of the name."""
+        parts = list(PurePosixPath(path).with_suffix("").parts)
+        if len(parts) > 1 and parts[0] == "lua":
+            parts = parts[1:]
+        if len(parts) > 1 and parts[-1] == "init":
+            parts = parts[:-1]
+        return ".".join(parts)
+
+
+LUA = LuaHooks()
+
+
+# ---- dart ----
+def _lib_root(path: str) -> str:
+    """The `lib` directory of the package a file is in (its nearest `lib` ancestor), else
+    `lib` at the repository root: where `package:` URIs and Mix module names point."""
+    parts = PurePosixPath(path).parts[:-1]
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "lib":
+            return "/".join(parts[: i + 1])
+    return "lib"
+
+
+def _relative_to(target: str, path: str) -> str:
+    """`target` (a repository path) as a `./`-style path from the directory of `path`."""
+    import posixpath
+
+    rel = posixpath.relpath(target, posixpath.dirname(path) or ".")
+    return rel if rel.startswith("../") else "./" + rel
+
+
+@dataclass(frozen=True)
+class DartHooks(LanguageHooks):
+    bare_imports_bind_all: bool = True
+    builtins: frozenset[str] = frozenset({
+        "print", "identical", "override", "deprecated", "List", "Map", "Set", "Iterable",
+        "Future", "Stream", "Duration", "DateTime", "Exception", "Error", "StringBuffer",
+    })
+
+    def import_module(self, text: str, path: str) -> str:
+        """`dart:core` stays as written; `package:p/a/b.dart` names `lib/a/b.dart` of the
+        package the file is in; a relative URI is made `./`-style for the resolver."""
+        if text.startswith("dart:"):
+            return text
+        if text.startswith("package:"):
+            rest = text[len("package:"):].split("/", 1)
+            return _relative_to(f"{_lib_root(path)}/{rest[1]}", path) if len(rest) == 2 else text
+        return text if text.startswith(".") else "./" + text
+
+
+DART = DartHooks()
+
+
+# ---- ruby ----
+_RUBY_REQUIRE = re.compile(r"^(require_relative|require|load)\b\s*\(?\s*[\"']?([^\"']*)")
+
+
+@dataclass(frozen=True)
+class RubyHooks(LanguageHooks):
+    bare_imports_bind_all: bool = True
+    builtins: frozenset[str] = frozenset({
+        # Kernel and Module methods called without a receiver
+        "puts", "print", "p", "pp", "format", "sprintf", "printf", "raise", "fail", "loop",
+        "lambda", "proc", "block_given?", "catch", "throw", "sleep", "rand", "srand", "gets",
+        "binding", "caller", "exit", "abort", "at_exit", "freeze", "frozen?", "warn", "require",
+        "require_relative", "load", "autoload", "include", "extend", "prepend", "attr_reader",
+        "attr_writer", "attr_accessor", "private", "public", "protected", "private_constant",
+        "module_function", "define_method", "alias_method", "respond_to?", "send",
+        "public_send", "instance_variable_get", "instance_variable_set", "new", "super",
+        # core classes and modules
+        "Object", "BasicObject", "Kernel", "Module", "Class", "Comparable", "Enumerable",
+        "String", "Symbol", "Integer", "Float", "Numeric", "Array", "Hash", "Range", "Struct",
+        "Proc", "Time", "IO", "File", "Dir", "Math", "Set", "JSON", "StandardError",
+        "RuntimeError", "ArgumentError", "TypeError", "NameError", "NoMethodError",
+        "NotImplementedError", "KeyError", "IndexError", "Exception",
+    })
+
+    def module_name(self, path: str, packages: frozenset[str]) -> str:
+        """What `require` names the file by: `lib/shop/item.rb` is `shop.item` (`lib/` is on
+        the load path of every gem), anything else its path without the suffix."""
+        parts = list(PurePosixPath(path).with_suffix("").parts)
+        if len(parts) > 1 and parts[0] == "lib":
+            parts = parts[1:]
+        return ".".join(parts)
+
+    def import_module(self, text: str, path: str) -> str:
+        """The whole `require "x"` / `require_relative "x"` / `load "x.rb"` call is captured:
+        `require` names a file on the load path (`shop/item` is the module `shop.item`),
+        `require_relative` one relative to the requiring file."""
+        m = _RUBY_REQUIRE.match(text)
+        if m is None or not m.group(2):
+            return ""
+        how, target = m.groups()
+        target = target.removesuffix(".rb")
+        if how == "require_relative" or target.startswith(("./", "../")):
+            import posixpath
+
+            full = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+            if full.startswith("../"):  # outside the repository: leave it path-style
+                return target
+            return self.module_name(full + ".rb", frozenset())
+        return target.replace("/", ".")
+
+
+RUBY = RubyHooks()
+
+
+# ---- bash ----
+
+#: Shell comments; a `#!` line is no documentation.
+BASH_DOC_STRIP = re.compile(r"^\s*(?:#!.*|#+)\s?", re.M)
+#: `$DIR/x.sh`, `${DIR}/x.sh`, `${BASH_SOURCE%/*}/x.sh`, `$(dirname "$0")/x.sh`: the directory
+#: of the sourcing script, as scripts find their siblings.
+_SCRIPT_DIR_PREFIX = re.compile(r"^(?:\$\w+|\$\{[^}]*\}|\$\(.*\))/+")
+
+
+@dataclass(frozen=True)
+class BashHooks(LanguageHooks):
+    bare_imports_bind_all: bool = True
+    doc_strip: re.Pattern[str] = BASH_DOC_STRIP
+    builtins: frozenset[str] = frozenset({
+        # bash builtins and keywords-as-commands
+        ".", ":", "[", "alias", "bg", "bind", "break", "builtin", "caller", "cd", "command",
+        "compgen", "complete", "compopt", "continue", "declare", "dirs", "disown", "echo",
+        "enable", "eval", "exec", "exit", "export", "false", "fc", "fg", "getopts", "hash", "help",
+        "history", "jobs", "kill", "let", "local", "logout", "mapfile", "popd", "printf", "pushd",
+        "pwd", "read", "readarray", "readonly", "return", "set", "shift", "shopt", "source",
+        "suspend", "test", "times", "trap", "true", "type", "typeset", "ulimit", "umask",
+        "unalias", "unset", "wait",
+        # variables the shell sets
+        "BASH_SOURCE", "BASH_VERSION", "FUNCNAME", "HOME", "HOSTNAME", "IFS", "LINENO", "OLDPWD",
+        "OPTARG", "OPTIND", "PATH", "PIPESTATUS", "PPID", "PWD", "RANDOM", "SECONDS", "SHELL",
+        "TMPDIR", "UID", "USER",
+    })
+
+    def import_ref_name(self, module: str, name: str, alias: str) -> str:
+        """`source ./lib.sh` names the file: the reference carries the path, which the
+        resolver finds relative to the script."""
+        return module
+
+    def import_module(self, text: str, path: str) -> str:
+        """A sourced file relative to the script's directory (`$DIR/lib.sh`, `lib/x.sh`)
+        becomes `./lib.sh`; an absolute path or one built from other variables stays as
+        written (it is outside the repository or unknowable)."""
+        text = _SCRIPT_DIR_PREFIX.sub("./", text, count=1)
+        if text.startswith(("/", "~", "$", "./", "../")) or "$" in text:
+            return text
+        return "./" + text
+
+
+BASH = BashHooks()
+
+
+# ---- php ----
+@dataclass(frozen=True)
+class PhpHooks(LanguageHooks):
+    bare_imports_bind_all: bool = True
+    builtins: frozenset[str] = frozenset({
+        "array_filter", "array_key_exists", "array_keys", "array_map", "array_merge",
+        "array_reduce", "array_search", "array_slice", "array_sum", "array_values", "count",
+        "compact", "define", "defined", "empty", "explode", "implode", "in_array", "intval",
+        "is_array", "is_int", "is_null", "is_numeric", "is_string", "isset", "json_decode",
+        "json_encode", "max", "min", "number_format", "preg_match", "preg_replace", "printf",
+        "round", "sprintf", "str_contains", "str_replace", "strlen", "strtolower", "strtoupper",
+        "substr", "trim", "ucfirst", "unset", "usort", "var_dump",
+        "ArrayAccess", "ArrayIterator", "Closure", "Countable", "DateTime",
+        "DateTimeImmutable", "Exception", "InvalidArgumentException", "Iterator",
+        "IteratorAggregate", "JsonSerializable", "RuntimeException", "Stringable", "Throwable",
+        "Traversable",
+    })
+
+    def import_module(self, text: str, path: str) -> str:
+        """`A\\B\\C` (from `use`) is the module `A.B.C`; a file from `require`/`include` (a
+        path, `__DIR__ . '/x.php'` captured as `/x.php`) is the module of that file, taken
+        relative to the including file."""
+        if "/" in text or text.endswith((".php", ".inc", ".phtml")):
+            import posixpath
+
+            target = text.lstrip("/")
+            full = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+            if full.startswith("../"):  # outside the repository: leave it path-style
+                return text
+            return self.module_name(full, frozenset())
+        return text.lstrip("\\").replace("\\", ".")
+
+
+PHP = PhpHooks()
+
+
+# ---- scala ----
+
+#: sbt / Maven source roots: what follows them is the package path.
+_JVM_SOURCE_ROOT = re.compile(r"^(?:.*/)?src/(?:main|test|it)/(?:scala(?:-[\w.]+)?|java)/")
+#: where the path of `import a.b.{C, D}` / `import a.b._` / `import a.b.*` ends
+_SCALA_IMPORT_TAIL = re.compile(r"\s*\.\s*(?:\{|_\s*$|\*\s*$|given\b)")
+
+
+@dataclass(frozen=True)
+class ScalaHooks(LanguageHooks):
+    def module_name(self, path: str, packages: frozenset[str]) -> str:
+        """The path without its suffix, from the sbt/Maven source root on
+        (`src/main/scala/com/shop/Item.scala` is `com.shop.Item`)."""
+        return ".".join(PurePosixPath(_JVM_SOURCE_ROOT.sub("", path)).with_suffix("").parts)
+
+    def import_module(self, text: str, path: str) -> str:
+        """The query hands over the whole declaration. `import a.b.C` names the file `a/b/C`
+        (one top-level type per file, named after it, is the convention), so its module is
+        `a.b.C`; `import a.b.{C, D}` and `import a.b._` name members of `a.b`."""
+        text = re.sub(r"^\s*import\s+", "", text)
+        return re.sub(r"\s+", "", _SCALA_IMPORT_TAIL.split(text, maxsplit=1)[0])
+
+
+SCALA = ScalaHooks()
+
+
+# ---- elixir ----
+def _underscore(segment: str) -> str:
+    """Macro.underscore of one alias segment: MyApp -> my_app, HTTPClient -> http_client."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", segment).lower()
+
+
+@dataclass(frozen=True)
+class ElixirHooks(LanguageHooks):
+    #: `@doc`/`@spec`/`@impl` are module attributes (unary `@` operators) above a definition:
+    #: they are read like comments, and `doc_strip` keeps only the text of `@doc`/`@typedoc`
+    comment_types: frozenset[str] = COMMENT_TYPES | {"unary_operator"}
+    doc_strip: re.Pattern[str] = re.compile(
+        r'^\s*(?:@(?!(?:type)?doc\b)\w+.*$|@(?:type)?doc\s+false\s*$'
+        r'|@(?:type)?doc\s+(?:~[sS])?(?:"""|")|"""|#\s?)|"\s*$',
+        re.M,
+    )
+    builtins: frozenset[str] = frozenset({
+        "is_atom", "is_binary", "is_boolean", "is_function", "is_integer", "is_list", "is_map",
+        "is_nil", "is_number", "is_struct", "is_tuple", "length", "map_size", "hd", "tl", "elem",
+        "put_elem", "to_string", "inspect", "not", "div", "rem", "abs", "max", "min", "self",
+        "send", "spawn", "apply", "struct", "tuple_size", "byte_size", "raise", "throw",
+    })
+
+    def import_module(self, text: str, path: str) -> str:
+        """`alias MyApp.Store` names a module, not a file: Mix keeps it in
+        `lib/my_app/store.ex` of the application the importing file is in."""
+        if not text[:1].isupper():
+            return text  # an Erlang module (:ets) or an expression
+        segments = [_underscore(s) for s in text.split(".")]
+        return _relative_to(f"{_lib_root(path)}/{'/'.join(segments)}", path)
+
+    def import_alias(self, text: str, module: str) -> str:
+        """`alias MyApp.Store` binds `Store`."""
+        return text.rsplit(".", 1)[-1] if text[:1].isupper() else module.rsplit("/", 1)[-1]
+
+
+ELIXIR = ElixirHooks()
+
+
+# ---- csharp ----
+#: `///` XML doc comments: the comment markers and the `<summary>`-style wrapper tags go.
+CSHARP_DOC_STRIP = re.compile(
+    DOC_STRIP.pattern + r"|</?(?:summary|remarks|returns|value|para)>", re.M
+)
+
+
+@dataclass(frozen=True)
+class CSharpHooks(LanguageHooks):
+    doc_strip: re.Pattern[str] = CSHARP_DOC_STRIP
+    builtins: frozenset[str] = frozenset({
+        "nameof", "typeof", "sizeof", "default", "Console", "Math", "String", "Object",
+        "Exception", "ArgumentException", "ArgumentNullException", "InvalidOperationException",
+        "NotImplementedException", "List", "Dictionary", "HashSet", "IEnumerable", "IList",
+        "ICollection", "IDictionary", "IComparable", "IEquatable", "IDisposable", "Task",
+        "Func", "Action", "Guid", "DateTime", "TimeSpan", "Nullable", "Span", "StringBuilder",
+    })
+
+
+CSHARP = CSharpHooks()
+
+
+# ---- kotlin ----
+#: Gradle/Maven source roots: `app/src/main/kotlin/com/x/Y.kt` holds package `com.x`.
+_KOTLIN_SOURCE_ROOT = re.compile(r"^(?:.*/)?src/(?:main|test|commonMain|jvmMain)/(?:kotlin|java)/")
+
+
+@dataclass(frozen=True)
+class KotlinHooks(LanguageHooks):
+    builtins: frozenset[str] = frozenset({
+        "println", "print", "require", "requireNotNull", "check", "checkNotNull", "error",
+        "TODO", "run", "let", "also", "apply", "with", "repeat", "lazy", "listOf",
+        "mutableListOf", "arrayListOf", "mapOf", "mutableMapOf", "hashMapOf", "setOf",
+        "mutableSetOf", "emptyList", "emptyMap", "emptySet", "arrayOf", "sequenceOf", "maxOf",
+        "minOf", "Pair", "Triple", "HashMap", "ArrayList", "HashSet", "StringBuilder",
+        "Comparable", "Exception", "IllegalArgumentException", "IllegalStateException",
+    })
+
+    def module_name(self, path: str, packages: frozenset[str]) -> str:
+        """The path without its suffix, from the source root (`src/main/kotlin/`) down, so
+        that a file's module is its package plus its file name."""
+        rel = _KOTLIN_SOURCE_ROOT.sub("", path, count=1)
+        return ".".join(PurePosixPath(rel).with_suffix("").parts)
+
+
+KOTLIN = KotlinHooks()
+
+
+# ---- haskell ----
+@dataclass(frozen=True)
+class HaskellHooks(LanguageHooks):
+    bare_imports_bind_all: bool = True
+    #: a function's equation follows its type signature: the signature and the Haddock comment
+    #: above it are read as its doc, and `doc_strip` drops the signature lines again
+    comment_types: frozenset[str] = COMMENT_TYPES | {"signature"}
+    doc_strip: re.Pattern[str] = re.compile(
+        r"^[a-z_][\w']*(?:\s*,\s*[a-z_][\w']*)*\s*::.*$|^\s+(?:->|=>|::).*$"
+        r"|^\s*(?:--+\s?[|^$*]?|\{-+\s?[|^]?|-\})\s?|-\}\s*$",
+        re.M,
+    )
+
+    def module_name(self, path: str, packages: frozenset[str]) -> str:
+        """`src/Data/Inventory.hs` is module `Data.Inventory`: the source directories above
+        the capitalised module path (src/, app/, lib/, test/) are not part of it."""
+        parts = list(PurePosixPath(path).with_suffix("").parts)
+        start = len(parts) - 1
+        while start > 0 and parts[start - 1][:1].isupper():
+            start -= 1
+        return ".".join(parts[start:])
+
+
+HASKELL = HaskellHooks()
+
+
+# ---- ocaml ----
+@dataclass(frozen=True)
+class OCamlHooks(LanguageHooks):
+    bare_imports_bind_all: bool = True
+    #: `(** doc *)` and `(* comment *)`
+    doc_strip: re.Pattern[str] = re.compile(r"^\s*\(\*\*?\s?|\s*\*\)\s*$|^\s*\*\s?", re.M)
+    builtins: frozenset[str] = frozenset({
+        "List", "Array", "String", "Hashtbl", "Printf", "Format", "Option", "Result", "Seq",
+        "Buffer", "Bytes", "Char", "Int", "Float", "Fun", "Map", "Set", "Stdlib", "print_endline",
+        "print_string", "failwith", "invalid_arg", "ignore", "fst", "snd", "raise", "not", "ref",
+    })
+
+    def module_name(self, path: str, packages: frozenset[str]) -> str:
+        """`lib/inventory.ml` (and its `.mli`) is module `Inventory`: OCaml names a
+        compilation unit after its file, wherever the build puts it."""
+        stem = PurePosixPath(path).stem
+        return stem[:1].upper() + stem[1:]
+
+
+OCAML = OCamlHooks()

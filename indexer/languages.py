@@ -14,7 +14,22 @@ from importlib import resources
 
 import tree_sitter as ts
 
-from .lang_hooks import DEFAULT, PYTHON, LanguageHooks
+from .lang_hooks import (
+    BASH,
+    CSHARP,
+    DART,
+    DEFAULT,
+    ELIXIR,
+    HASKELL,
+    KOTLIN,
+    LUA,
+    OCAML,
+    PHP,
+    PYTHON,
+    RUBY,
+    SCALA,
+    LanguageHooks,
+)
 
 #: What a file is for: `search --kind` filters on it and the agent prefers code.
 KINDS = ("code", "docs", "config")
@@ -31,6 +46,9 @@ class LanguageSpec:
     kind: str = "code"
     #: whole file names (no extension to go by): Rakefile, Gemfile...
     filenames: tuple[str, ...] = ()
+    #: "tree-sitter": the grammar and query above; "text": cut by `indexer.textfiles` (no
+    #: grammar: Markdown by section, configs by key, Makefiles by target...)
+    parser: str = "tree-sitter"
 
 
 _SPECS = (
@@ -47,46 +65,87 @@ _SPECS = (
     LanguageSpec("cpp", "tree_sitter_cpp", "language",
                  (".cc", ".cpp", ".cxx", ".c++", ".hpp", ".hh", ".hxx", ".h++", ".ipp"), "cpp.scm"),
     LanguageSpec("ruby", "tree_sitter_ruby", "language", (".rb", ".rake", ".gemspec", ".ru"),
-                 "ruby.scm", filenames=("Rakefile", "Gemfile", "Guardfile", "Vagrantfile")),
-    LanguageSpec("php", "tree_sitter_php", "language_php", (".php", ".phtml"), "php.scm"),
-    LanguageSpec("csharp", "tree_sitter_c_sharp", "language", (".cs",), "csharp.scm"),
-    LanguageSpec("kotlin", "tree_sitter_kotlin", "language", (".kt", ".kts"), "kotlin.scm"),
+                 "ruby.scm", RUBY,
+                 filenames=("Rakefile", "Gemfile", "Guardfile", "Vagrantfile")),
+    LanguageSpec("php", "tree_sitter_php", "language_php", (".php", ".phtml"), "php.scm", PHP),
+    LanguageSpec("csharp", "tree_sitter_c_sharp", "language", (".cs",), "csharp.scm", CSHARP),
+    LanguageSpec("kotlin", "tree_sitter_kotlin", "language", (".kt", ".kts"), "kotlin.scm", KOTLIN),
     LanguageSpec("swift", "tree_sitter_swift", "language", (".swift",), "swift.scm"),
-    LanguageSpec("scala", "tree_sitter_scala", "language", (".scala", ".sc"), "scala.scm"),
-    LanguageSpec("bash", "tree_sitter_bash", "language", (".sh", ".bash", ".zsh"), "bash.scm"),
-    LanguageSpec("lua", "tree_sitter_lua", "language", (".lua",), "lua.scm"),
-    LanguageSpec("dart", "tree_sitter_dart", "language", (".dart",), "dart.scm"),
-    LanguageSpec("elixir", "tree_sitter_elixir", "language", (".ex", ".exs"), "elixir.scm"),
-    LanguageSpec("haskell", "tree_sitter_haskell", "language", (".hs",), "haskell.scm"),
-    LanguageSpec("ocaml", "tree_sitter_ocaml", "language_ocaml", (".ml",), "ocaml.scm"),
+    LanguageSpec("scala", "tree_sitter_scala", "language", (".scala", ".sc", ".sbt"), "scala.scm", SCALA),
+    LanguageSpec("bash", "tree_sitter_bash", "language", (".sh", ".bash", ".zsh", ".bats"), "bash.scm", BASH),
+    LanguageSpec("lua", "tree_sitter_lua", "language", (".lua", ".rockspec"), "lua.scm", LUA),
+    LanguageSpec("dart", "tree_sitter_dart", "language", (".dart",), "dart.scm", DART),
+    LanguageSpec("elixir", "tree_sitter_elixir", "language", (".ex", ".exs"), "elixir.scm",
+                 ELIXIR),
+    LanguageSpec("haskell", "tree_sitter_haskell", "language", (".hs",), "haskell.scm",
+                 HASKELL),
+    LanguageSpec("ocaml", "tree_sitter_ocaml", "language_ocaml", (".ml",), "ocaml.scm", OCAML),
     LanguageSpec("ocaml_interface", "tree_sitter_ocaml", "language_ocaml_interface", (".mli",),
-                 "ocaml_interface.scm"),
+                 "ocaml_interface.scm", OCAML),
 )
 
 LANGUAGES: dict[str, LanguageSpec] = {spec.name: spec for spec in _SPECS}
 
-_BY_EXT = {ext: spec.name for spec in LANGUAGES.values() for ext in spec.extensions}
-_BY_NAME = {fn: spec.name for spec in LANGUAGES.values() for fn in spec.filenames}
+
+def _text(name: str, kind: str, extensions: tuple[str, ...], filenames: tuple[str, ...] = ()):
+    return LanguageSpec(name, "", "", extensions, "", kind=kind, filenames=filenames, parser="text")
+
+
+#: Formats without a grammar, parsed by `indexer.textfiles` (not in LANGUAGES: no grammar,
+#: no query). Lock files, vendored trees and large data files are skipped by discovery.
+TEXT_FORMATS: dict[str, LanguageSpec] = {spec.name: spec for spec in (
+    _text("markdown", "docs", (".md", ".markdown")),
+    _text("rst", "docs", (".rst",)),
+    _text("text", "docs", (".txt",), ("README", "LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS",
+                                       "CONTRIBUTORS", "CHANGELOG", "CHANGES", "HISTORY", "INSTALL")),
+    _text("yaml", "config", (".yaml", ".yml")),
+    _text("toml", "config", (".toml",)),
+    _text("json", "config", (".json",)),
+    _text("ini", "config", (".ini", ".cfg"),
+          (".editorconfig", ".flake8", ".pylintrc", ".coveragerc", ".gitconfig")),
+    _text("dockerfile", "config", (".dockerfile",), ("Dockerfile", "Containerfile")),
+    _text("make", "config", (".mk", ".mak"), ("Makefile", "makefile", "GNUmakefile")),
+    _text("sql", "code", (".sql",)),
+)}
+
+#: Every language and text format by name.
+FORMATS: dict[str, LanguageSpec] = {**TEXT_FORMATS, **LANGUAGES}
+
+_BY_EXT = {ext: spec.name for spec in FORMATS.values() for ext in spec.extensions}
+_BY_NAME = {fn: spec.name for spec in FORMATS.values() for fn in spec.filenames}
 
 
 def language_for_path(path: str) -> str | None:
-    """The language name for a path, or None when repoctx has no grammar for it."""
+    """The language (or text format) name for a path, or None when repoctx cannot parse it."""
     # os.path.splitext: 5x cheaper than PurePosixPath on the no-op path (every file, every build)
     lang = _BY_EXT.get(os.path.splitext(path)[1].lower())
     if lang is None and _BY_NAME:
-        lang = _BY_NAME.get(path.rsplit("/", 1)[-1])
+        name = path.rsplit("/", 1)[-1]
+        lang = _BY_NAME.get(name)
+        if lang is None and name.startswith(("Dockerfile.", "Containerfile.")):
+            lang = "dockerfile"  # Dockerfile.dev, Dockerfile.prod
     return lang
 
 
+def is_text_format(name: str) -> bool:
+    """Whether ``name`` is parsed by `indexer.textfiles` (no tree-sitter grammar, no syntax)."""
+    return name in TEXT_FORMATS
+
+
 def hooks(name: str) -> LanguageHooks:
-    spec = LANGUAGES.get(name)
+    spec = FORMATS.get(name)
     return spec.hooks if spec is not None else DEFAULT
 
 
 def kind_of(name: str) -> str:
     """code | docs | config for a language name ("code" for one repoctx does not know)."""
-    spec = LANGUAGES.get(name)
+    spec = FORMATS.get(name)
     return spec.kind if spec is not None else "code"
+
+
+def languages_of_kind(kinds) -> tuple[str, ...]:
+    """Every language and text format name whose kind is one of ``kinds``."""
+    return tuple(sorted(n for n, spec in FORMATS.items() if spec.kind in set(kinds)))
 
 
 @cache

@@ -136,6 +136,8 @@ class BuildStats:
     resolved: int = 0
     ambiguous: int = 0
     by_language: dict[str, int] = field(default_factory=dict)
+    #: Files indexed by kind (code | docs | config, see `indexer.languages.KINDS`).
+    by_kind: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0

@@ -8,7 +8,7 @@ from bisect import bisect_right
 import tree_sitter as ts
 
 from .lang_hooks import DOC_STRIP, LanguageHooks
-from .languages import hooks, ts_parser, ts_query
+from .languages import hooks, is_text_format, ts_parser, ts_query
 from .models import CLASS_KINDS, Definition, Import, ParsedFile, Reference, Span
 from .modules import resolve_relative
 
@@ -29,7 +29,12 @@ MAX_DEFINITION_DEPTH = 100
 
 def parse_source(path: str, source: bytes, language: str, module: str) -> ParsedFile:
     """Parse ``source`` and extract what the index stores. Never raises on bad syntax:
-    tree-sitter recovers, and ``has_errors`` records that it had to."""
+    tree-sitter recovers, and ``has_errors`` records that it had to. Text formats (Markdown,
+    configs, Makefiles... no grammar) are cut by `indexer.textfiles` instead."""
+    if is_text_format(language):
+        from .textfiles import parse_text
+
+        return parse_text(path, source, language, module)
     lang = hooks(language)
     tree = ts_parser(language).parse(source)
     root = tree.root_node
@@ -98,9 +103,9 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         )
     if lang.own_imports:  # Python's import forms (relative levels, packages) are read here
         is_pkg = path.rsplit("/", 1)[-1] in lang.package_markers
-        imports = _python_imports(source, import_nodes, module, is_pkg)
+        imports, stars = _python_imports(source, import_nodes, module, is_pkg), []
     else:
-        imports = _generic_imports(source, raw_imports, lang, path)
+        imports, stars = _generic_imports(source, raw_imports, lang, path)
     for imp, byte in imports:
         references.append(
             Reference(
@@ -118,7 +123,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         module=module,
         definitions=tuple(definitions),
         references=tuple(references),
-        imports=tuple(imp for imp, _ in imports),
+        imports=tuple(imp for imp, _ in imports) + tuple(imp for imp, _ in stars),
         has_errors=root.has_error,
         doc=_module_doc(source, root, lang),
         breaks=_breaks(root, def_nodes),
@@ -294,17 +299,27 @@ def _python_imports(
 
 def _generic_imports(
     source: bytes, raw: list[dict[str, ts.Node]], lang: LanguageHooks, path: str
-) -> list[tuple[Import, int]]:
-    out = []
+) -> tuple[list[tuple[Import, int]], list[tuple[Import, int]]]:
+    """The imports with the byte offset of their statement, and the `*` imports that bare
+    imports imply (`LanguageHooks.bare_imports_bind_all`; they get no reference of their own)."""
+    out: list[tuple[Import, int]] = []
+    stars: list[tuple[Import, int]] = []
     for caps in raw:
         mod = caps.get("import.module")
         if mod is None:
             continue
-        module = lang.import_module(_text(source, mod).strip("\"'<>`"), path)
+        text = _text(source, mod).strip("\"'<>`")
+        module = lang.import_module(text, path)
         if not module:
             continue
         name = _text(source, caps["import.name"]) if "import.name" in caps else ""
         alias_node = caps.get("import.alias")
-        alias = _text(source, alias_node) if alias_node is not None else (name or module.rsplit("/", 1)[-1])
-        out.append((Import(module, name, alias, mod.start_point[0] + 1), mod.start_byte))
-    return out
+        line = mod.start_point[0] + 1
+        if alias_node is not None:
+            alias = _text(source, alias_node)
+        else:
+            alias = name or lang.import_alias(text, module)
+            if not name and lang.bare_imports_bind_all:
+                stars.append((Import(module, "*", "*", line), mod.start_byte))
+        out.append((Import(module, name, alias, line), mod.start_byte))
+    return out, stars

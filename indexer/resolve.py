@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .languages import hooks
+from .languages import hooks, is_text_format
 from .models import CLASS_KINDS
 
 SELF_NAMES = frozenset({"self", "this", "cls", "Self"})
@@ -48,7 +48,7 @@ class Imp(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Resolution:
     target_id: int | None
-    resolution: str  # scope | self | import | package | global | attribute | ambiguous | external | builtin | unresolved
+    resolution: str  # scope | self | import | link | package | global | attribute | ambiguous | external | builtin | unresolved
     confidence: float
     candidates: tuple[tuple[int, float], ...] = ()
 
@@ -69,6 +69,7 @@ class SymbolTable:
     _imports: dict[int, dict[str, list[Imp]]] = field(default_factory=dict)
     _bases: dict[int, list[int]] = field(default_factory=dict)
     _module_sym: dict[int, int | None] = field(default_factory=dict)
+    _by_path: dict[str, int | None] = field(default_factory=dict)
     preloaded: bool = False
 
     def preload(self) -> None:
@@ -84,6 +85,7 @@ class SymbolTable:
         for row in self.conn.execute("SELECT id, path, module, language FROM files WHERE module IS NOT NULL"):
             f = FileInfo(*row)
             self._files[f.id] = f
+            self._by_path[f.path] = f.id
             mod_candidates[f.module].append(f)
         self._module_file = {m: _prefer_source(fs) for m, fs in mod_candidates.items()}
         imports: dict[int, dict[str, list[Imp]]] = defaultdict(lambda: defaultdict(list))
@@ -151,6 +153,16 @@ class SymbolTable:
         self._module_file[module] = _prefer_source(rows)
         return self._module_file[module]
 
+    def file_at(self, path: str) -> int | None:
+        """The id of the indexed file at ``path`` (relative to the root), or None."""
+        if path in self._by_path or self.preloaded:
+            return self._by_path.get(path)
+        row = self.conn.execute(
+            "SELECT id FROM files WHERE path = ? AND module IS NOT NULL", [path]
+        ).fetchone()
+        self._by_path[path] = row[0] if row else None
+        return self._by_path[path]
+
     def module_symbol(self, file_id: int) -> int | None:
         if file_id in self._module_sym or self.preloaded:
             return self._module_sym.get(file_id)
@@ -192,10 +204,12 @@ class SymbolTable:
 
 
 def _prefer_source(files: list[FileInfo]) -> int | None:
-    """One file per module: a `.py` over its `.pyi` stub, then the shortest path."""
+    """One file per module: code over a doc or config of the same name (`setup.py` over
+    `setup.cfg`), a `.py` over its `.pyi` stub, then the shortest path."""
     if not files:
         return None
-    return min(files, key=lambda f: (f.path.endswith(".pyi"), len(f.path), f.path)).id
+    return min(files, key=lambda f: (is_text_format(f.language), f.path.endswith(".pyi"),
+                                     len(f.path), f.path)).id
 
 
 class Resolver:
@@ -212,6 +226,8 @@ class Resolver:
         lang = info.language if info else ""
         if kind == "import":
             return self._resolve_import(file_id, name, receiver)
+        if kind == "link":
+            return self._resolve_link(info, receiver)
         if not receiver:
             return self._bare(file_id, name, kind, enclosing_id, lang)
         if receiver in SELF_NAMES or receiver == "super":
@@ -270,6 +286,7 @@ class Resolver:
         top = [
             c for c in cands
             if c.parent_id is None and c.kind != "module" and (wanted is None or c.kind in wanted)
+            and not self._in_text(c.file_id)
         ]
         if not top:
             return _UNRESOLVED
@@ -304,6 +321,19 @@ class Resolver:
             fid = self.t.module_file(self._module_of(file_id, full))
             hit = self.t.module_symbol(fid) if fid is not None else None
         return Resolution(hit, "import", 1.0) if hit is not None else Resolution(None, "external", 0.0)
+
+    def _resolve_link(self, info: FileInfo | None, target: str) -> Resolution:
+        """A link or a path in a doc or config (`indexer.textfiles`): the module symbol of the
+        file it names, relative to the linking file, else to the repository root."""
+        here = posixpath.dirname(info.path) if info else ""
+        tried = [] if target.startswith("/") else [posixpath.normpath(posixpath.join(here, target))]
+        tried.append(posixpath.normpath(target.lstrip("/")))
+        for path in tried:
+            fid = self.t.file_at(path) if not path.startswith("../") else None
+            sym = self.t.module_symbol(fid) if fid is not None else None
+            if sym is not None:
+                return Resolution(sym, "link", 1.0)
+        return _UNRESOLVED
 
     def _import_target(self, file_id: int, imp: Imp) -> int | None:
         module = self._module_of(file_id, imp.module)
@@ -427,8 +457,15 @@ class Resolver:
             sym_id = s.parent_id
         return None
 
+    def _in_text(self, file_id: int) -> bool:
+        """Whether a file is a doc or config (`indexer.textfiles`): its sections, keys and
+        targets are never what a name in code refers to."""
+        info = self.t.file(file_id)
+        return info is not None and is_text_format(info.language)
+
     def _attribute_guess(self, name: str, kind: str) -> Resolution:
-        members = [c for c in self.t.by_name(name) if c.kind in ("method", "function", "field")]
+        members = [c for c in self.t.by_name(name)
+                   if c.kind in ("method", "function", "field") and not self._in_text(c.file_id)]
         if not members:
             return _UNRESOLVED
         return _pick(members, "attribute", 0.4)

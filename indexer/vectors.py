@@ -308,6 +308,7 @@ class VectorStore:
         language: str | None = None,
         path_glob: str | None = None,
         paths: Sequence[str] | None = None,
+        languages: Sequence[str] | None = None,
     ) -> list[VectorHit]:
         """The ``k`` chunks most similar to ``vector``. ``path_glob`` is fnmatch-style,
         matched against the repository-relative path (``*`` also matches ``/``); ``paths``
@@ -321,6 +322,10 @@ class VectorStore:
         filters, check = [], None
         if language is not None:
             filters.append(f"language = {sql_str(language)}")
+        if languages is not None:  # the languages of the kinds a search asks for
+            if not languages:
+                return []
+            filters.append(_in_list("language", list(languages)))
         if path_glob:
             sql, needs_check = glob_filter(path_glob)
             filters.append(sql)

@@ -4,18 +4,21 @@ disk since they were indexed (one stat per distinct file, at query time)."""
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from indexer import graph
+
+if TYPE_CHECKING:
+    import sqlite3
 
 
 def generation(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-    return int(row[0]) if row else 0
+    return graph.generation(conn)
 
 
 def index_root(conn: sqlite3.Connection) -> str:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'root'").fetchone()
-    return row[0] if row else ""
+    return graph.index_root(conn)
 
 
 def stale_paths(
@@ -25,7 +28,7 @@ def stale_paths(
     root = root or index_root(conn)
     out: set[str] = set()
     for path in set(paths):
-        row = conn.execute("SELECT size, mtime_ns FROM files WHERE path = ?", [path]).fetchone()
+        row = graph.file_stat(conn, path)
         try:
             st = os.stat(os.path.join(root, path))
         except OSError:

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from indexer.lexical_reads import chunk_at
 
 from .signals import Hit
 from .units import Unit, UnitCache
+
+if TYPE_CHECKING:
+    import sqlite3
 
 WEIGHTS_FILE = Path(__file__).with_name("fusion_weights.json")
 #: Reciprocal rank fusion constant for signals without fitted weights.
@@ -331,12 +336,7 @@ def ranked_chunks(ranking: Ranking, conn: sqlite3.Connection, k: int) -> list[Ra
         ]
         mine.sort(key=lambda c: min((a.rank for a in chunk_ev[c].values()), default=10**9))
         if not mine and u.kind != "module":
-            row = conn.execute(
-                "SELECT c.id, c.symbol, c.start_line, c.end_line FROM chunks c JOIN files f "
-                "ON f.id = c.file_id WHERE f.path = ? AND c.start_line <= ? AND c.end_line >= ? "
-                "ORDER BY c.start_line LIMIT 1",
-                [u.path, u.start, u.start],
-            ).fetchone()
+            row = chunk_at(conn, u.path, u.start)
             if row is not None:
                 chunk_hit.setdefault(row[0], Hit("chunk", u.path, ru.score, row[1], row[0], row[2], row[3]))
                 mine = [row[0]]

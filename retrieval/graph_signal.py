@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from indexer import graph
+
 from .query import Query
 from .signals import Hit, SignalContext
 
@@ -34,45 +36,23 @@ class Graph:
         for r in seeds:
             u = r.unit
             w = max(r.score / top, 0.05) if top > 0 else 1.0
-            for (sid,) in conn.execute(
-                "SELECT s.id FROM symbols s JOIN files f ON f.id = s.file_id WHERE f.path = ? "
-                "AND s.start_line >= ? AND s.end_line <= ? AND s.kind != 'module'",
-                [u.path, u.start, u.end],
-            ):
+            for sid in graph.definition_ids_within(conn, u.path, u.start, u.end):
                 seed_ids[sid] = max(seed_ids.get(sid, 0.0), w)
         if not seed_ids:
             return []
         scores: dict[int, float] = defaultdict(float)
-        marks = ",".join("?" * len(seed_ids))
         ids = list(seed_ids)
-        for sid, tid, conf in conn.execute(
-            f"SELECT enclosing_id, target_id, confidence FROM refs WHERE enclosing_id IN ({marks}) "
-            "AND target_id IS NOT NULL",
-            ids,
-        ):
+        for sid, tid, conf in graph.resolved_out_edges(conn, ids):
             if tid not in seed_ids:
                 scores[tid] += seed_ids[sid] * CALLEE * (conf or 0.5)
-        for sid, eid, conf in conn.execute(
-            f"SELECT target_id, enclosing_id, confidence FROM refs WHERE target_id IN ({marks}) "
-            "AND enclosing_id IS NOT NULL LIMIT ?",
-            [*ids, FANOUT * len(ids)],
-        ):
+        for sid, eid, conf in graph.resolved_in_edges(conn, ids, FANOUT * len(ids)):
             if eid not in seed_ids:
                 scores[eid] += seed_ids[sid] * CALLER * (conf or 0.5)
         if not scores:
             return []
         cand = sorted(scores.items(), key=lambda kv: -kv[1])[: k * 3]
         cids = [c for c, _ in cand]
-        rows = {
-            r[0]: r[1:]
-            for r in conn.execute(
-                "SELECT s.id, s.qualname, f.path, s.start_line, s.end_line, s.kind, coalesce(f.language, ''), "
-                "(SELECT count(*) FROM (SELECT 1 FROM refs r WHERE r.target_id = s.id LIMIT 1000)) "
-                "FROM symbols s "
-                f"JOIN files f ON f.id = s.file_id WHERE s.id IN ({','.join('?' * len(cids))})",
-                cids,
-            )
-        }
+        rows = graph.definitions_with_popularity(conn, cids)
         out = []
         for sid, s in cand:
             if sid not in rows:

@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from indexer.history import DB_NAME, SCHEMA_VERSION
+from indexer import graph
+from indexer.history_reads import HistoryReader
 
 from .query import Query, parse_query
 from .signals import Hit, SignalContext
+
+if TYPE_CHECKING:
+    from sqlite3 import Connection
 
 _ISSUE_REF = re.compile(r"(?<![\w&])#(\d{1,7})\b")
 
@@ -88,48 +92,15 @@ class _Sim:
     defs: list[tuple[str, str, str]] = field(default_factory=list)  # (path, name, parent)
 
 
-def _open(ctx: SignalContext) -> sqlite3.Connection | None:
+def _open(ctx: SignalContext) -> HistoryReader | None:
     """The history store read-only, or None (no index dir, not built, not a git tree)."""
-    if ctx.index_dir is None:
-        return None
-    path = Path(ctx.index_dir) / DB_NAME
-    if not path.exists():
-        return None
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-    try:
-        meta = dict(conn.execute("SELECT key, value FROM meta"))
-    except sqlite3.DatabaseError:  # damaged: the next build replaces it; until then no votes
-        conn.close()
-        return None
-    if meta.get("schema_version") != str(SCHEMA_VERSION) or meta.get("state") != "ok":
-        conn.close()
-        return None
-    return conn
+    return HistoryReader.open(ctx.index_dir)
 
 
 _TOKEN = re.compile(r"[a-z0-9]+")
-#: Porter stems of query words (the history index's tokenizer), shared by all searches.
-_STEMS: dict[str, str] = {}
 
 
-def _stem(hconn: sqlite3.Connection, words: list[str]) -> list[str]:
-    todo = [w for w in words if w not in _STEMS]
-    if todo:
-        hconn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.hq USING fts5(x, tokenize = 'porter unicode61')")
-        hconn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.hq_v USING fts5vocab(temp, hq, 'instance')")
-        hconn.execute("DELETE FROM temp.hq")
-        hconn.execute("INSERT INTO temp.hq(rowid, x) VALUES (1, ?)", [" ".join(todo)])
-        found = dict.fromkeys(todo, "")
-        for term, offset in hconn.execute("SELECT term, offset FROM temp.hq_v"):
-            if 0 <= offset < len(todo):
-                found[todo[offset]] = term
-        if len(_STEMS) > 100_000:
-            _STEMS.clear()
-        _STEMS.update(found)
-    return [_STEMS[w] for w in words]
-
-
-def _terms(hconn: sqlite3.Connection, q: Query, p: HistoryParams) -> str:
+def _terms(hconn: HistoryReader, q: Query, p: HistoryParams) -> str:
     """The FTS5 MATCH for ``q``: issue numbers (``#123``), then its rarest terms in the commit
     messages (IDF, as BM25 weighs them) up to ``p.max_terms``; terms no message has, or more
     than ``p.max_df`` of them have, are dropped. A pasted issue has hundreds of words: every
@@ -138,10 +109,10 @@ def _terms(hconn: sqlite3.Connection, q: Query, p: HistoryParams) -> str:
     words = [t for t in dict.fromkeys([*refs, *q.terms]) if _TOKEN.fullmatch(t)]
     if not words:
         return ""
-    stems = _stem(hconn, words)
+    stems = hconn.stems(words)
     uniq = sorted({s for s in stems if s})
-    df = dict(hconn.execute(f"SELECT term, doc FROM vocab WHERE term IN ({','.join('?' * len(uniq))})", uniq))
-    n = max(hconn.execute("SELECT count(*) FROM commits").fetchone()[0], 1)
+    df = hconn.doc_counts(uniq)
+    n = max(hconn.commit_count(), 1)
     picked: dict[str, tuple[float, str]] = {}
     for word, stem in zip(words, stems, strict=True):
         d = df.get(stem)
@@ -170,44 +141,27 @@ def _similar(ctx: SignalContext, q: Query, p: HistoryParams, which: str = "votes
     return out
 
 
-def _query(hconn: sqlite3.Connection, q: Query, p: HistoryParams, which: str) -> list[_Sim]:
+def _query(hconn: HistoryReader, q: Query, p: HistoryParams, which: str) -> list[_Sim]:
     match = _terms(hconn, q, p)
     if not match:
         return []
-    w = p.weights
-    cond = {"votes": " AND c.files BETWEEN 1 AND ? AND c.parents <= 1",
-            "commits": " AND c.parents <= 1"}.get(which, "")
-    if p.window > 0:
-        cond += (" AND c.commit_time >= coalesce((SELECT commit_time FROM commits "
-                 f"ORDER BY commit_time DESC LIMIT 1 OFFSET {int(p.window) - 1}), 0)")
-    rows = hconn.execute(
-        f"SELECT c.id, c.sha, c.author_time, c.commit_time, c.subject, c.files, c.parents, "
-        f"bm25(commits_fts, {w[0]}, {w[1]}, {w[2]}) AS s FROM commits_fts t "
-        f"JOIN commits c ON c.id = t.rowid WHERE commits_fts MATCH ?{cond} ORDER BY s LIMIT ?",
-        [match, *([p.huge] if which == "votes" else []), p.depth],
-    ).fetchall()
+    rows = hconn.similar(match, p.weights, depth=p.depth, which=which, huge=p.huge, window=p.window)
     sims = [_Sim(*r[:7], bm25=-r[7]) for r in rows]
     if not sims:
         return []
     best = max(s.bm25 for s in sims) or 1.0
     head_time = 0
     if p.decay_days > 0:
-        row = hconn.execute("SELECT value FROM meta WHERE key = 'head_time'").fetchone()
-        head_time = int(row[0]) if row else 0
+        head_time = hconn.head_time()
     by_id = {s.id: s for s in sims}
     for s in sims:
         s.weight = s.bm25 / best
         if head_time:
             days = max(0, head_time - s.commit_time) / 86_400
             s.weight *= math.exp(-days / p.decay_days)
-    marks = ",".join("?" * len(by_id))
-    for cid, path in hconn.execute(
-        f"SELECT commit_id, path FROM changes WHERE commit_id IN ({marks}) ORDER BY rowid", list(by_id)
-    ):
+    for cid, path in hconn.changed_paths(list(by_id)):
         by_id[cid].files.append(path)
-    for cid, path, name, parent in hconn.execute(
-        f"SELECT commit_id, path, name, parent FROM defs WHERE commit_id IN ({marks})", list(by_id)
-    ):
+    for cid, path, name, parent in hconn.changed_definitions(list(by_id)):
         by_id[cid].defs.append((path, name, parent))
     return sims
 
@@ -220,19 +174,13 @@ class _Paths:
         self.known: dict[str, str | None] = {}  # path -> language ('' unknown), None: absent
         self.allowed: dict[str, bool] = {}  # existing path -> within the scope
         self.renames: dict[str, list[tuple[str, int]]] = {}
-        self._hconn: sqlite3.Connection | None = None
+        self._hconn: HistoryReader | None = None
 
     def load(self, paths: set[str]) -> None:
         todo = [p for p in paths if p not in self.known]
-        for i in range(0, len(todo), 500):
-            part = todo[i : i + 500]
-            rows = self.ctx.conn.execute(
-                f"SELECT path, coalesce(language, '') FROM files WHERE status IN ('ok', 'syntax_error') "
-                f"AND path IN ({','.join('?' * len(part))})", part,
-            ).fetchall()
-            found = dict(rows)
-            for path in part:
-                self.known[path] = found.get(path)
+        found = graph.indexed_languages(self.ctx.conn, todo)
+        for path in todo:
+            self.known[path] = found.get(path)
 
     def current(self, path: str, since: int) -> str | None:
         """Today's path of ``path`` as of commit time ``since``; None if it is gone."""
@@ -260,10 +208,7 @@ class _Paths:
         if path not in self.renames:
             if self._hconn is None:
                 self._hconn = _open(self.ctx)
-            self.renames[path] = [] if self._hconn is None else self._hconn.execute(
-                "SELECT ch.path, c.commit_time FROM changes ch JOIN commits c ON c.id = ch.commit_id "
-                "WHERE ch.old_path = ? AND ch.status = 'R' ORDER BY c.commit_time", [path],
-            ).fetchall()
+            self.renames[path] = [] if self._hconn is None else self._hconn.renames_of(path)
         return next(((p, t) for p, t in self.renames[path] if t >= since), None)
 
     def close(self) -> None:
@@ -369,20 +314,11 @@ class HistorySymbols:
 
 
 def _definitions(
-    conn: sqlite3.Connection, path: str, names: set[str]
+    conn: Connection, path: str, names: set[str]
 ) -> dict[str, list[tuple[str, str, int, int, str]]]:
     """Today's definitions of one file named ``names``: (qualname, path, start, end, parent)."""
     out: dict[str, list[tuple[str, str, int, int, str]]] = defaultdict(list)
-    row = conn.execute("SELECT id FROM files WHERE path = ?", [path]).fetchone()
-    if row is None:
-        return out
-    wanted = sorted(names)
-    for name, qual, start, end, parent in conn.execute(
-        "SELECT s.name, s.qualname, s.start_line, s.end_line, coalesce(p.name, '') FROM symbols s "
-        "LEFT JOIN symbols p ON p.id = s.parent_id "
-        f"WHERE s.file_id = ? AND s.kind != 'module' AND s.name IN ({','.join('?' * len(wanted))})",
-        [row[0], *wanted],
-    ):
+    for name, qual, start, end, parent in graph.definitions_named_in_file(conn, path, names):
         out[name].append((qual, path, start, end, parent))
     return out
 
@@ -414,16 +350,13 @@ def similar_commits(
 def lookup_commit(index_dir: Path, prefix: str) -> tuple[str, str] | None:
     """(sha, subject) of the one commit of HEAD's history whose sha starts with ``prefix``,
     or None (unknown, ambiguous, or no history index)."""
-    from .signals import SignalContext
-
-    hconn = _open(SignalContext(None, Path("."), index_dir))  # type: ignore[arg-type]
-    if hconn is None or not re.fullmatch(r"[0-9a-f]{4,40}", prefix):
+    if not re.fullmatch(r"[0-9a-f]{4,40}", prefix):
+        return None
+    hconn = HistoryReader.open(index_dir)
+    if hconn is None:
         return None
     try:
-        rows = hconn.execute(
-            "SELECT sha, subject FROM commits WHERE sha >= ? AND sha < ? LIMIT 2",
-            [prefix, prefix + "g"],
-        ).fetchall()
+        rows = hconn.commits_with_prefix(prefix)
     finally:
         hconn.close()
     return (rows[0][0], rows[0][1]) if len(rows) == 1 else None

@@ -8,14 +8,17 @@ Ambiguous references contribute each candidate with its split confidence.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from indexer import graph
+
+if TYPE_CHECKING:
+    import sqlite3
 
 #: ref kind -> (relation of the target seen from the referrer, of the referrer seen from the
 #: target). Read "<node> <relation> <via>": compute_tax called-by checkout_total.
@@ -73,16 +76,11 @@ class Subgraph:
     edges: tuple[Edge, ...]
 
 
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
-
-
 def _neighbours(
     conn: sqlite3.Connection, frontier: list[int], fanout: int, degree: dict[int, int]
 ) -> list[tuple[int, int, str, float]]:
     """Edges touching the frontier, both directions: per node, relation kind and direction
     only the ``fanout`` most confident (ranked in SQL: a hub has thousands of callers)."""
-    marks = _marks(len(frontier))
     quiet = [n for n in frontier if degree.get(n, 0) <= HUB_DEGREE]
     best: dict[tuple[int, int, str], float] = {}
 
@@ -109,23 +107,9 @@ def _neighbours(
     refs(outgoing=True, candidates=True)
     refs(outgoing=False, candidates=True)
     # Nesting: members and their classes; top-level definitions and their module.
-    rows = conn.execute(
-        f"SELECT id, parent_id, file_id, kind FROM symbols WHERE id IN ({marks}) "
-        f"UNION SELECT id, parent_id, file_id, kind FROM symbols WHERE parent_id IN ({marks})",
-        frontier + frontier,
-    ).fetchall()
+    rows = graph.nesting_rows(conn, frontier)
     top_files = sorted({f for _, parent, f, kind in rows if parent is None and kind != "module"})
-    modules = (
-        dict(
-            conn.execute(
-                f"SELECT file_id, id FROM symbols WHERE kind = 'module' AND file_id IN "
-                f"({_marks(len(top_files))})",
-                top_files,
-            ).fetchall()
-        )
-        if top_files
-        else {}
-    )
+    modules = graph.module_ids(conn, top_files)
     for sid, parent, file_id, kind in rows:
         up = parent if parent is not None else (modules.get(file_id) if kind != "module" else None)
         add(sid, up, "encloses", 1.0)

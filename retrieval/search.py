@@ -11,6 +11,7 @@ from pathlib import Path
 
 from indexer import graph
 from indexer.errors import VectorsMissingError
+from indexer.languages import KINDS, kind_of, languages_of_kind
 from indexer.testpaths import is_test_path
 
 from .freshness import stale_paths
@@ -33,6 +34,7 @@ class SearchHit:
     ranks: dict[str, int] = field(default_factory=dict)  # source -> 1-based rank
     snippet: str = ""
     stale: bool = False  # the file changed on disk since it was indexed
+    kind: str = ""  # code | docs | config: what the file is for (see indexer.languages.KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +193,10 @@ class Searcher:
         path_glob=None,
         exclude_tests: bool = False,
         paths=None,
+        kinds: Sequence[str] = (),
     ) -> list[_Cand]:
-        """The ``k`` chunks nearest ``query``; ``paths``: only in those files."""
+        """The ``k`` chunks nearest ``query``; ``paths``: only in those files; ``kinds``: only
+        in files of those kinds."""
         vs = self._vector_store()
         if vs is None:
             return []
@@ -203,7 +207,8 @@ class Searcher:
             # new chunks' vectors before it swaps its graph in, and the vectors of chunks it
             # dropped go only later. Keep the hits of chunks this generation has; dig deeper
             # when some were another's, so the answer is what this generation alone would give.
-            found = vs.search(vec, k=limit, language=lang, path_glob=path_glob, paths=paths)
+            found = vs.search(vec, k=limit, language=lang, path_glob=path_glob, paths=paths,
+                              languages=languages_of_kind(kinds) if kinds else None)
             known = self._known_chunks(h.chunk_id for h in found)
             hits = [h for h in found if h.chunk_id in known]
             if len(hits) >= want or len(found) < limit:
@@ -225,6 +230,7 @@ class Searcher:
         exclude_tests: bool = False,
         depth: int | None = None,
         model=None,
+        kinds: Sequence[str] = (),
     ) -> SearchResult:
         """Top ``k`` chunks for ``query``. ``hybrid`` ranks through every signal and the fusion
         (`retrieval.pipeline`); ``lexical`` and ``semantic`` are one signal each. ``weights``
@@ -236,12 +242,15 @@ class Searcher:
 
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        bad = [kd for kd in kinds if kd not in KINDS]
+        if bad:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {', '.join(bad)}")
         depth = max(depth or DEPTH, k)
         ctx = SignalContext(
             self.conn,
             self.root,
             self.index_dir,
-            Scope(lang, path_glob, exclude_tests),
+            Scope(lang, path_glob, exclude_tests, tuple(kinds)),
             searcher=self,
         )
         warnings: list[str] = []
@@ -285,6 +294,8 @@ class Searcher:
             for e in c.evidence:
                 per_source.setdefault(e.signal, {}).setdefault(c.hit.chunk_id, (e.rank, e.score))
         hits = self._hydrate(fused, per_source)
+        if kinds:  # every signal filters by kind already; this guards the fused list
+            hits = [h for h in hits if h.kind in kinds]
         gen = int(self._meta("generation") or 0)
         return SearchResult(
             query, mode, tuple(hits), self.semantic_coverage(), gen, tuple(warnings)
@@ -321,6 +332,7 @@ class Searcher:
                     ranks={src: v[cid][0] for src, v in per_source.items() if cid in v},
                     snippet=snippet(self.root / path, s, e),
                     stale=path in stale,
+                    kind=kind_of(lang or ""),
                 )
             )
         return out

@@ -12,14 +12,17 @@ a traceback frame, a definition a past commit changed); ``chunk`` hits name an i
 from __future__ import annotations
 
 import fnmatch
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from indexer.testpaths import is_test_path, sql_is_test_path
+from indexer.graph import FileFilter
+from indexer.languages import kind_of, language_for_path, languages_of_kind
+from indexer.testpaths import is_test_path
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from .query import Query
 
 Level = Literal["file", "symbol", "chunk"]
@@ -43,11 +46,13 @@ class Hit:
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """Filters every signal applies: a language, a path glob, tests left out."""
+    """Filters every signal applies: a language, a path glob, tests left out, file kinds
+    (code | docs | config: only files of these kinds; empty: any)."""
 
     lang: str | None = None
     path_glob: str | None = None
     exclude_tests: bool = False
+    kinds: tuple[str, ...] = ()
 
     @property
     def glob(self) -> str | None:
@@ -61,23 +66,16 @@ class Scope:
             return False
         if self.lang and language is not None and language != self.lang:
             return False
+        if self.kinds and kind_of(language or language_for_path(path) or "") not in self.kinds:
+            return False
         g = self.glob
         return g is None or fnmatch.fnmatchcase(path, g)
 
-    def sql(self, file_alias: str = "f") -> tuple[str, list]:
-        """`` AND ...`` conditions on the files table aliased ``file_alias``."""
-        sql, params = "", []
-        if self.exclude_tests:
-            tests, globs = sql_is_test_path(f"{file_alias}.path")
-            sql += f" AND NOT {tests}"
-            params.extend(globs)
-        if self.lang:
-            sql += f" AND {file_alias}.language = ?"
-            params.append(self.lang)
-        if self.glob:
-            sql += f" AND {file_alias}.path GLOB ?"
-            params.append(self.glob)
-        return sql, params
+    @property
+    def files(self) -> FileFilter:
+        """The same filters, for reads of the index."""
+        langs = languages_of_kind(self.kinds) if self.kinds else ()
+        return FileFilter(self.lang, self.glob, self.exclude_tests, langs)
 
 
 @dataclass

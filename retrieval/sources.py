@@ -11,14 +11,27 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
-import threading
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from indexer import graph
+from indexer.lexical_reads import (
+    chunk_bm25,
+    chunk_spans,
+    file_bm25,
+    fts_stems,
+    has_table,
+    table_docs,
+    term_stats,
+)
 
 from .query import Query
 from .signals import Hit, SignalContext
+
+if TYPE_CHECKING:
+    from sqlite3 import Connection
 
 #: Lexical queries keep this many of the task's terms, the rarest first: a pasted issue has
 #: hundreds of words, and an OR over all of them costs FTS5 one posting list each while the
@@ -30,63 +43,6 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 
 
 # -- lexical term selection --------------------------------------------------------------------
-
-
-def _vocab(conn: sqlite3.Connection, table: str) -> str:
-    """A temp fts5vocab over ``table`` (works on read-only connections), created once."""
-    name = f"{table}_vocab"
-    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, {table}, 'row')")
-    return name
-
-
-_tokenizer = threading.local()
-
-
-def _stems(terms: list[str]) -> list[str]:
-    """Each term as the index's tokenizer (porter, unicode61) stores it — tokenized by FTS5
-    itself, in a private in-memory database (the reader's own connection stays read-only)."""
-    conn = getattr(_tokenizer, "conn", None)
-    if conn is None:
-        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        conn.execute("CREATE VIRTUAL TABLE q USING fts5(x, tokenize = 'porter unicode61')")
-        conn.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, 'instance')")
-        _tokenizer.conn = conn
-    conn.execute("DELETE FROM q")
-    conn.execute("INSERT INTO q(rowid, x) VALUES (1, ?)", [" ".join(terms)])
-    out = [""] * len(terms)
-    for term, offset in conn.execute("SELECT term, offset FROM qv"):
-        if 0 <= offset < len(out):
-            out[offset] = term
-    return out
-
-
-def _table_docs(conn: sqlite3.Connection, table: str) -> int:
-    """Rows in an FTS5 table, as its BM25 counts them: the first varint of the table's
-    "averages" record (id 1 of ``<table>_data``) — one lookup, where count(*) scans every row."""
-    try:
-        row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
-    except sqlite3.OperationalError:  # no such table
-        return 0
-    return _varint(row[0]) if row and row[0] else 0
-
-
-def _varint(b: bytes) -> int:
-    """SQLite's varint: big-endian 7-bit groups, the ninth byte whole."""
-    v = 0
-    for k, byte in enumerate(b[:9]):
-        if k == 8:
-            return (v << 8) | byte
-        v = (v << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return v
-    return v
-
-
-def _has(conn: sqlite3.Connection, name: str) -> bool:
-    return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE name = ? UNION ALL SELECT 1 FROM temp.sqlite_master WHERE name = ?",
-        [name, name],
-    ).fetchone() is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +61,7 @@ POSTINGS_BUDGET = 50_000
 
 
 def select_terms(
-    conn: sqlite3.Connection,
+    conn: Connection,
     table: str,
     terms: list[str],
     limit: int = MAX_TERMS,
@@ -122,19 +78,12 @@ def select_terms(
     clean = [t for t in dict.fromkeys(terms) if _TOKEN.fullmatch(t)]
     if not clean:
         return []
-    stems = _stems(clean)
-    vocab = _vocab(conn, table)
+    stems = fts_stems(clean)
     uniq = sorted({s for s in stems if s})
     if not uniq:
         return []
-    stats = {
-        term: (doc, cnt)
-        for term, doc, cnt in conn.execute(
-            f"SELECT term, doc, cnt FROM temp.{vocab} WHERE term IN ({','.join('?' * len(uniq))})",
-            uniq,
-        )
-    }
-    n = max(_table_docs(conn, table), 1)
+    stats = term_stats(conn, table, uniq)
+    n = max(table_docs(conn, table), 1)
     cands: dict[str, tuple[float, str, int, int]] = {}
     for text, stem in zip(clean, stems, strict=True):
         if stem not in stats or stem in cands:
@@ -199,22 +148,15 @@ class ChunkLexical:
             )
         if not picked or paths == []:
             return []
-        fsql, fparams = ctx.scope.sql()
-        if paths is not None:
-            fsql += f" AND f.path IN ({','.join('?' * len(paths))})"
-            fparams = [*fparams, *paths]
-        rows = ctx.conn.execute(
-            "SELECT t.rowid, bm25(chunks_fts, 2.0, 4.0, 1.0) AS s, f.path, c.symbol, c.start_line, "
-            "c.end_line FROM chunks_fts t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
-            f"WHERE chunks_fts MATCH ?{fsql} ORDER BY s LIMIT ?",
-            [match_expr(picked), *fparams, k],
-        ).fetchall()
+        rows = chunk_bm25(ctx.conn, match_expr(picked), CHUNK_WEIGHTS, k, ctx.scope.files, paths)
         return [
             Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b)
             for cid, s, path, sym, a, b in rows
         ]
 
 
+#: Column weights of chunk BM25: path, definition name, text.
+CHUNK_WEIGHTS = (2.0, 4.0, 1.0)
 #: Column weights of whole-file BM25: path words, defined names, text.
 FILE_WEIGHTS = (2.0, 2.0, 1.0)
 
@@ -229,84 +171,59 @@ class FileLexical:
         self.limit = limit
 
     def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
-        if not _has(ctx.conn, "files_fts"):
+        if not has_table(ctx.conn, "files_fts"):
             return []
         picked = select_terms(ctx.conn, "files_fts", list(q.terms), self.limit, q.term_counts)
         if not picked:
             return []
-        fsql, fparams = ctx.scope.sql()
-        w = FILE_WEIGHTS
-        rows = ctx.conn.execute(
-            f"SELECT f.path, bm25(files_fts, {w[0]}, {w[1]}, {w[2]}) AS s FROM files_fts t "
-            f"JOIN files f ON f.id = t.rowid WHERE files_fts MATCH ?{fsql} ORDER BY s LIMIT ?",
-            [match_expr(picked), *fparams, k],
-        ).fetchall()
+        rows = file_bm25(ctx.conn, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files)
         return [Hit("file", path, -s) for path, s in rows]
 
 
 # -- names, paths, frames, errors --------------------------------------------------------------
 
-_SYM_SQL = (
-    "SELECT s.qualname, s.kind, s.start_line, s.end_line, f.path, coalesce(f.language, '') "
-    "FROM symbols s JOIN files f ON f.id = s.file_id "
-)
 #: A plain name defined in more places than this says little about where to look.
 MAX_NAME_DEFS = 8
-
-
-def _module_exists(ctx: SignalContext, module: str) -> bool:
-    return ctx.conn.execute("SELECT 1 FROM files WHERE module = ? LIMIT 1", [module]).fetchone() is not None
 
 
 def _exports(ctx: SignalContext, module: str, name: str, depth: int = 4) -> list[str]:
     """Qualified names ``module.name`` means: a definition there, or what the module imports
     under that name (``xarray/__init__.py``'s ``from .core.computation import where``),
     followed through re-exports and ``*`` imports."""
-    if ctx.conn.execute(
-        "SELECT 1 FROM symbols WHERE qualname = ? LIMIT 1", [f"{module}.{name}"]
-    ).fetchone():
+    if graph.qualname_exists(ctx.conn, f"{module}.{name}"):
         return [f"{module}.{name}"]
     if depth == 0:
         return []
     out: list[str] = []
-    for m, n in ctx.conn.execute(
-        "SELECT DISTINCT i.module, i.name FROM imports i JOIN files f ON f.id = i.file_id "
-        "WHERE f.module = ? AND (i.alias = ? OR i.name = '*') LIMIT 20",
-        [module, name],
-    ):
+    for m, n in graph.module_imports_named(ctx.conn, module, name):
         if (m, n) != (module, name):
             out += _exports(ctx, m, name if n == "*" else n, depth - 1)
     return out
 
 
-def _resolve_through_modules(ctx: SignalContext, parts: list[str]) -> list[tuple]:
+def _resolve_through_modules(ctx: SignalContext, parts: list[str]) -> list[graph.NamedDefinition]:
     """``xarray.DataArray.quantile``: the longest prefix that is an indexed module, its export
     named by the next part, then the rest as members."""
-    fsql, fparams = ctx.scope.sql()
+    files = ctx.scope.files
     for i in range(len(parts) - 1, 0, -1):
         module = ".".join(parts[:i])
-        if not _module_exists(ctx, module):
+        if not graph.module_exists(ctx.conn, module):
             continue
-        rows: list[tuple] = []
+        rows: list[graph.NamedDefinition] = []
         for qual in _exports(ctx, module, parts[i]):
             full = ".".join([qual, *parts[i + 1 :]])
-            rows += ctx.conn.execute(
-                _SYM_SQL + f"WHERE s.qualname = ? AND s.kind != 'module'{fsql}", [full, *fparams]
-            ).fetchall()
+            rows += graph.definitions_with_qualname(ctx.conn, full, files)
         if rows:
             return rows
     return []
 
 
-def resolve_name(ctx: SignalContext, ident: str, limit: int = 200) -> list[tuple]:
+def resolve_name(ctx: SignalContext, ident: str, limit: int = 200) -> list[graph.NamedDefinition]:
     """Definitions ``ident`` names: a plain name, ``Class.method``, or a dotted qualified name
-    (a trailing suffix of a module-qualified name); rows of ``_SYM_SQL``."""
+    (a trailing suffix of a module-qualified name)."""
     parts = ident.replace("::", ".").split(".")
     last = parts[-1]
-    fsql, fparams = ctx.scope.sql()
-    rows = ctx.conn.execute(
-        _SYM_SQL + f"WHERE s.name = ? AND s.kind != 'module'{fsql} LIMIT ?", [last, *fparams, limit]
-    ).fetchall()
+    rows = graph.definitions_with_name(ctx.conn, last, ctx.scope.files, limit)
     if len(parts) == 1:
         return rows
     dotted = ".".join(parts)
@@ -355,7 +272,7 @@ def _path_index(ctx: SignalContext) -> dict[str, list[str]]:
     cached = ctx.cache.get("paths_by_name")
     if cached is None:
         cached = defaultdict(list)
-        for (path,) in ctx.conn.execute("SELECT path FROM files"):
+        for path in graph.all_paths(ctx.conn):
             cached[path.rsplit("/", 1)[-1]].append(path)
         ctx.cache["paths_by_name"] = cached
     return cached
@@ -386,8 +303,7 @@ def match_path(ctx: SignalContext, raw: str) -> list[str]:
 
 
 def module_paths(ctx: SignalContext, dotted: str) -> list[str]:
-    rows = ctx.conn.execute("SELECT path FROM files WHERE module = ?", [dotted]).fetchall()
-    return [r[0] for r in rows]
+    return graph.module_paths(ctx.conn, dotted)
 
 
 class Paths:
@@ -433,11 +349,7 @@ class Frames:
             for path in match_path(ctx, f.path):
                 if not ctx.scope.allows(path):
                     continue
-                rows = ctx.conn.execute(
-                    "SELECT s.qualname, s.start_line, s.end_line, s.name FROM symbols s JOIN files f "
-                    "ON f.id = s.file_id WHERE f.path = ? AND s.kind != 'module'",
-                    [path],
-                ).fetchall()
+                rows = graph.definition_spans_in_file(ctx.conn, path)
                 pick = [r for r in rows if f.function and r[3] == f.function]
                 if not pick and f.line:
                     around = [r for r in rows if r[1] <= f.line <= r[2]]
@@ -472,13 +384,7 @@ class Errors:
         if not phrases:
             return []
         expr = " OR ".join('"' + p.replace('"', '""') + '"' for p in dict.fromkeys(phrases))
-        fsql, fparams = ctx.scope.sql()
-        rows = ctx.conn.execute(
-            "SELECT t.rowid, bm25(chunks_fts, 0.0, 0.0, 1.0) AS s, f.path, c.symbol, c.start_line, "
-            "c.end_line FROM chunks_fts t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
-            f"WHERE chunks_fts MATCH ?{fsql} ORDER BY s LIMIT ?",
-            [f"body : ({expr})", *fparams, k],
-        ).fetchall()
+        rows = chunk_bm25(ctx.conn, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files)
         return [
             Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b,
                 note="error message")
@@ -506,19 +412,11 @@ class Vectors:
         text = q.text if len(q.text) < 2000 else q.text[:2000]
         cands = searcher.semantic(
             text, k, lang=ctx.scope.lang, path_glob=ctx.scope.path_glob,
-            exclude_tests=ctx.scope.exclude_tests, paths=paths,
+            exclude_tests=ctx.scope.exclude_tests, paths=paths, kinds=ctx.scope.kinds,
         )
         if not cands:
             return []
-        ids = [c.chunk_id for c in cands]
-        rows = {
-            r[0]: r[1:]
-            for r in ctx.conn.execute(
-                "SELECT c.id, f.path, c.symbol, c.start_line, c.end_line FROM chunks c JOIN files f "
-                f"ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})",
-                ids,
-            )
-        }
+        rows = chunk_spans(ctx.conn, [c.chunk_id for c in cands])
         out = []
         for c in cands:
             if c.chunk_id in rows:

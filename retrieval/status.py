@@ -8,7 +8,7 @@ from typing import Any
 from indexer import graph, store
 from indexer.config import Config
 from indexer.discovery import discover
-from indexer.languages import language_for_path
+from indexer.languages import kind_of, language_for_path
 
 
 def pending_changes(config: Config, conn) -> dict[str, int]:
@@ -29,6 +29,18 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
         elif old != (f.size, f.mtime_ns):
             changed += 1
     return {"changed": changed, "added": added, "deleted": len(indexed.keys() - seen)}
+
+
+def files_by_language(conn) -> dict[str, dict[str, int]]:
+    """Indexed files by language (most first) and by kind (code | docs | config)."""
+    rows = conn.execute(
+        "SELECT language, count(*) FROM files WHERE status IN ('ok','syntax_error') "
+        "GROUP BY language ORDER BY count(*) DESC, language"
+    ).fetchall()
+    kinds: dict[str, int] = {}
+    for lang, n in rows:
+        kinds[kind_of(lang)] = kinds.get(kind_of(lang), 0) + n
+    return {"by_language": dict(rows), "by_kind": dict(sorted(kinds.items()))}
 
 
 def _vectors(config: Config, db) -> dict[str, Any] | None:
@@ -84,6 +96,7 @@ def index_status(config: Config) -> dict[str, Any]:
             "symbols": lb.get("symbols", 0),
             "references": lb.get("references", 0),
             "resolved_pct": lb.get("resolved_pct", 0.0),
+            **files_by_language(conn),
             "pending": pending_changes(config, conn),
             "vectors": _vectors(config, db),
             "history": _history(config),

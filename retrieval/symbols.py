@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from indexer import graph
 from indexer.models import RefRecord, SymbolRecord
@@ -11,22 +11,8 @@ from indexer.models import RefRecord, SymbolRecord
 from .errors import SymbolNotFoundError
 from .freshness import stale_paths
 
-_SYMBOL_COLS = (
-    "s.id, f.path, s.name, s.qualname, s.kind, s.start_line, s.end_line, s.signature, s.doc, "
-    "f.language, s.parent_id"
-)
-
-
-def _symbols(conn: sqlite3.Connection, where: str, params: list, limit: int) -> list[SymbolRecord]:
-    sql = (
-        f"SELECT {_SYMBOL_COLS} FROM symbols s JOIN files f ON f.id = s.file_id "
-        f"WHERE {where} ORDER BY (s.kind = 'module'), length(s.qualname), s.qualname LIMIT ?"
-    )
-    return [SymbolRecord(*row) for row in conn.execute(sql, [*params, limit])]
-
-
-def _like_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+if TYPE_CHECKING:
+    import sqlite3
 
 
 def mark_stale(conn: sqlite3.Connection, records: list) -> list:
@@ -40,30 +26,12 @@ def find_symbols(
 ) -> list[SymbolRecord]:
     """Definitions matching ``name``: an exact qualified name, an exact name, a qualified-name
     suffix (``Class.method``), then a prefix of the name or qualified name (fuzzy prefix)."""
-    name = name.strip().replace("::", ".")
-    kind_sql, kind_params = (" AND s.kind = ?", [kind]) if kind else ("", [])
-    steps: list[tuple[str, list]] = [
-        ("s.qualname = ?", [name]),
-        ("s.name = ?", [name]),
-    ]
-    if "." in name:
-        steps.append(("s.qualname LIKE ? ESCAPE '\\'", ["%." + _like_escape(name)]))
-    steps.append(
-        (
-            "(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')",
-            [_like_escape(name) + "%", _like_escape(name) + "%"],
-        )
-    )
-    for where, params in steps:
-        hits = _symbols(conn, where + kind_sql, params + kind_params, limit)
-        if hits:
-            return mark_stale(conn, hits)
-    return []
+    hits = graph.find_definitions(conn, name.strip().replace("::", "."), kind, limit)
+    return mark_stale(conn, hits) if hits else []
 
 
 def symbol_by_id(conn: sqlite3.Connection, sym_id: int) -> SymbolRecord | None:
-    hits = _symbols(conn, "s.id = ?", [sym_id], 1)
-    return hits[0] if hits else None
+    return graph.definition_record(conn, sym_id)
 
 
 def _targets(conn: sqlite3.Connection, name: str, kind: str | None = None) -> list[SymbolRecord]:
@@ -121,15 +89,7 @@ def callees(
 ) -> tuple[list[SymbolRecord], list[CallEdge]]:
     """What the definitions ``name`` matches call (resolved targets only)."""
     targets = _targets(conn, name)
-    ids = [t.id for t in targets]
-    marks = ",".join("?" * len(ids))
-    rows = conn.execute(
-        f"""SELECT r.target_id, f.path, r.line, r.confidence, r.resolution FROM refs r
-            JOIN files f ON f.id = r.file_id
-            WHERE r.enclosing_id IN ({marks}) AND r.kind = 'call' AND r.target_id IS NOT NULL
-            ORDER BY f.path, r.line LIMIT ?""",
-        [*ids, limit],
-    ).fetchall()
+    rows = graph.calls_from(conn, [t.id for t in targets], limit)
     return targets, _edges(conn, rows)
 
 

@@ -8,11 +8,15 @@ that holds it, which is what a person (or the localization benchmark) would name
 
 from __future__ import annotations
 
-import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from indexer import graph
 from indexer.models import CLASS_KINDS, FUNCTION_KINDS
+
+if TYPE_CHECKING:
+    import sqlite3
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +82,7 @@ _UNITS_MAX = 4096
 
 def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
     """The units of one indexed file, in line order."""
-    row = conn.execute(
-        "SELECT id, coalesce(module, ''), hash FROM files WHERE path = ?", [path]
-    ).fetchone()
+    row = graph.file_identity(conn, path)
     if row is None:
         return []
     fid, module, digest = row
@@ -90,11 +92,7 @@ def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
         if got is not None:
             _UNITS.move_to_end(key)
             return got
-    syms = conn.execute(
-        "SELECT id, qualname, kind, start_line, end_line, parent_id FROM symbols "
-        "WHERE file_id = ? AND kind != 'module' ORDER BY start_line",
-        [fid],
-    ).fetchall()
+    syms = graph.definitions_of_file_id(conn, fid)
     out = _units_of(path, module, syms)
     if digest is not None:
         _UNITS[key] = out

@@ -310,10 +310,10 @@ def test_walk_agrees_with_git(tmp_path: Path) -> None:
 def test_walk_never_enters_git_directories(tmp_path: Path) -> None:
     root = tmp_path / "tree"
     write(root, ".git/config")
-    write(root, "vendor/lib/.git/HEAD")
-    write(root, "vendor/lib/code.py")
+    write(root, "deps/lib/.git/HEAD")
+    write(root, "deps/lib/code.py")
 
-    assert paths(run(root)) == ["vendor/lib/code.py"]
+    assert paths(run(root)) == ["deps/lib/code.py"]
 
 
 def test_walk_repoctxignore_nested_and_exclude(tmp_path: Path) -> None:

@@ -388,7 +388,8 @@ def test_git_missing_has_no_history_and_no_error(repo, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(empty))
     cfg = index(repo)
     assert history_status(cfg.index_path)["state"] == "no_git"
-    assert store.open_for_read(cfg.index_path).conn.execute("SELECT count(*) FROM files").fetchone()[0] == 3
+    # three Python files and README.md: the graph is built without git
+    assert store.open_for_read(cfg.index_path).conn.execute("SELECT count(*) FROM files").fetchone()[0] == 4
 
 
 def test_history_disabled_removes_the_store(repo):

@@ -129,12 +129,12 @@ def test_a_build_that_indexes_nothing_new_still_counts_this_trees_skipped_files(
     root = make_repo(tmp_path / "repo", {"a.py": "def alpha():\n    return 1\n"})
     assert build_json(root, "--no-embed")["skipped"] == {}
     write_named(root, BAD_NAMES[:1])
-    (root / "notes.txt").write_text("not code\n")
+    (root / "notes.xyz").write_text("not code\n")  # no format repoctx knows
     again = build_json(root, "--no-embed")
     assert again["files_parsed"] == 0 and again["files_total"] == 1
     assert again["skipped"] == {"undecodable_name": 1, "no_grammar": 1}
     os.remove(os.path.join(os.fsencode(root), BAD_NAMES[0]))
-    (root / "notes.txt").unlink()
+    (root / "notes.xyz").unlink()
     assert build_json(root, "--no-embed")["skipped"] == {}
 
 
@@ -244,8 +244,8 @@ def test_definitions_after_a_huge_line_or_deep_nesting_are_indexed(tmp_path: Pat
 
     stats = build_json(root, "--no-embed")
 
-    assert stats["skipped"] == {"minified": 1, "no_grammar": 1}  # the bundle; .repoctx.toml
-    assert stats["files_total"] == 4
+    assert stats["skipped"] == {"minified": 1}  # the bundle (.repoctx.toml is indexed: toml)
+    assert stats["files_total"] == 5
     for name, path in [("after_table", "table.py"), ("after_brackets", "brackets.py"),
                        ("afterObjects", "objects.js"), ("afterNested", "nested.js")]:
         assert symbols(root, name) == [path], name
@@ -260,7 +260,7 @@ def test_counts_add_up_and_say_what_each_is(tmp_path: Path) -> None:
         (root / f"m{i}.py").write_text(f"def m{i}():\n    return {i}\n")
     (root / "blob.py").write_bytes(os.urandom(4096))
     (root / "wide.py").write_bytes("def w():\n    pass\n".encode("utf-16"))
-    (root / "notes.txt").write_text("not code\n")
+    (root / "notes.xyz").write_text("not code\n")  # no format repoctx knows
 
     first = build_json(root, "--no-embed")
     assert (first["files_total"], first["files_parsed"], first["files_unchanged"]) == (3, 3, 0)

@@ -18,7 +18,7 @@ from typing import Any
 
 from indexer import graph
 from indexer.errors import RepoctxError
-from indexer.languages import language_for_path, ts_parser
+from indexer.languages import is_text_format, language_for_path, ts_parser
 from retrieval.symbols import find_symbols
 
 from .core import Tool, ToolContext, ToolResult, fail, ok
@@ -213,6 +213,9 @@ def _target(ctx: ToolContext, conn, name: str, kind: str | None, new_name: str):
     sym = exact[0]
     old = sym.name
     lang = language_for_path(sym.path)
+    if lang is not None and is_text_format(lang):
+        return fail(f"{sym.qualname} is a {sym.kind} of {sym.path}, not code — rename renames "
+                    "definitions in code; edit the file instead.")
     if not new_name.isidentifier() or (lang == "python" and keyword.iskeyword(new_name)):
         return fail(f"{new_name!r} is not a valid identifier — choose another name.")
     if new_name == old:
@@ -236,6 +239,8 @@ def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolRe
     by_file: dict[str, list[tuple[int, str, int]]] = defaultdict(list)  # path -> (line, kind, col)
     by_file.setdefault(sym.path, [])  # the definition's file is always touched
     for path, line, col, kind, ref_name in refs:
+        if kind == "link":
+            continue  # a doc or config naming the file: not code that uses the name
         if ref_name != old and kind != "import":
             continue  # an alias (`from m import old as o`; `o()`) keeps its local name
         by_file[path].append((line, kind, col))
@@ -245,7 +250,7 @@ def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolRe
         loaded = load_for_edit(ctx, path)
         data = loaded.data
         lang_here = language_for_path(path)
-        tree = ts_parser(lang_here).parse(data) if lang_here else None
+        tree = ts_parser(lang_here).parse(data) if lang_here and not is_text_format(lang_here) else None
         starts = _line_starts(data)
         offsets: set[int] = set()
         if path == sym.path:

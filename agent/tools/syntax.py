@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from indexer.languages import language_for_path, ts_parser
+from indexer.languages import is_text_format, language_for_path, ts_parser
 
 #: Errors reported per file; the first one is usually the cause of the rest.
 MAX_REPORTED = 5
@@ -161,7 +161,7 @@ def introduced_issues(
     without them the whole file counts as rewritten.
     """
     language = language_for_path(path)
-    if language is None:
+    if language is None or is_text_format(language):  # docs and configs: no grammar to check
         return []
     if replacements is None:
         replacements = [Replacement(0, len(old or b""), len(new))]

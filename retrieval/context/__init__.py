@@ -24,10 +24,10 @@ whose whole definition is in the pack; figures in docs/context.md, "How the cont
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from indexer.testpaths import is_test_path
 
@@ -51,6 +51,9 @@ from .records import (
 )
 from .repo import Repo
 from .seeds import Seeds
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "FULL",

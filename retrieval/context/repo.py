@@ -3,10 +3,15 @@ classes, and file lines, each loaded once per pack."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from indexer import graph
+
+if TYPE_CHECKING:
+    import sqlite3
 
 # --------------------------------------------------------------------------- index access
 
@@ -35,14 +40,6 @@ class Sym:
         return self.qualname
 
 
-_SYM_SQL = (
-    "SELECT s.id, f.path, s.name, s.qualname, s.kind, s.start_line, s.end_line, s.signature, "
-    "s.doc, s.parent_id, coalesce(f.language, ''), coalesce(f.module, ''), "
-    "s.end_byte - s.start_byte "
-    "FROM symbols s JOIN files f ON f.id = s.file_id "
-)
-
-
 class Repo:
     """Cached reads of the index and of the files on disk."""
 
@@ -58,13 +55,8 @@ class Repo:
         """Load symbols and their ancestors."""
         want = [i for i in set(ids) if i not in self.syms]
         while want:
-            for k in range(0, len(want), 900):
-                part = want[k : k + 900]
-                rows = self.conn.execute(
-                    _SYM_SQL + f"WHERE s.id IN ({','.join('?' * len(part))})", part
-                ).fetchall()
-                for row in rows:
-                    self.syms[row[0]] = Sym(*row)
+            for row in graph.definition_details(self.conn, want):
+                self.syms[row[0]] = Sym(*row)
             want = list(
                 {
                     s.parent
@@ -75,10 +67,7 @@ class Repo:
 
     def file_symbols(self, path: str) -> list[Sym]:
         if path not in self._file_syms:
-            rows = self.conn.execute(
-                _SYM_SQL + "WHERE f.path = ? ORDER BY s.start_line, s.end_line DESC",
-                [path],
-            )
+            rows = graph.definition_details_in_file(self.conn, path)
             syms = [Sym(*row) for row in rows]
             for s in syms:
                 self.syms.setdefault(s.id, s)
@@ -93,12 +82,7 @@ class Repo:
                 for s in self._file_syms[path]
                 if s.kind != "module" and s.start <= end and s.end >= start
             ]
-        rows = self.conn.execute(
-            _SYM_SQL + "WHERE s.file_id = (SELECT id FROM files WHERE path = ?) "
-            "AND s.start_line <= ? AND s.end_line >= ? AND s.kind != 'module' "
-            "ORDER BY s.start_line, s.end_line DESC",
-            [path, end, start],
-        )
+        rows = graph.definition_details_between(self.conn, path, start, end)
         syms = [Sym(*row) for row in rows]
         for s in syms:
             self.syms.setdefault(s.id, s)
@@ -124,5 +108,5 @@ class Repo:
 
     def paths(self) -> set[str]:
         if self._paths is None:
-            self._paths = {r[0] for r in self.conn.execute("SELECT path FROM files")}
+            self._paths = set(graph.all_paths(self.conn))
         return self._paths

@@ -9,11 +9,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from indexer.errors import RepoctxError
+from indexer.languages import kind_of, language_for_path
 
 from ..pipeline import default_signals
 from ..tokens import TokenCounter
 from .records import ContextError, Key, PackPolicy, Reason, Seed
 from .repo import Repo, Sym
+
+#: Unless the task asks about docs or setup, docs and configs (README sections, YAML keys) seed
+#: with this share of a code unit's weight, and at most DOCS_SEEDS of them: code comes first.
+DOCS_PRIOR = 0.5
+DOCS_SEEDS = 2
+_ASKS_DOCS = re.compile(
+    r"\b(?:docs?|documentation|readme|how (?:do|to|can)|install\w*|guide|tutorial|changelog"
+    r"|licen[cs]e|dockerfile|makefile|ya?ml|toml|config(?:uration)? files?)\b",
+    re.I,
+)
 
 # --------------------------------------------------------------------------- seeds
 
@@ -155,6 +166,8 @@ class Seeds:
         self.ranking = ranking
         self.timings = ctx.cache.get("timings", {})
         n = 0
+        prose = 0  # docs and config units seeded so far (see DOCS_PRIOR)
+        asks_docs = bool(_ASKS_DOCS.search(task))
         for ru in ranking.units:
             if n >= self.policy.unit_seeds:
                 break
@@ -163,6 +176,11 @@ class Seeds:
                 not ru.evidence
             ):  # ranked for its file's sake only: not evidence of its own
                 continue
+            is_code = asks_docs or kind_of(language_for_path(u.path) or "") == "code"
+            if not is_code:
+                if prose >= DOCS_SEEDS:
+                    continue
+                prose += 1
             if u.kind == "module":
                 key: Key = self._span_key(u.path, u.start, u.end)
             else:
@@ -171,7 +189,7 @@ class Seeds:
                     continue
                 key = sym.id
             n += 1
-            w = 1.0 / (self.policy.seed_k + n)
+            w = (1.0 if is_code else DOCS_PRIOR) / (self.policy.seed_k + n)
             self.weight[key] += w
             for e in ru.evidence[:4]:
                 if not any(r.source == e.signal for r in self.reasons[key]):

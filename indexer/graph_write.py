@@ -1,0 +1,264 @@
+"""Writes to the graph, beside the schema in `store.py`: a parsed file's rows (symbols,
+references, imports, chunks and their lexical rows), the deletion of a file, the names whose
+references must be re-resolved, and the resolutions themselves. The build's driver
+(`build.py`) decides what to write and when; every write statement of a build is here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from . import store
+from .languages import language_for_path
+from .lexical import index_files, index_terms
+from .models import ParsedFile, Progress
+from .parse_worker import FileResult
+from .resolve import Resolution, SymbolTable, resolve_refs
+from .store import WriteDB
+
+#: References resolved per page.
+RESOLVE_PAGE = 50_000
+#: Above this share of references needing resolution, load every symbol up front.
+PRELOAD_SHARE = 0.05
+
+ProgressFn = Callable[[Progress], None]
+
+
+def write_results(
+    db: WriteDB, results: Iterable[FileResult], existing: dict, gen: int,
+    bulk: bool = False,
+) -> None:
+    """Replace the rows of each changed file; record names whose definitions moved."""
+    conn = db.conn
+    pending_names: set[str] = set()
+    for r in results:
+        old = existing.get(r.path)
+        if r.status == "unchanged":
+            conn.execute("UPDATE files SET mtime_ns = ?, size = ? WHERE path = ?",
+                         [r.mtime_ns, r.size, r.path])
+            continue
+        old_ids: dict[int, str] = {}
+        old_imports: set[tuple] = set()
+        if old is not None:
+            fid = old[0]
+            old_ids = dict(conn.execute("SELECT id, name FROM symbols WHERE file_id = ?", [fid]))
+            old_imports = set(conn.execute("SELECT module, name, alias FROM imports WHERE file_id = ?", [fid]))
+            _delete_file_rows(conn, fid, keep_file=True)
+        pf = r.parsed
+        language = pf.language if pf else language_for_path(r.path)
+        module = pf.module if pf else None
+        row = conn.execute(
+            "INSERT INTO files(path, language, module, size, mtime_ns, hash, lines, status, gen) "
+            "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET language=excluded.language, "
+            "module=excluded.module, size=excluded.size, mtime_ns=excluded.mtime_ns, "
+            "hash=excluded.hash, lines=excluded.lines, status=excluded.status, gen=excluded.gen "
+            "RETURNING id",
+            [r.path, language, module, r.size, r.mtime_ns, r.hash, pf.lines if pf else 0, r.status, gen],
+        ).fetchone()
+        fid = row[0]
+        new_ids: dict[int, str] = {}
+        new_imports: set[tuple] = set()
+        if pf is not None:
+            new_ids, new_imports = _insert_parsed(conn, fid, pf)
+        _replace_chunks(conn, fid, r, module or "")
+        for sid in old_ids.keys() ^ new_ids.keys():
+            pending_names.add(old_ids.get(sid) or new_ids[sid])
+        pending_names.update(t[2] for t in old_imports ^ new_imports)
+        old_module = old[5] if old is not None else None
+        if old_module != module and not bulk:  # a bulk build re-resolves every reference anyway
+            _touch_importers(conn, {m for m in (old_module, module) if m})
+    if pending_names:
+        conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
+                         [(n,) for n in pending_names])
+
+
+def changed_file_ids(conn, results: Iterable[FileResult]) -> list[int]:
+    """Ids of the files a batch rewrote (their whole-file lexical documents follow)."""
+    paths = [r.path for r in results if r.status != "unchanged"]
+    ids = []
+    for path in paths:
+        row = conn.execute("SELECT id FROM files WHERE path = ?", [path]).fetchone()
+        if row is not None:
+            ids.append(row[0])
+    return ids
+
+
+def _touch_importers(conn, modules: set[str]) -> None:
+    """A module appeared or vanished: references in files that import it (or a package above
+    it) may now resolve differently — to it, or to nothing outside the index."""
+    for m in modules:
+        conn.execute(
+            "UPDATE refs SET resolution = 'pending' WHERE resolution != 'pending' AND file_id IN "
+            "(SELECT file_id FROM imports WHERE module = ?1 OR module || '.' || name = ?1 "
+            "OR ?1 LIKE module || '.%')",
+            [m],
+        )
+
+
+def _insert_parsed(conn, fid: int, pf: ParsedFile) -> tuple[dict[int, str], set[tuple]]:
+    ids: list[int] = []
+    seen: Counter = Counter()
+    rows = []
+    # The module is part of every id: when a package boundary moves, ids change and the
+    # references that named the old module are re-resolved like any other changed name.
+    mod_id = store.stable_id(pf.path, pf.module, "", "module")
+    last = pf.module.rsplit(".", 1)[-1]
+    rows.append((mod_id, fid, last, pf.module, "module", 1, max(pf.lines, 1), 0, 0, "", pf.doc, None))
+    for d in pf.definitions:
+        key = (d.qualname, d.kind)
+        seen[key] += 1
+        sid = store.stable_id(pf.path, pf.module, d.qualname, d.kind, str(seen[key]))
+        ids.append(sid)
+        parent = ids[d.parent] if d.parent >= 0 else None
+        qual = f"{pf.module}.{d.qualname}" if pf.module else d.qualname
+        rows.append((sid, fid, d.name, qual, d.kind, d.span.start_line, d.span.end_line,
+                     d.span.start_byte, d.span.end_byte, d.signature, d.doc, parent))
+    conn.executemany("INSERT OR REPLACE INTO symbols VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    conn.executemany(
+        "INSERT INTO refs(file_id, name, kind, line, col, receiver, enclosing_id) VALUES (?,?,?,?,?,?,?)",
+        [(fid, r.name, r.kind, r.line, r.col, r.receiver, ids[r.enclosing] if r.enclosing >= 0 else mod_id)
+         for r in pf.references],
+    )
+    conn.executemany(
+        "INSERT INTO imports(file_id, module, name, alias, line, level) VALUES (?,?,?,?,?,?)",
+        [(fid, i.module, i.name, i.alias, i.line, i.level) for i in pf.imports],
+    )
+    names = {row[0]: row[2] for row in rows}
+    return names, {(i.module, i.name, i.alias) for i in pf.imports}
+
+
+def _replace_chunks(conn, fid: int, r: FileResult, module: str) -> None:
+    """Swap a file's chunks, keeping rows (and their vectors) whose id is unchanged and
+    tombstoning the vectors of chunks that disappeared."""
+    old = {row[0] for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])}
+    new = {}
+    for c in r.chunks:
+        cid = store.stable_id(r.path, str(c.start_line), str(c.end_line), c.content_hash)
+        new[cid] = c
+    gone = old - new.keys()
+    if gone:
+        conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in gone])
+        conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in gone])
+        conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", [(i,) for i in gone])
+    added = [(cid, c) for cid, c in new.items() if cid not in old]
+    conn.executemany(
+        "INSERT INTO chunks(id, file_id, symbol, kind, start_line, end_line, tokens, header, "
+        "content_hash) VALUES (?,?,?,?,?,?,?,?,?)",
+        [(cid, fid, _qualify(module, c.symbol), c.kind, c.start_line, c.end_line, c.tokens, c.header,
+          c.content_hash) for cid, c in added],
+    )
+    conn.executemany(
+        "INSERT INTO chunks_fts(rowid, path, symbol, body) VALUES (?,?,?,?)",
+        [(cid, index_terms(r.path), index_terms(c.symbol), c.terms) for cid, c in added],
+    )
+    if added:
+        conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(cid,) for cid, _ in added])
+
+
+def _qualify(module: str, symbol: str) -> str:
+    return f"{module}.{symbol}" if module and symbol else symbol or module
+
+
+def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
+    conn.execute("DELETE FROM ref_candidates WHERE ref_id IN (SELECT id FROM refs WHERE file_id = ?)", [fid])
+    conn.execute("DELETE FROM refs WHERE file_id = ?", [fid])
+    conn.execute("DELETE FROM symbols WHERE file_id = ?", [fid])
+    conn.execute("DELETE FROM imports WHERE file_id = ?", [fid])
+    if not keep_file:
+        conn.execute("DELETE FROM files_fts WHERE rowid = ?", [fid])
+        ids = [(row[0],) for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])]
+        conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ids)
+        conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", ids)
+        conn.execute("DELETE FROM chunks WHERE file_id = ?", [fid])
+        conn.execute("DELETE FROM files WHERE id = ?", [fid])
+
+
+def delete_files(db: WriteDB, existing: dict, paths: Iterable[str]) -> None:
+    conn = db.conn
+    names: set[str] = set()
+    for path in paths:
+        fid = existing[path][0]
+        names.update(r[0] for r in conn.execute("SELECT name FROM symbols WHERE file_id = ?", [fid]))
+        names.update(r[0] for r in conn.execute("SELECT alias FROM imports WHERE file_id = ?", [fid]))
+        _delete_file_rows(conn, fid)
+        if existing[path][5]:
+            _touch_importers(conn, {existing[path][5]})
+    conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)", [(n,) for n in names])
+
+
+def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None) -> None:
+    """Resolve new references and those whose target names changed, inherit edges first
+    (member lookups through base classes need them)."""
+    conn = db.conn
+    total = store.counts(db).get("refs") or conn.execute("SELECT count(*) FROM refs").fetchone()[0]
+    cols = "SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs"
+    # Two indexed lookups (new references; references to changed names), not one scan.
+    select = (
+        f"SELECT * FROM ({cols})" if full else
+        f"SELECT * FROM ({cols} WHERE resolution = 'pending' UNION "
+        f"{cols} WHERE name IN (SELECT name FROM pending_names))"
+    )
+    count = total if full else conn.execute(f"SELECT count(*) FROM ({select})").fetchone()[0]
+    table = SymbolTable(conn)
+    if count and (full or count > total * PRELOAD_SHARE):
+        table.preload()
+    done = 0
+    with conn:
+        for inherit in (True, False):
+            sql = select + (" WHERE kind = 'inherit'" if inherit else " WHERE kind != 'inherit'")
+            sql += " AND id > ? ORDER BY id LIMIT ?"
+            last = -1
+            while True:  # pages keep memory flat: millions of rows would not fit in 1 GB
+                rows = conn.execute(sql, [last, RESOLVE_PAGE]).fetchall()
+                if not rows:
+                    break
+                last = rows[-1][0]
+                _apply(conn, resolve_refs(conn, table, rows))
+                done += len(rows)
+                if progress:
+                    progress(Progress("resolve", done, count))
+            if inherit and table.preloaded:
+                table.load_bases()
+        conn.execute("DELETE FROM pending_names")
+
+
+def _apply(conn, resolved: Iterable[tuple[int, Resolution]]) -> None:
+    updates, cands, ids = [], [], []
+    for ref_id, res in resolved:
+        updates.append((res.target_id, res.resolution, res.confidence, ref_id))
+        ids.append((ref_id,))
+        cands.extend((ref_id, sid, conf) for sid, conf in res.candidates)
+        if len(updates) >= 50_000:
+            _flush(conn, updates, ids, cands)
+            updates, cands, ids = [], [], []
+    _flush(conn, updates, ids, cands)
+
+
+def _flush(conn, updates, ids, cands) -> None:
+    conn.executemany("DELETE FROM ref_candidates WHERE ref_id = ?", ids)
+    conn.executemany("UPDATE refs SET target_id = ?, resolution = ?, confidence = ? WHERE id = ?", updates)
+    conn.executemany("INSERT OR REPLACE INTO ref_candidates VALUES (?,?,?)", cands)
+
+
+def chunk_ids(conn) -> set[int]:
+    return {row[0] for row in conn.execute("SELECT id FROM chunks")}
+
+
+def tombstone(conn, chunk_ids: Iterable[int]) -> None:
+    """Mark the vectors of these chunks for deletion (the embedding phase deletes them)."""
+    conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", [(i,) for i in chunk_ids])
+
+
+def index_all_files(conn) -> None:
+    """Whole-file lexical rows for every file (an index from before migration m004)."""
+    index_files(conn, [row[0] for row in conn.execute("SELECT id FROM files")])
+    conn.execute("DELETE FROM meta WHERE key = 'files_fts_pending'")
+
+
+def resolution_pending(conn) -> bool:
+    """Whether names or references await resolution (from this build or a killed one)."""
+    return bool(conn.execute(
+        "SELECT EXISTS(SELECT 1 FROM pending_names) "
+        "OR EXISTS(SELECT 1 FROM refs WHERE resolution = 'pending')"
+    ).fetchone()[0])
