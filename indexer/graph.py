@@ -304,6 +304,66 @@ def embed_model(conn: sqlite3.Connection) -> str | None:
 # -- index metadata and files -------------------------------------------------------------------
 
 
+def meta_value(conn: sqlite3.Connection, key: str) -> str | None:
+    """One value of the index's `meta` table (None when absent)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else None
+
+
+def chunk_count(conn: sqlite3.Connection) -> int:
+    """All chunks (a scan: read it once per generation)."""
+    return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+
+def chunks_to_embed(conn: sqlite3.Connection) -> int:
+    """Chunks still without a vector (from their partial index: cheap)."""
+    return conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
+
+
+def existing_chunk_ids(conn: sqlite3.Connection, ids: Sequence[int]) -> set[int]:
+    """Which of ``ids`` are chunks of this graph."""
+    if not ids:
+        return set()
+    rows = conn.execute(f"SELECT id FROM chunks WHERE id IN ({_marks(len(ids))})", list(ids))
+    return {r[0] for r in rows}
+
+
+def chunk_locations(
+    conn: sqlite3.Connection, ids: Sequence[int]
+) -> dict[int, tuple[str, int, int, str, str]]:
+    """chunk id -> (path, start_line, end_line, symbol, language) for the chunks of ``ids``."""
+    if not ids:
+        return {}
+    return {
+        r[0]: r[1:]
+        for r in conn.execute(
+            "SELECT c.id, f.path, c.start_line, c.end_line, c.symbol, f.language FROM chunks c "
+            f"JOIN files f ON f.id = c.file_id WHERE c.id IN ({_marks(len(ids))})",
+            list(ids),
+        )
+    }
+
+
+def file_stats(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
+    """path -> (size, mtime_ns) of every indexed file, as the index saw it."""
+    return {p: (size, mtime) for p, size, mtime in conn.execute("SELECT path, size, mtime_ns FROM files")}
+
+
+def parsed_files_by_language(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+    """(language, files) of the files parsed (with or without syntax errors), most first."""
+    return conn.execute(
+        "SELECT language, count(*) FROM files WHERE status IN ('ok','syntax_error') "
+        "GROUP BY language ORDER BY count(*) DESC, language"
+    ).fetchall()
+
+
+def parsed_file_count(conn: sqlite3.Connection) -> int:
+    """Files parsed (with or without syntax errors)."""
+    return conn.execute(
+        "SELECT count(*) FROM files WHERE status IN ('ok','syntax_error')"
+    ).fetchone()[0]
+
+
 def generation(conn: sqlite3.Connection) -> int:
     """The index generation (0 before the first build)."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from indexer import graph
 from indexer.errors import VectorsMissingError
@@ -15,6 +15,9 @@ from indexer.languages import KINDS, kind_of, languages_of_kind
 from indexer.testpaths import is_test_path
 
 from .freshness import stale_paths
+
+if TYPE_CHECKING:
+    import sqlite3
 
 MODES = ("hybrid", "semantic", "lexical")
 #: Candidates taken from each signal before fusion.
@@ -93,8 +96,7 @@ class Searcher:
         )
 
     def _meta(self, key: str) -> str | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
-        return row[0] if row else None
+        return graph.meta_value(self.conn, key)
 
     def semantic_coverage(self) -> float:
         """Share of chunks with a vector. The chunk count is read once per generation (a scan
@@ -103,11 +105,11 @@ class Searcher:
             return 0.0
         gen = self._meta("generation")
         if getattr(self, "_total", (None, 0))[0] != gen:
-            self._total = (gen, self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+            self._total = (gen, graph.chunk_count(self.conn))
         total = self._total[1]
         if not total:
             return 0.0
-        pending = self.conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
+        pending = graph.chunks_to_embed(self.conn)
         return (total - pending) / total
 
     def _vector_store(self):
@@ -177,12 +179,7 @@ class Searcher:
     def _known_chunks(self, chunk_ids) -> set[str]:
         """Which of these vector-table ids are chunks of the graph this searcher reads."""
         ids = [int(c) for c in chunk_ids if c.isdigit()]
-        if not ids:
-            return set()
-        rows = self.conn.execute(
-            f"SELECT id FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids
-        )
-        return {str(r[0]) for r in rows}
+        return {str(i) for i in graph.existing_chunk_ids(self.conn, ids)}
 
     def semantic(
         self,
@@ -305,14 +302,7 @@ class Searcher:
         if not fused:
             return []
         ids = [cid for cid, _ in fused]
-        rows = {
-            r[0]: r[1:]
-            for r in self.conn.execute(
-                "SELECT c.id, f.path, c.start_line, c.end_line, c.symbol, f.language FROM chunks c "
-                f"JOIN files f ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})",
-                ids,
-            )
-        }
+        rows = graph.chunk_locations(self.conn, ids)
         out = []
         stale = stale_paths(self.conn, (r[0] for r in rows.values()), str(self.root))
         for cid, score in fused:

@@ -13,10 +13,7 @@ from indexer.languages import kind_of, language_for_path
 
 def pending_changes(config: Config, conn) -> dict[str, int]:
     """Files changed, added or deleted on disk since the last build (stat only)."""
-    indexed = {
-        p: (size, mtime)
-        for p, size, mtime in conn.execute("SELECT path, size, mtime_ns FROM files")
-    }
+    indexed = graph.file_stats(conn)
     changed = added = 0
     seen = set()
     for f in discover(config).files:
@@ -33,10 +30,7 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
 
 def files_by_language(conn) -> dict[str, dict[str, int]]:
     """Indexed files by language (most first) and by kind (code | docs | config)."""
-    rows = conn.execute(
-        "SELECT language, count(*) FROM files WHERE status IN ('ok','syntax_error') "
-        "GROUP BY language ORDER BY count(*) DESC, language"
-    ).fetchall()
+    rows = graph.parsed_files_by_language(conn)
     kinds: dict[str, int] = {}
     for lang, n in rows:
         kinds[kind_of(lang)] = kinds.get(kind_of(lang), 0) + n
@@ -90,9 +84,7 @@ def index_status(config: Config) -> dict[str, Any]:
             "root": str(config.root),
             "schema_version": store.schema_version(db),
             "generation": int(store.get_meta(db, "generation", "0") or 0),
-            "files": conn.execute(
-                "SELECT count(*) FROM files WHERE status IN ('ok','syntax_error')"
-            ).fetchone()[0],
+            "files": graph.parsed_file_count(conn),
             "symbols": lb.get("symbols", 0),
             "references": lb.get("references", 0),
             "resolved_pct": lb.get("resolved_pct", 0.0),

@@ -110,17 +110,10 @@ def test_a_lexical_only_index_has_no_model_and_no_vectors(conn):
 
 #: Statements against a database, and SQL text.
 _SQL = re.compile(r"\.execute(many|script)?\(|\bSELECT\b|sqlite3\.connect\(")
-#: Retrieval modules that still hold SQL, until they move behind indexer functions too: they
-#: were being reworked (text files, status) when the rest of retrieval moved. Shrink, never grow.
-_RETRIEVAL_SQL_EXCEPTIONS = frozenset({"retrieval/search.py", "retrieval/status.py"})
 
 
 def _layer_files(root: Path, layer: str) -> list[Path]:
-    return [
-        p
-        for p in sorted((root / layer).rglob("*.py"))
-        if p.relative_to(root).as_posix() not in _RETRIEVAL_SQL_EXCEPTIONS
-    ]
+    return sorted((root / layer).rglob("*.py"))
 
 
 def test_no_sql_outside_the_indexer():
@@ -138,8 +131,8 @@ def test_no_sql_outside_the_indexer():
 
 
 def test_retrieval_imports_sqlite3_for_annotations_only():
-    """Outside the two exceptions, retrieval names sqlite3 only under TYPE_CHECKING (the
-    connection's type): it opens and queries nothing itself."""
+    """Retrieval names sqlite3 only under TYPE_CHECKING (the connection's type): it opens and
+    queries nothing itself."""
     import ast
 
     root = Path(__file__).resolve().parent.parent
