@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -155,9 +156,22 @@ def ts_language(name: str) -> ts.Language:
     return ts.Language(getattr(mod, spec.function)())
 
 
+#: `; @include other.scm` on a line of its own: that query's text in its place, so languages
+#: that share most of a query (TSX and TypeScript, OCaml .ml and .mli) keep one copy.
+_INCLUDE = re.compile(r"^; @include (\S+\.scm)[ \t]*$", re.M)
+
+
+def _query_text(file: str, including: tuple[str, ...] = ()) -> str:
+    if file in including:
+        raise ValueError(f"query {file} includes itself through {' -> '.join(including)}")
+    text = resources.files("indexer").joinpath("queries", file).read_text("utf-8")
+    return _INCLUDE.sub(lambda m: _query_text(m.group(1), (*including, file)), text)
+
+
 @cache
 def query_source(name: str) -> str:
-    return resources.files("indexer").joinpath("queries", LANGUAGES[name].query).read_text("utf-8")
+    """The tags query of a language, its `; @include` lines replaced by what they name."""
+    return _query_text(LANGUAGES[name].query)
 
 
 @cache

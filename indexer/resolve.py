@@ -73,21 +73,25 @@ class SymbolTable:
     preloaded: bool = False
 
     def preload(self) -> None:
-        by_name: dict[str, list[Sym]] = defaultdict(list)
-        for row in self.conn.execute("SELECT id, file_id, parent_id, kind, name FROM symbols"):
-            s = Sym(*row)
-            by_name[s.name].append(s)
-            self._by_id[s.id] = s
-            if s.kind == "module":
-                self._module_sym[s.file_id] = s.id
-        self._by_name = dict(by_name)
         mod_candidates: dict[str, list[FileInfo]] = defaultdict(list)
+        text_files: set[int] = set()
         for row in self.conn.execute("SELECT id, path, module, language FROM files WHERE module IS NOT NULL"):
             f = FileInfo(*row)
             self._files[f.id] = f
             self._by_path[f.path] = f.id
             mod_candidates[f.module].append(f)
+            if is_text_format(f.language):
+                text_files.add(f.id)
         self._module_file = {m: _prefer_source(fs) for m, fs in mod_candidates.items()}
+        by_name: dict[str, list[Sym]] = defaultdict(list)
+        for row in self.conn.execute("SELECT id, file_id, parent_id, kind, name FROM symbols"):
+            s = Sym(*row)
+            self._by_id[s.id] = s
+            if s.kind == "module":
+                self._module_sym[s.file_id] = s.id
+            if s.file_id not in text_files:  # see by_name
+                by_name[s.name].append(s)
+        self._by_name = dict(by_name)
         imports: dict[int, dict[str, list[Imp]]] = defaultdict(lambda: defaultdict(list))
         for fid, module, name, alias in self.conn.execute(
             "SELECT file_id, module, name, alias FROM imports"
@@ -108,18 +112,26 @@ class SymbolTable:
 
     # -- lookups -----------------------------------------------------------------------
     def by_name(self, name: str) -> list[Sym]:
+        """Definitions in code named ``name``. The sections, keys and targets of docs and
+        configs (`indexer.textfiles`) are never what a name in code refers to, so they are not
+        candidates; links reach those files through `file_at`."""
         hit = self._by_name.get(name)
         if hit is None:
             if self.preloaded:
                 return []
             hit = [
-                Sym(*row)
+                s
                 for row in self.conn.execute(
                     "SELECT id, file_id, parent_id, kind, name FROM symbols WHERE name = ?", [name]
                 )
+                if not self._in_text((s := Sym(*row)).file_id)
             ]
             self._by_name[name] = hit
         return hit
+
+    def _in_text(self, file_id: int) -> bool:
+        info = self.file(file_id)
+        return info is not None and is_text_format(info.language)
 
     def sym(self, sym_id: int) -> Sym | None:
         hit = self._by_id.get(sym_id)
@@ -286,7 +298,6 @@ class Resolver:
         top = [
             c for c in cands
             if c.parent_id is None and c.kind != "module" and (wanted is None or c.kind in wanted)
-            and not self._in_text(c.file_id)
         ]
         if not top:
             return _UNRESOLVED
@@ -457,15 +468,8 @@ class Resolver:
             sym_id = s.parent_id
         return None
 
-    def _in_text(self, file_id: int) -> bool:
-        """Whether a file is a doc or config (`indexer.textfiles`): its sections, keys and
-        targets are never what a name in code refers to."""
-        info = self.t.file(file_id)
-        return info is not None and is_text_format(info.language)
-
     def _attribute_guess(self, name: str, kind: str) -> Resolution:
-        members = [c for c in self.t.by_name(name)
-                   if c.kind in ("method", "function", "field") and not self._in_text(c.file_id)]
+        members = [c for c in self.t.by_name(name) if c.kind in ("method", "function", "field")]
         if not members:
             return _UNRESOLVED
         return _pick(members, "attribute", 0.4)

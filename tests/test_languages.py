@@ -89,13 +89,19 @@ def test_query_compiles_and_fixture_parses_cleanly(language: str) -> None:
 
 
 def test_tsx_query_is_typescript_plus_jsx() -> None:
-    ts_body = query_source("typescript").split("; ---- definitions", 1)[1]
-    tsx_body = query_source("tsx").split("; ---- definitions", 1)[1]
-    ts_defs_refs, ts_imports = ts_body.split("; ---- imports")
-    tsx_defs_refs, tsx_imports = tsx_body.split("; ---- imports")
-    assert tsx_imports == ts_imports
-    assert tsx_defs_refs.startswith(ts_defs_refs.rstrip("\n"))
-    assert "jsx_opening_element" in tsx_defs_refs
+    # one copy: tsx.scm includes typescript.scm and adds only the JSX patterns
+    tsx = query_source("tsx")
+    assert query_source("typescript") in tsx
+    assert "; @include typescript.scm" not in tsx
+    assert "jsx_opening_element" in tsx.split(query_source("typescript"), 1)[1]
+
+
+def test_a_query_that_includes_itself_is_refused(tmp_path, monkeypatch) -> None:
+    from indexer import languages
+
+    assert languages._INCLUDE.search("; @include ocaml_common.scm\n")
+    with pytest.raises(ValueError, match="includes itself"):
+        languages._query_text("tsx.scm", ("typescript.scm",))
 
 
 def test_javascript() -> None:

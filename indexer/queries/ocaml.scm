@@ -1,28 +1,11 @@
-; repoctx tags query for OCaml implementations (.ml). Conventions: see python.scm. The part
-; between "---- definitions" and "---- references" is ocaml_interface.scm's body, word for word
-; (a test checks it). A `module M = struct ... end` is a namespace (its `let`s are its
+; repoctx tags query for OCaml implementations (.ml). Conventions: see python.scm. The
+; definitions and types it shares with interfaces are in ocaml_common.scm (included). A `module M = struct ... end` is a namespace (its `let`s are its
 ; members: `M.f`), a `module type` an interface, a `let` with parameters a function and one
 ; without a variable. Imports: `open M` and `module A = M` capture @import with
 ; @import.module (and @import.alias); the module of a file is its capitalised stem
 ; (OCamlHooks). Where two patterns capture the same node the earlier pattern wins.
 
-; ---- definitions ---------------------------------------------------------------------------
-
-(type_definition (type_binding name: (type_constructor) @name)) @definition.type
-(record_declaration (field_declaration (field_name) @name) @definition.field)
-(variant_declaration (constructor_declaration (constructor_name) @name) @definition.constant)
-(module_definition (module_binding (module_name) @name)) @definition.namespace
-(module_type_definition (module_type_name) @name) @definition.interface
-(value_specification (value_name) @name) @definition.function
-(external (value_name) @name) @definition.function
-(exception_definition (constructor_declaration (constructor_name) @name)) @definition.class
-
-; ---- types ---------------------------------------------------------------------------------
-
-(type_constructor_path (extended_module_path) @receiver (type_constructor) @name) @reference.type
-((type_constructor_path . (type_constructor) @name) @reference.type
-  (#not-match? @name "^(int|float|string|bool|char|unit|list|option|array|exn|bytes|int32|int64|result|ref)$"))
-(module_type_path (module_type_name) @name) @reference.type
+; @include ocaml_common.scm
 
 ; ---- implementation definitions ------------------------------------------------------------
 

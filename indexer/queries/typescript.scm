@@ -1,6 +1,6 @@
 ; repoctx tags query for TypeScript: the JavaScript patterns (javascript.scm) adapted to the
 ; TypeScript grammar, plus interfaces, enums, type aliases, namespaces and type references.
-; tsx.scm is this file plus the JSX patterns; keep the two in step.
+; tsx.scm includes this file and adds the JSX patterns.
 ; Where two patterns capture the same node the earlier pattern wins.
 
 ; ---- definitions ---------------------------------------------------------------------------
