@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer import graph, store
-from tests.conftest import index, make_repo
+from indexer import graph
+from tests.lang_graph import graph_of
 
 FILES = {
     "a/x.py": "def dup():\n    pass\n",
@@ -22,11 +22,7 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def conn(tmp_path_factory):
-    root = make_repo(tmp_path_factory.mktemp("graph") / "r", FILES)
-    cfg = index(root)
-    c = store.open_for_read(cfg.index_path).conn
-    yield c
-    c.close()
+    yield from graph_of(tmp_path_factory, "graph", FILES)
 
 
 def sym(conn, qualname: str) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from indexer import store
 from indexer.lang_hooks import BASH
 from indexer.parser import parse_source
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, imports, parse, refs
 
 
@@ -123,24 +123,7 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    from tests.conftest import index, make_repo
-
-    root = make_repo(tmp_path_factory.mktemp("bash") / "repo", FILES)
-    cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield conn
-    conn.close()
-
-
-def _ref(conn, line: int, name: str, kind: str) -> tuple[str | None, str]:
-    row = conn.execute(
-        "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-        "LEFT JOIN symbols t ON t.id = r.target_id "
-        "WHERE f.path = 'scripts/deploy.sh' AND r.line = ? AND r.name = ? AND r.kind = ?",
-        [line, name, kind],
-    ).fetchone()
-    assert row is not None, f"no {kind} reference {name} at line {line}"
-    return row
+    yield from graph_of(tmp_path_factory, "bash", FILES)
 
 
 @pytest.mark.parametrize(
@@ -160,4 +143,4 @@ def _ref(conn, line: int, name: str, kind: str) -> tuple[str | None, str]:
     ],
 )
 def test_cross_file_resolution(graph, line, name, kind, target, how) -> None:
-    assert _ref(graph, line, name, kind) == (target, how)
+    assert resolved(graph, "scripts/deploy.sh", line, name, kind) == (target, how)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from indexer import store
 from indexer.parser import parse_source
-from tests.conftest import index, write_files
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 
@@ -95,9 +96,9 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
     assert [d.qualname for d in pf.definitions] == ["A", "A.Ok", "A.Broken", "A.After"]
 
 
-def test_cross_file_resolution(tmp_path) -> None:
-    root = tmp_path / "repo"  # no git: the tree is walked
-    write_files(root, {
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    yield from graph_of(tmp_path_factory, "csharp", {
         # folder = namespace, one class per file
         "Shop/Inventory/Inventory.cs": (FIXTURES / "csharp" / "Inventory.cs").read_text(),
         "Shop/Models/Item.cs": (FIXTURES / "csharp" / "Item.cs").read_text(),
@@ -105,29 +106,19 @@ def test_cross_file_resolution(tmp_path) -> None:
             "namespace Shop.Models\n{\n    public static class Pricing\n    {\n"
             "        public static int Minimum(object owner) => 100;\n    }\n}\n"
         ),
-    })
-    cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    try:
-        def ref(line, name, kind):
-            return conn.execute(
-                "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-                "LEFT JOIN symbols t ON t.id = r.target_id "
-                "WHERE f.path = 'Shop/Inventory/Inventory.cs' AND r.line = ? AND r.name = ? "
-                "AND r.kind = ?",
-                [line, name, kind],
-            ).fetchone()
+    }, git=False)  # no git: the tree is walked
 
-        # using Pricing = Shop.Models.Pricing;  -> the class in Shop/Models/Pricing.cs
-        assert ref(6, "Pricing", "import") == ("Shop.Models.Pricing.Pricing", "import")
-        assert ref(70, "Minimum", "call") == ("Shop.Models.Pricing.Pricing.Minimum", "import")
-        # `using Shop.Models;` imports a namespace, which binds no file: types it brings in
-        # resolve by their unique name (the resolver has no namespace -> files index)
-        assert ref(55, "Item", "type") == ("Shop.Models.Item.Item", "global")
-        assert ref(81, "Copy", "call") == ("Shop.Models.Item.Item.Copy", "global")
-        # within the file
-        assert ref(73, "Price", "call") == ("Shop.Inventory.Inventory.Inventory.Price", "scope")
-        # new Inventory(...) inside the class: its constructor, the nearest `Inventory` in scope
-        assert ref(78, "Inventory", "call") == ("Shop.Inventory.Inventory.Inventory.Inventory", "scope")
-    finally:
-        conn.close()
+
+def test_cross_file_resolution(graph) -> None:
+    ref = partial(resolved, graph, "Shop/Inventory/Inventory.cs")
+    # using Pricing = Shop.Models.Pricing;  -> the class in Shop/Models/Pricing.cs
+    assert ref(6, "Pricing", "import") == ("Shop.Models.Pricing.Pricing", "import")
+    assert ref(70, "Minimum", "call") == ("Shop.Models.Pricing.Pricing.Minimum", "import")
+    # `using Shop.Models;` imports a namespace, which binds no file: types it brings in
+    # resolve by their unique name (the resolver has no namespace -> files index)
+    assert ref(55, "Item", "type") == ("Shop.Models.Item.Item", "global")
+    assert ref(81, "Copy", "call") == ("Shop.Models.Item.Item.Copy", "global")
+    # within the file
+    assert ref(73, "Price", "call") == ("Shop.Inventory.Inventory.Inventory.Price", "scope")
+    # new Inventory(...) inside the class: its constructor, the nearest `Inventory` in scope
+    assert ref(78, "Inventory", "call") == ("Shop.Inventory.Inventory.Inventory.Inventory", "scope")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer import store
 from indexer.parser import parse_source
-from tests.conftest import index, make_repo
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 DART = FIXTURES / "dart"
@@ -140,24 +139,10 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    root = make_repo(tmp_path_factory.mktemp("dart") / "repo", {
+    yield from graph_of(tmp_path_factory, "dart", {
         "lib/inventory.dart": (DART / "inventory.dart").read_text(),
         "lib/store.dart": (DART / "store.dart").read_text(),
     })
-    conn = store.open_for_read(index(root).index_path).conn
-    yield conn
-    conn.close()
-
-
-def resolved(conn, path: str, line: int, name: str, kind: str) -> tuple[str | None, str]:
-    row = conn.execute(
-        "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-        "LEFT JOIN symbols t ON t.id = r.target_id "
-        "WHERE f.path = ? AND r.line = ? AND r.name = ? AND r.kind = ?",
-        [path, line, name, kind],
-    ).fetchone()
-    assert row is not None, f"no {kind} reference {name} at {path}:{line}"
-    return row
 
 
 @pytest.mark.parametrize(

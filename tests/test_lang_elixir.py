@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer import store
 from indexer.parser import parse_source
-from tests.conftest import index, make_repo
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 EX = FIXTURES / "elixir"
@@ -103,29 +102,17 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    root = make_repo(tmp_path_factory.mktemp("elixir") / "repo", {
+    yield from graph_of(tmp_path_factory, "elixir", {
         "lib/shop/inventory.ex": (EX / "inventory.ex").read_text(),
         "lib/shop/store.ex": (EX / "store.ex").read_text(),
     })
-    conn = store.open_for_read(index(root).index_path).conn
-    yield conn
-    conn.close()
 
 
-def resolved(conn, path: str, line: int, name: str, kind: str) -> tuple[str | None, str]:
-    row = conn.execute(
-        "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-        "LEFT JOIN symbols t ON t.id = r.target_id "
-        "WHERE f.path = ? AND r.line = ? AND r.name = ? AND r.kind = ?",
-        [path, line, name, kind],
-    ).fetchone()
-    assert row is not None, f"no {kind} reference {name} at {path}:{line}"
-    return row
-
-
-# `alias Shop.Store` binds "Shop.Store" (the parser cannot split one alias node), so the
-# usual `Store.put()` after it is only an attribute guess; `Shop.Store.put()` and
-# `alias Shop.Store, as: S` + `S.count()` resolve through the import.
+# Line 7's `alias Shop.Store` binds the whole dotted name "Shop.Store", not "Store": the query
+# captures the alias node as the import's name, and the parser keeps a captured name rather than
+# asking ElixirHooks.import_alias (which would give "Store"). So line 33's fully qualified
+# `Shop.Store.put()` resolves through that import and line 34's `S.count()` through line 8's
+# `alias Shop.Store, as: S`; a short `Store.item()` (line 19) finds no binding.
 @pytest.mark.parametrize(
     ("line", "name", "kind", "target", "how"),
     [

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer import store
 from indexer.parser import parse_source
-from tests.conftest import index, make_repo
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 HS = FIXTURES / "haskell"
@@ -87,24 +86,10 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    root = make_repo(tmp_path_factory.mktemp("haskell") / "repo", {
+    yield from graph_of(tmp_path_factory, "haskell", {
         "src/Shop/Inventory.hs": (HS / "Inventory.hs").read_text(),
         "src/Shop/Store.hs": (HS / "Store.hs").read_text(),
     })
-    conn = store.open_for_read(index(root).index_path).conn
-    yield conn
-    conn.close()
-
-
-def resolved(conn, path: str, line: int, name: str, kind: str) -> tuple[str | None, str]:
-    row = conn.execute(
-        "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-        "LEFT JOIN symbols t ON t.id = r.target_id "
-        "WHERE f.path = ? AND r.line = ? AND r.name = ? AND r.kind = ?",
-        [path, line, name, kind],
-    ).fetchone()
-    assert row is not None, f"no {kind} reference {name} at {path}:{line}"
-    return row
 
 
 # `import Shop.Store (putItem)` and `import qualified Shop.Store as Store` resolve; a bare

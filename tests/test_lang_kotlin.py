@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from indexer import store
 from indexer.parser import parse_source
-from tests.conftest import index, write_files
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 
@@ -100,34 +101,27 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
     assert [d.qualname for d in pf.definitions] == ["A", "A.ok", "A.broken", "A.after"]
 
 
-def test_cross_file_resolution(tmp_path) -> None:
-    root = tmp_path / "repo"  # no git: the tree is walked
-    base = "src/main/kotlin/com/example/shop"
-    write_files(root, {
-        f"{base}/Inventory.kt": (FIXTURES / "kotlin" / "Inventory.kt").read_text(),
-        f"{base}/model/Item.kt": (FIXTURES / "kotlin" / "model" / "Item.kt").read_text(),
-    })
-    cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    try:
-        def ref(line, name, kind):
-            return conn.execute(
-                "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-                "LEFT JOIN symbols t ON t.id = r.target_id "
-                "WHERE f.path = ? AND r.line = ? AND r.name = ? AND r.kind = ?",
-                [f"{base}/Inventory.kt", line, name, kind],
-            ).fetchone()
+BASE = "src/main/kotlin/com/example/shop"
 
-        item = "com.example.shop.model.Item.Item"
-        # import com.example.shop.model.Item  -> the class in model/Item.kt
-        assert ref(6, "Item", "import") == (item, "import")
-        assert ref(40, "Item", "type") == (item, "import")
-        assert ref(65, "copy", "call") == (f"{item}.copy", "import")  # a companion function
-        # a top-level function lives in a file not named after it: its import does not find
-        # the file (module = package + file name), so the call is left external
-        assert ref(59, "formatPrice", "call") == (None, "external")
-        # within the file
-        assert ref(57, "price", "call") == ("com.example.shop.Inventory.Inventory.price", "scope")
-        assert ref(81, "Inventory", "call") == ("com.example.shop.Inventory.Inventory", "scope")
-    finally:
-        conn.close()
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    yield from graph_of(tmp_path_factory, "kotlin", {
+        f"{BASE}/Inventory.kt": (FIXTURES / "kotlin" / "Inventory.kt").read_text(),
+        f"{BASE}/model/Item.kt": (FIXTURES / "kotlin" / "model" / "Item.kt").read_text(),
+    }, git=False)  # no git: the tree is walked
+
+
+def test_cross_file_resolution(graph) -> None:
+    ref = partial(resolved, graph, f"{BASE}/Inventory.kt")
+    item = "com.example.shop.model.Item.Item"
+    # import com.example.shop.model.Item  -> the class in model/Item.kt
+    assert ref(6, "Item", "import") == (item, "import")
+    assert ref(40, "Item", "type") == (item, "import")
+    assert ref(65, "copy", "call") == (f"{item}.copy", "import")  # a companion function
+    # a top-level function lives in a file not named after it: its import does not find
+    # the file (module = package + file name), so the call is left external
+    assert ref(59, "formatPrice", "call") == (None, "external")
+    # within the file
+    assert ref(57, "price", "call") == ("com.example.shop.Inventory.Inventory.price", "scope")
+    assert ref(81, "Inventory", "call") == ("com.example.shop.Inventory.Inventory", "scope")

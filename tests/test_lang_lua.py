@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer import store
 from indexer.parser import parse_source
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 
@@ -145,24 +145,7 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    from tests.conftest import index, make_repo
-
-    root = make_repo(tmp_path_factory.mktemp("lua") / "repo", FILES)
-    cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield conn
-    conn.close()
-
-
-def _ref(conn, path: str, line: int, name: str) -> tuple[str | None, str]:
-    row = conn.execute(
-        "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-        "LEFT JOIN symbols t ON t.id = r.target_id WHERE f.path = ? AND r.line = ? AND r.name = ? "
-        "AND r.kind != 'import'",
-        [path, line, name],
-    ).fetchone()
-    assert row is not None, f"no reference {name} at {path}:{line}"
-    return row
+    yield from graph_of(tmp_path_factory, "lua", FILES)
 
 
 @pytest.mark.parametrize(
@@ -178,7 +161,7 @@ def _ref(conn, path: str, line: int, name: str) -> tuple[str | None, str]:
     ],
 )
 def test_cross_file_resolution(graph, line, name, target, how) -> None:
-    assert _ref(graph, "inventory.lua", line, name) == (target, how)
+    assert resolved(graph, "inventory.lua", line, name, "call") == (target, how)
 
 
 def test_require_resolves_to_the_module(graph) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from indexer import store
 from indexer.languages import query_source
 from indexer.parser import parse_source
-from tests.conftest import index, make_repo
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 ML = FIXTURES / "ocaml"
@@ -19,9 +18,11 @@ def _section(src: str, start: str, end: str) -> str:
 
 
 def test_interface_query_shares_the_definitions() -> None:
+    # one copy: both queries include ocaml_common.scm
     shared = _section(query_source("ocaml"), "; ---- definitions", "; ---- implementation")
     mli = _section(query_source("ocaml_interface"), "; ---- definitions", "; ---- references")
-    assert shared.strip() == mli.strip()
+    assert shared.strip() == mli.strip() != ""
+    assert "; @include ocaml_common.scm" not in query_source("ocaml") + query_source("ocaml_interface")
 
 
 def test_implementation_definitions() -> None:
@@ -92,25 +93,11 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    root = make_repo(tmp_path_factory.mktemp("ocaml") / "repo", {
+    yield from graph_of(tmp_path_factory, "ocaml", {
         "lib/inventory.ml": (ML / "inventory.ml").read_text(),
         "lib/inventory.mli": (ML / "inventory.mli").read_text(),
         "lib/store.ml": (ML / "store.ml").read_text(),
     })
-    conn = store.open_for_read(index(root).index_path).conn
-    yield conn
-    conn.close()
-
-
-def resolved(conn, path: str, line: int, name: str, kind: str) -> tuple[str | None, str]:
-    row = conn.execute(
-        "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-        "LEFT JOIN symbols t ON t.id = r.target_id "
-        "WHERE f.path = ? AND r.line = ? AND r.name = ? AND r.kind = ?",
-        [path, line, name, kind],
-    ).fetchone()
-    assert row is not None, f"no {kind} reference {name} at {path}:{line}"
-    return row
 
 
 # `M.f` resolves where M is opened or aliased (`open Store`, `module S = Store`): the import

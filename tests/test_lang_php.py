@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from indexer import store
 from indexer.parser import parse_source
-from tests.conftest import index, write_files
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 
@@ -95,35 +96,26 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
     assert [d.qualname for d in pf.definitions] == ["A", "A.ok", "A.broken", "A.after"]
 
 
-def test_cross_file_resolution(tmp_path) -> None:
-    root = tmp_path / "repo"  # no git: the tree is walked
-    write_files(root, {
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    yield from graph_of(tmp_path_factory, "php", {
         # PSR-4 layout: namespace App\Models is the directory App/Models
         "App/Shop/Inventory.php": (FIXTURES / "php" / "Inventory.php").read_text(),
         "App/Models/Item.php": (FIXTURES / "php" / "Item.php").read_text(),
         "App/Shop/helpers.php": "<?php\nfunction shop_helper(): int\n{\n    return 1;\n}\n",
-    })
-    cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    try:
-        def ref(line, name, kind):
-            return conn.execute(
-                "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-                "LEFT JOIN symbols t ON t.id = r.target_id "
-                "WHERE f.path = 'App/Shop/Inventory.php' AND r.line = ? AND r.name = ? AND r.kind = ?",
-                [line, name, kind],
-            ).fetchone()
+    }, git=False)  # no git: the tree is walked
 
-        # use App\Models\Item;  -> the class in App/Models/Item.php
-        assert ref(10, "Item", "import") == ("App.Models.Item.Item", "import")
-        assert ref(77, "Item", "type") == ("App.Models.Item.Item", "import")
-        assert ref(71, "fromArray", "call") == ("App.Models.Item.Item.fromArray", "import")
-        # require_once __DIR__ . '/helpers.php'  -> the file
-        assert ref(16, "App.Shop.helpers", "import") == ("App.Shop.helpers", "import")
-        # $this->log() finds the method of the trait the class uses
-        assert ref(83, "log", "call") == ("App.Shop.Inventory.Logs.log", "self")
-        assert ref(100, "price", "call") == ("App.Shop.Inventory.Inventory.price", "self")
-        # a group use names the namespace, not the file: it resolves to nothing indexed here
-        assert ref(107, "Stock", "call") == (None, "external")
-    finally:
-        conn.close()
+
+def test_cross_file_resolution(graph) -> None:
+    ref = partial(resolved, graph, "App/Shop/Inventory.php")
+    # use App\Models\Item;  -> the class in App/Models/Item.php
+    assert ref(10, "Item", "import") == ("App.Models.Item.Item", "import")
+    assert ref(77, "Item", "type") == ("App.Models.Item.Item", "import")
+    assert ref(71, "fromArray", "call") == ("App.Models.Item.Item.fromArray", "import")
+    # require_once __DIR__ . '/helpers.php'  -> the file
+    assert ref(16, "App.Shop.helpers", "import") == ("App.Shop.helpers", "import")
+    # $this->log() finds the method of the trait the class uses
+    assert ref(83, "log", "call") == ("App.Shop.Inventory.Logs.log", "self")
+    assert ref(100, "price", "call") == ("App.Shop.Inventory.Inventory.price", "self")
+    # a group use names the namespace, not the file: it resolves to nothing indexed here
+    assert ref(107, "Stock", "call") == (None, "external")

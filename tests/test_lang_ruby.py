@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from indexer import store
 from indexer.parser import parse_source
-from tests.conftest import index, write_files
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 
@@ -110,35 +111,26 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
     assert qualnames == ["A", "A.ok", "A.broken", "A.after"]
 
 
-def test_cross_file_resolution(tmp_path) -> None:
-    root = tmp_path / "repo"  # no git: the tree is walked
-    write_files(root, {
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    yield from graph_of(tmp_path_factory, "ruby", {
         "lib/shop/inventory.rb": (FIXTURES / "ruby" / "inventory.rb").read_text(),
         "lib/shop/item.rb": (FIXTURES / "ruby" / "item.rb").read_text(),
         "bin/report.rb": 'require "shop/inventory"\n\nShop::Inventory.load("{}")\n',
-    })
-    cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    try:
-        def ref(path, line, name, kind):
-            return conn.execute(
-                "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-                "LEFT JOIN symbols t ON t.id = r.target_id "
-                "WHERE f.path = ? AND r.line = ? AND r.name = ? AND r.kind = ?",
-                [path, line, name, kind],
-            ).fetchone()
+    }, git=False)  # no git: the tree is walked
 
-        inv = "lib/shop/inventory.rb"
-        # `require_relative "item"` and `require "shop/inventory"` resolve to the files
-        assert ref(inv, 6, "shop.item", "import") == ("shop.item", "import")
-        assert ref("bin/report.rb", 1, "shop.inventory", "import") == ("shop.inventory", "import")
-        # A require loads the file's top-level constants and methods: they resolve through it.
-        assert ref(inv, 42, "Item", "call") == ("shop.item.Item", "import")
-        assert ref(inv, 75, "Item", "inherit") == ("shop.item.Item", "import")
-        assert ref(inv, 64, "format_price", "call") == ("shop.item.format_price", "import")
-        assert ref("bin/report.rb", 3, "load", "call") == ("shop.inventory.Shop.Inventory.load", "import")
-        # within a file: scope and self
-        assert ref(inv, 64, "count", "call") == ("shop.inventory.Shop.Inventory.count", "self")
-        assert ref(inv, 86, "load", "call") == ("shop.inventory.Shop.Inventory.load", "scope")
-    finally:
-        conn.close()
+
+def test_cross_file_resolution(graph) -> None:
+    ref = partial(resolved, graph)
+    inv = "lib/shop/inventory.rb"
+    # `require_relative "item"` and `require "shop/inventory"` resolve to the files
+    assert ref(inv, 6, "shop.item", "import") == ("shop.item", "import")
+    assert ref("bin/report.rb", 1, "shop.inventory", "import") == ("shop.inventory", "import")
+    # A require loads the file's top-level constants and methods: they resolve through it.
+    assert ref(inv, 42, "Item", "call") == ("shop.item.Item", "import")
+    assert ref(inv, 75, "Item", "inherit") == ("shop.item.Item", "import")
+    assert ref(inv, 64, "format_price", "call") == ("shop.item.format_price", "import")
+    assert ref("bin/report.rb", 3, "load", "call") == ("shop.inventory.Shop.Inventory.load", "import")
+    # within a file: scope and self
+    assert ref(inv, 64, "count", "call") == ("shop.inventory.Shop.Inventory.count", "self")
+    assert ref(inv, 86, "load", "call") == ("shop.inventory.Shop.Inventory.load", "scope")

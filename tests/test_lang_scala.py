@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from indexer import store
 from indexer.lang_hooks import SCALA
 from indexer.parser import parse_source
+from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
 
@@ -118,13 +118,7 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    from tests.conftest import index, make_repo
-
-    root = make_repo(tmp_path_factory.mktemp("scala") / "repo", FILES)
-    cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield conn
-    conn.close()
+    yield from graph_of(tmp_path_factory, "scala", FILES)
 
 
 @pytest.mark.parametrize(
@@ -140,10 +134,4 @@ def graph(tmp_path_factory):
     ],
 )
 def test_cross_file_resolution(graph, line, name, kind, target, how) -> None:
-    row = graph.execute(
-        "SELECT t.qualname, r.resolution FROM refs r JOIN files f ON f.id = r.file_id "
-        "LEFT JOIN symbols t ON t.id = r.target_id WHERE f.path = ? AND r.line = ? AND r.name = ? "
-        "AND r.kind = ?",
-        [f"{ROOT}/Inventory.scala", line, name, kind],
-    ).fetchone()
-    assert row == (target, how)
+    assert resolved(graph, f"{ROOT}/Inventory.scala", line, name, kind) == (target, how)

@@ -6,6 +6,7 @@ import pytest
 
 from indexer import store
 from tests.conftest import index
+from tests.lang_graph import graph_of
 
 FILES = {
     "app/__init__.py": """
@@ -105,13 +106,7 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    from tests.conftest import make_repo
-
-    root = make_repo(tmp_path_factory.mktemp("res") / "repo", FILES)
-    cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield conn
-    conn.close()
+    yield from graph_of(tmp_path_factory, "res", FILES)
 
 
 def ref(conn, path, line, name):
