@@ -89,7 +89,9 @@ def references_to(
         rows += conn.execute(
             _ROW.format(target="c.symbol_id", conf="c.confidence", ambiguous="1")
             + f"JOIN ref_candidates c ON c.ref_id = r.id WHERE c.symbol_id IN ({marks}) "
-            f"AND r.target_id IS NULL{kind_sql} "
+            # `+`: not through refs_target — NULL is most of the table; start from the
+            # candidates' symbol index instead (0.67 s -> 1 ms for `join` on the stdlib)
+            f"AND +r.target_id IS NULL{kind_sql} "
             "ORDER BY c.confidence DESC, f.path, r.line, r.col" + tail,
             params + extra,
         ).fetchall()
