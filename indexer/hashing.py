@@ -11,10 +11,12 @@ import hashlib
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .errors import EmbeddingModelError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def hashing_dim(model: str) -> int | None:
@@ -32,6 +34,8 @@ def hashing_dim(model: str) -> int | None:
 
 
 def normalise(vectors: np.ndarray) -> np.ndarray:
+    import numpy as np  # not at import: `hashing_dim` is on every build's path (~50 ms)
+
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.maximum(norms, 1e-12)
@@ -67,6 +71,8 @@ class HashingEmbedder:
         self.texts_embedded = 0
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out

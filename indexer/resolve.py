@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .languages import hooks, is_text_format
+from .languages import TEXT_FORMATS, hooks, is_text_format
 from .models import CLASS_KINDS
 
 SELF_NAMES = frozenset({"self", "this", "cls", "Self"})
@@ -54,6 +54,8 @@ class Resolution:
 
 
 _UNRESOLVED = Resolution(None, "unresolved", 0.0)
+#: The text formats as an SQL list (names of the registry: no quoting needed).
+_TEXT_FORMATS_SQL = ",".join(f"'{name}'" for name in sorted(TEXT_FORMATS))
 
 
 @dataclass
@@ -120,18 +122,16 @@ class SymbolTable:
             if self.preloaded:
                 return []
             hit = [
-                s
+                Sym(*row)
                 for row in self.conn.execute(
-                    "SELECT id, file_id, parent_id, kind, name FROM symbols WHERE name = ?", [name]
+                    "SELECT s.id, s.file_id, s.parent_id, s.kind, s.name FROM symbols s "
+                    "JOIN files f ON f.id = s.file_id WHERE s.name = ? "
+                    f"AND f.language NOT IN ({_TEXT_FORMATS_SQL})",
+                    [name],
                 )
-                if not self._in_text((s := Sym(*row)).file_id)
             ]
             self._by_name[name] = hit
         return hit
-
-    def _in_text(self, file_id: int) -> bool:
-        info = self.file(file_id)
-        return info is not None and is_text_format(info.language)
 
     def sym(self, sym_id: int) -> Sym | None:
         hit = self._by_id.get(sym_id)
