@@ -228,7 +228,8 @@ class ModelTokenizer:
                 unknown, self._counter.encode_batch(unknown, add_special_tokens=False), strict=True
             ):
                 cache[w] = len(enc.ids)
-        return [sum(cache[w] for w in words) for words in split]
+        get = cache.__getitem__
+        return [sum(map(get, words)) for words in split]
 
     def _bert_like(self) -> bool:
         if self._bert is None:

@@ -84,10 +84,14 @@ def split_identifier(ident: str) -> list[str]:
     return list(_split(ident))
 
 
+@lru_cache(maxsize=200_000)
+def _terms(ident: str) -> str:
+    return " ".join(_split(ident))
+
+
 def index_terms(text: str) -> str:
     """The text as FTS5 sees it: every identifier followed by its parts."""
-    split = _split
-    return " ".join(" ".join(split(ident)) for ident in _IDENT.findall(text))
+    return " ".join(map(_terms, _IDENT.findall(text)))
 
 
 # -- whole files -------------------------------------------------------------------------------

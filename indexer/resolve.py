@@ -229,6 +229,7 @@ class Resolver:
 
     def __init__(self, table: SymbolTable) -> None:
         self.t = table
+        self._guesses: dict[str, Resolution] = {}
 
     # -- entry point ------------------------------------------------------------------
     def resolve(
@@ -469,10 +470,11 @@ class Resolver:
         return None
 
     def _attribute_guess(self, name: str, kind: str) -> Resolution:
-        members = [c for c in self.t.by_name(name) if c.kind in ("method", "function", "field")]
-        if not members:
-            return _UNRESOLVED
-        return _pick(members, "attribute", 0.4)
+        hit = self._guesses.get(name)  # the same for every reference to `name` in one pass
+        if hit is None:
+            members = [c for c in self.t.by_name(name) if c.kind in ("method", "function", "field")]
+            hit = self._guesses[name] = _pick(members, "attribute", 0.4) if members else _UNRESOLVED
+        return hit
 
 
 def _pick(cands: list[Sym], how: str, conf: float) -> Resolution:

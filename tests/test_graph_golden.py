@@ -1,0 +1,76 @@
+"""A full build of a fixed polyglot corpus gives exactly the graph it gave before: the guard for
+build-speed work (the symbols, references and their resolutions, imports, chunks and the rows
+of both lexical indexes, compared row for row with a committed digest).
+
+The corpus is every language fixture (tests/fixtures/languages/, 21 languages) plus a README, a
+config and a Makefile. When a change is meant to alter the graph, rewrite the digest with
+REPOCTX_UPDATE_GOLDEN=1 and say why in the commit; a speed change must leave it alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from indexer import store
+from tests.conftest import dump_graph, index, make_repo
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GOLDEN = FIXTURES / "golden" / "graph_digest.json"
+UPDATE_ENV = "REPOCTX_UPDATE_GOLDEN"
+
+EXTRA = {
+    "README.md": "# Shop\n\nSee [the store](languages/go/store.go).\n\n## Install\n\npip install shop\n",
+    "config/app.yaml": "server:\n  port: 8080\nlogging:\n  level: info\n",
+    "Makefile": "build:\n\tgo build ./...\n\ntest: build\n\tgo test ./...\n",
+}
+
+
+def _digest(rows: list) -> str:
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _snapshot(cfg) -> dict:
+    graph = dump_graph(cfg)
+    conn = store.open_for_read(cfg.index_path).conn
+    try:
+        chunks = sorted(conn.execute(
+            "SELECT f.path, c.symbol, c.kind, c.start_line, c.end_line, c.tokens, c.header, "
+            "c.content_hash, t.path, t.symbol, t.body FROM chunks c JOIN files f ON f.id = c.file_id "
+            "JOIN chunks_fts t ON t.rowid = c.id"
+        ).fetchall())
+        files_fts = sorted(conn.execute(
+            "SELECT f.path, t.path, t.names, t.body FROM files_fts t JOIN files f ON f.id = t.rowid"
+        ).fetchall())
+    finally:
+        conn.close()
+    # ids are hashes of content: stable, but they are not what the graph asserts
+    graph["symbols"] = [row[:1] + row[2:] for row in graph["symbols"]]
+    parts = {**graph, "chunks": chunks, "files_fts": files_fts}
+    return {
+        "counts": {k: (len(v) if isinstance(v, list) else v) for k, v in parts.items()},
+        "digests": {k: _digest(v) for k, v in parts.items() if isinstance(v, list)},
+    }
+
+
+def test_full_build_graph_is_unchanged(tmp_path):
+    files = {
+        f"languages/{p.relative_to(FIXTURES / 'languages')}": p.read_text()
+        for p in sorted((FIXTURES / "languages").rglob("*"))
+        if p.is_file()
+    }
+    root = make_repo(tmp_path / "corpus", {**files, **EXTRA})
+    shutil.rmtree(root / ".git")  # the history index is not part of the graph
+    got = _snapshot(index(root, full=True))  # chunks sized by the default model's tokenizer
+    if os.environ.get(UPDATE_ENV) == "1":
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert got["counts"] == want["counts"]
+    changed = sorted(k for k in want["digests"] if got["digests"].get(k) != want["digests"][k])
+    assert changed == [], (
+        f"the graph of the fixture corpus changed in {changed}: a speed change must not do that; "
+        f"if the change is meant, rewrite the digest with {UPDATE_ENV}=1 and say why"
+    )
