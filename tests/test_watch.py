@@ -175,12 +175,13 @@ def test_burst_of_1000_writes_is_a_few_builds_and_ignored_paths_none(repo, tmp_p
     with watching(cfg) as w:
         converge(cfg, repo, tmp_path, w)
         before = w.builds
-        # Ignored by .gitignore, not source, the index's own directory, git internals: no build.
+        # Ignored by .gitignore, no format repoctx reads, the index's own directory, git
+        # internals: no build. (notes.txt would be: plain text is indexed as docs.)
         write_files(repo, {f"build/gen{i}.py": "x = 1\n" for i in range(20)})
         write_files(
             repo,
             {
-                "notes.txt": "hi\n",
+                "notes.xyz": "hi\n",
                 "run.log": "x\n",
                 ".repoctx/junk.py": "x = 1\n",
                 ".git/scratch": "x\n",
@@ -208,7 +209,8 @@ def test_filter_rules(repo):
         rel: f.classify(r + rel, is_dir)[0]
         for rel, is_dir in [
             ("pkg/a.py", False),
-            ("notes.txt", False),
+            ("notes.txt", False),  # plain text is docs: indexed, so watched
+            ("notes.xyz", False),
             (".idx/graph.db-wal", False),
             (".git/index", False),
             (".git/objects/ab", True),
@@ -221,7 +223,8 @@ def test_filter_rules(repo):
     }
     assert kinds == {
         "pkg/a.py": 2,
-        "notes.txt": 0,
+        "notes.txt": 2,
+        "notes.xyz": 0,
         ".idx/graph.db-wal": 0,
         ".git/index": 0,
         ".git/objects/ab": 0,
