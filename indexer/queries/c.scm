@@ -122,51 +122,7 @@
 (preproc_function_def name: (identifier) @name) @definition.macro
 
 ; file-level const-qualified variables
-(translation_unit
-  (declaration
-    (type_qualifier)
-    declarator: (init_declarator
-      declarator: [
-        (identifier) @name
-        (pointer_declarator declarator: (identifier) @name)
-        (array_declarator declarator: (identifier) @name)
-      ])) @definition.constant)
-(preproc_ifdef
-  (declaration
-    (type_qualifier)
-    declarator: (init_declarator
-      declarator: [
-        (identifier) @name
-        (pointer_declarator declarator: (identifier) @name)
-        (array_declarator declarator: (identifier) @name)
-      ])) @definition.constant)
-(preproc_if
-  (declaration
-    (type_qualifier)
-    declarator: (init_declarator
-      declarator: [
-        (identifier) @name
-        (pointer_declarator declarator: (identifier) @name)
-        (array_declarator declarator: (identifier) @name)
-      ])) @definition.constant)
-(preproc_else
-  (declaration
-    (type_qualifier)
-    declarator: (init_declarator
-      declarator: [
-        (identifier) @name
-        (pointer_declarator declarator: (identifier) @name)
-        (array_declarator declarator: (identifier) @name)
-      ])) @definition.constant)
-(preproc_elif
-  (declaration
-    (type_qualifier)
-    declarator: (init_declarator
-      declarator: [
-        (identifier) @name
-        (pointer_declarator declarator: (identifier) @name)
-        (array_declarator declarator: (identifier) @name)
-      ])) @definition.constant)
+; @include c_constants.scm
 
 ; ---- references ----------------------------------------------------------------------------
 
