@@ -453,6 +453,7 @@ def shop(indexed_shop: Path) -> Iterator[Path]:
         (indexed_shop / rel).write_text(text, encoding="utf-8")
 
 
+@pytest.mark.slow  # whole CLI runs (index build, agent/ask): ~6 s each
 def test_an_agent_run_through_the_cli_is_scored_from_its_trace(
     shop: Path, args: argparse.Namespace
 ) -> None:
@@ -488,6 +489,7 @@ def test_an_agent_run_through_the_cli_is_scored_from_its_trace(
     assert server.probes == 3
 
 
+@pytest.mark.slow  # whole CLI runs (index build, agent/ask): ~6 s each
 def test_a_question_through_the_cli_is_scored_by_its_citations(
     shop: Path, args: argparse.Namespace
 ) -> None:
