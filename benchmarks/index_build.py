@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -121,6 +122,49 @@ def full_build(corpus: Corpus, index_dir: Path, timeout: float) -> tuple[dict, d
         "cpu_seconds": round(res.cpu_s, 3),
         "reported_seconds": round(stats["seconds"], 3),
         "memory": res.memory,
+    }
+
+
+def first_answer(corpus: Corpus, tmp: Path, name: str, timeout: float, poll: float = 1.0) -> dict:
+    """Time to first answer: a second cold build into a fresh index, with `repoctx symbol NAME`
+    asked every ``poll`` seconds until it answers; each answer's `index status` phase is
+    recorded too. A separate build, so the polling never slows the full build measured above
+    (it costs ~0.1 s of CPU per poll)."""
+    index_dir = tmp / "index-first-answer"
+    env = corpus.env()
+    argv = [*repoctx_command(), "symbol", name, "--json", "-C", str(corpus.root), "--index-dir", str(index_dir)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(build_cmd(corpus.root, index_dir, True), env=env, cwd=tmp,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first = phase = None
+    polls = 0
+    try:
+        while proc.poll() is None and time.perf_counter() - t0 < timeout:
+            time.sleep(poll)
+            polls += 1
+            res = run_cmd(argv, env=env, cwd=tmp, timeout=30)
+            if res.returncode != 0:
+                continue
+            data = json.loads(res.stdout)
+            if data.get("symbols"):
+                first = time.perf_counter() - t0
+                phase = (data.get("build") or {}).get("phase", "done")
+                break
+        proc.wait(timeout=max(1.0, timeout - (time.perf_counter() - t0)))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    total = time.perf_counter() - t0
+    log(f"  first answer (`symbol {name}`): {first if first is None else round(first, 2)}s "
+        f"of a {total:.2f}s build (phase {phase})")
+    return {
+        "query": f"symbol {name}",
+        "seconds": None if first is None else round(first, 3),
+        "build_seconds": round(total, 3),
+        "phase_at_answer": phase,
+        "poll_seconds": poll,
+        "polls": polls,
     }
 
 
@@ -303,6 +347,11 @@ def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
         edit = _phase(
             "edit", edit_test, corpus, tmp, index_dir, args.edit_file, args.runs, args.timeout
         )
+        answer = (
+            _phase("first answer", first_answer, corpus, tmp, args.query_names[0], args.timeout)
+            if args.first_answer
+            else None
+        )
     finally:
         if args.keep:
             log(f"  kept {tmp}")
@@ -335,6 +384,7 @@ def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
         "ratio_build_to_ctags": ratio,
         "noop_rebuild": noop,
         "one_file_edit": edit,
+        "first_answer": answer,
         "queries": queries,
         "targets": {
             "full_build_within_15x_ctags": {
@@ -394,6 +444,12 @@ def main() -> None:
         "--embed",
         action="store_true",
         help="let builds embed chunks too (default: --no-embed where repoctx has it)",
+    )
+    ap.add_argument(
+        "--no-first-answer",
+        dest="first_answer",
+        action="store_false",
+        help="skip the time-to-first-answer build (a second cold build, polled with `symbol`)",
     )
     args = ap.parse_args()
     use_source(args.src)

@@ -115,6 +115,11 @@ def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
         echo_json(st)
         return
     click.echo(f"Index: {st['index_dir']} (generation {st['generation']}, schema {st['schema_version']})")
+    b = st.get("build")
+    if b and b["running"]:
+        click.echo(f"Build in progress (pid {b['pid']}, phase {b['phase']}): {b['ready']}")
+    elif b:
+        click.echo(f"Build stopped during phase {b['phase']} — {b['fix']}")
     click.echo(
         f"{st['files']} files, {st['symbols']} symbols, {st['references']} references "
         f"({st['resolved_pct']:.1f}% resolved)"

@@ -22,6 +22,23 @@ def open_graph(root: Path, index_dir: Path | None):
     return config, store.open_for_read(config.index_path).conn
 
 
+#: Phases of a running build during which each read may see part of the answer.
+_PARTIAL = {"symbol": ("parse",), "refs": ("parse", "resolve")}
+
+
+def building(config, conn, what: str) -> dict | None:
+    """A build running on this index in a phase where ``what`` may be incomplete: said once on
+    stderr (results stay on stdout) and returned for --json."""
+    from retrieval.status import build_progress
+
+    b = build_progress(config.index_path, conn)
+    if b is None or not b["running"] or b["phase"] not in _PARTIAL[what]:
+        return None
+    click.echo(f"Note: a build is running (phase {b['phase']}): {b['ready']} — results may be "
+               "incomplete until it ends.", err=True)
+    return b
+
+
 def read_options(f):
     f = json_option(f)
     f = index_dir_option(f)
@@ -38,10 +55,11 @@ def symbol_cmd(name: str, kind: str | None, limit: int, root: Path, index_dir: P
     """Find definitions by qualified name, name or fuzzy prefix."""
     from retrieval.symbols import find_symbols
 
-    _, conn = open_graph(root, index_dir)
+    config, conn = open_graph(root, index_dir)
     hits = find_symbols(conn, name, kind, limit)
+    build = building(config, conn, "symbol")
     if as_json:
-        echo_json({"generation": generation(conn), "symbols": hits})
+        echo_json({"generation": generation(conn), "symbols": hits, **({"build": build} if build else {})})
         return
     if not hits:
         raise click.ClickException(f"No symbol matches {name!r} — try a shorter prefix.")
@@ -59,10 +77,12 @@ def refs_cmd(name: str, limit: int, root: Path, index_dir: Path | None, as_json:
     """References to a definition, with enclosing symbol and confidence."""
     from retrieval.symbols import references_to
 
-    _, conn = open_graph(root, index_dir)
+    config, conn = open_graph(root, index_dir)
     targets, refs = references_to(conn, name, limit=limit)
+    build = building(config, conn, "refs")
     if as_json:
-        echo_json({"generation": generation(conn), "targets": targets, "references": refs})
+        echo_json({"generation": generation(conn), "targets": targets, "references": refs,
+                   **({"build": build} if build else {})})
         return
     click.echo(f"{len(refs)} references to " + ", ".join(t.qualname for t in targets[:5])
                + (" …" if len(targets) > 5 else ""))
@@ -79,10 +99,12 @@ def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
     def command(symbol: str, limit: int, root: Path, index_dir: Path | None, as_json: bool) -> None:
         from retrieval import symbols
 
-        _, conn = open_graph(root, index_dir)
+        config, conn = open_graph(root, index_dir)
         targets, edges = getattr(symbols, fn_name)(conn, symbol, limit)
+        build = building(config, conn, "refs")
         if as_json:
-            echo_json({"generation": generation(conn), "targets": targets, "edges": edges})
+            echo_json({"generation": generation(conn), "targets": targets, "edges": edges,
+                       **({"build": build} if build else {})})
             return
         for e in edges:
             click.echo(f"{e.symbol.path}:{e.symbol.start_line}  {e.symbol.qualname}  "

@@ -141,6 +141,9 @@ def build(
             stats = _build_locked(db, config, full, progress, t0, chunks, engine)
             from .history import build_phase  # commit history: history.db, its own store
 
+            phase_set = store.get_meta(db, graph_write.BUILD_PHASE) is not None
+            if phase_set:
+                graph_write.set_build_phase(db.conn, "history")
             stats = build_phase(config, stats, progress)
             if staged:
                 store.inherit_embedded(db)
@@ -149,6 +152,8 @@ def build(
             if embed:
                 from .semantic import embed_pending
 
+                if phase_set:
+                    graph_write.set_build_phase(db.conn, "embed")
                 try:
                     es = embed_pending(config, db, embedder=embedder, reembed=reembed,
                                        progress=progress, engine=engine)
@@ -162,6 +167,8 @@ def build(
                                 phases={**stats.phases, "embed": round(es.seconds, 3)})
                 with db.conn:
                     store.set_meta(db, "last_build", json.dumps(stats_dict(stats)))
+            if phase_set:
+                graph_write.set_build_phase(db.conn, None)
             if staged:
                 store.inherit_tombstones(db)
                 store.publish(config.index_path, db)
@@ -281,6 +288,8 @@ def _build_locked(
         with conn:
             graph_write.delete_files(db, existing, deleted)
     marks["discover"] = time.perf_counter()
+    if work or deleted:  # a no-op build writes nothing
+        graph_write.set_build_phase(conn, "parse")
     bulk = len(work) > max(1000, len(existing) // 4)
     if bulk:
         with conn:
@@ -314,9 +323,11 @@ def _build_locked(
     pending = graph_write.resolution_pending(conn)
     marks["parse"] = time.perf_counter()
     if pending or full:
+        graph_write.set_build_phase(conn, "resolve")
         graph_write.resolve_pending(db, full or bulk, progress)
     marks["resolve"] = time.perf_counter()
     if bulk or full:
+        graph_write.set_build_phase(conn, "finalize")
         with conn:
             store.ensure_ref_indexes(db)
             store.ensure_counters(db)

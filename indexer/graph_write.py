@@ -262,3 +262,34 @@ def resolution_pending(conn) -> bool:
         "SELECT EXISTS(SELECT 1 FROM pending_names) "
         "OR EXISTS(SELECT 1 FROM refs WHERE resolution = 'pending')"
     ).fetchone()[0])
+
+
+#: meta key of a build in progress: {"phase", "pid", "since"}; absent when no build is running
+#: (or the last one finished). Readers use it to say what is ready while a first build runs.
+BUILD_PHASE = "build_phase"
+#: What a reader can rely on in each phase of a build that writes in place.
+PHASES = {
+    "parse": "definitions and lexical search fill in as files are written; references follow",
+    "resolve": "definitions and lexical search are ready; references are being resolved",
+    "finalize": "definitions, lexical search and references are ready; indexes are being built",
+    "history": "the graph is ready; the commit history is being indexed",
+    "embed": "the graph is ready; chunks are being embedded for semantic search",
+}
+
+
+def set_build_phase(conn, phase: str | None) -> None:
+    """Record (in its own transaction, so readers see it at once) the phase a build is in;
+    None when it is done."""
+    import json
+    import os
+    import time
+
+    with conn:
+        if phase is None:
+            conn.execute("DELETE FROM meta WHERE key = ?", [BUILD_PHASE])
+        else:
+            state = {"phase": phase, "pid": os.getpid(), "since": round(time.time(), 3)}
+            conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                [BUILD_PHASE, json.dumps(state)],
+            )
