@@ -63,6 +63,12 @@ class LanguageHooks:
         """The name an import binds, for its `import` reference."""
         return name or alias
 
+    def extra_aliases(self, name: str) -> tuple[str, ...]:
+        """More names one import binds to the same target, besides its alias (Elixir's
+        `alias A.B` binds `B` and still lets `A.B` be written out): recorded as further
+        imports without references of their own."""
+        return ()
+
     def import_alias(self, text: str, module: str) -> str:
         """The name an import without `@import.name` or `@import.alias` binds: the module's
         last path part. ``text`` is the module as written, ``module`` after `import_module`."""
@@ -375,6 +381,11 @@ class ElixirHooks(LanguageHooks):
             return text  # an Erlang module (:ets) or an expression
         segments = [_underscore(s) for s in text.split(".")]
         return _relative_to(f"{_lib_root(path)}/{'/'.join(segments)}", path)
+
+    def extra_aliases(self, name: str) -> tuple[str, ...]:
+        """`alias MyApp.Store` binds `Store` (the query keeps `MyApp.Store` as the name, which
+        fully written calls use)."""
+        return (name.rsplit(".", 1)[-1],) if "." in name and name[:1].isupper() else ()
 
     def import_alias(self, text: str, module: str) -> str:
         """`alias MyApp.Store` binds `Store`."""

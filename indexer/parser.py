@@ -300,8 +300,9 @@ def _python_imports(
 def _generic_imports(
     source: bytes, raw: list[dict[str, ts.Node]], lang: LanguageHooks, path: str
 ) -> tuple[list[tuple[Import, int]], list[tuple[Import, int]]]:
-    """The imports with the byte offset of their statement, and the `*` imports that bare
-    imports imply (`LanguageHooks.bare_imports_bind_all`; they get no reference of their own)."""
+    """The imports with the byte offset of their statement, and the further bindings they
+    imply — `*` imports of bare imports (`LanguageHooks.bare_imports_bind_all`), extra aliases
+    (`LanguageHooks.extra_aliases`) — which get no reference of their own."""
     out: list[tuple[Import, int]] = []
     stars: list[tuple[Import, int]] = []
     for caps in raw:
@@ -321,5 +322,7 @@ def _generic_imports(
             alias = name or lang.import_alias(text, module)
             if not name and lang.bare_imports_bind_all:
                 stars.append((Import(module, "*", "*", line), mod.start_byte))
+            for extra in lang.extra_aliases(name) if name else ():
+                stars.append((Import(module, name, extra, line), mod.start_byte))
         out.append((Import(module, name, alias, line), mod.start_byte))
     return out, stars

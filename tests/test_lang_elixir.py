@@ -81,14 +81,19 @@ def test_imports() -> None:
     # module names become the file Mix keeps them in (lib/ of the app, or lib/ at the root)
     assert imports(pf) == {
         ("../lib/shop/store", "Shop.Store", "Shop.Store"),
+        ("../lib/shop/store", "Shop.Store", "Store"),  # `alias Shop.Store` also binds `Store`
         ("../lib/shop/store", "Shop.Store", "S"),
         ("../lib/shop/format", "Shop.Format", "Shop.Format"),
+        ("../lib/shop/format", "Shop.Format", "Format"),
         ("../lib/logger", "Logger", "Logger"),
     }
     nested = parse_source(
         "apps/shop/lib/shop/a.ex", b"alias MyApp.HTTPClient\n", "elixir", "apps.shop.lib.shop.a"
     )
-    assert imports(nested) == {("../my_app/http_client", "MyApp.HTTPClient", "MyApp.HTTPClient")}
+    assert imports(nested) == {
+        ("../my_app/http_client", "MyApp.HTTPClient", "MyApp.HTTPClient"),
+        ("../my_app/http_client", "MyApp.HTTPClient", "HTTPClient"),
+    }
 
 
 def test_syntax_error_keeps_definitions_around_it() -> None:
@@ -108,15 +113,15 @@ def graph(tmp_path_factory):
     })
 
 
-# Line 7's `alias Shop.Store` binds the whole dotted name "Shop.Store", not "Store": the query
-# captures the alias node as the import's name, and the parser keeps a captured name rather than
-# asking ElixirHooks.import_alias (which would give "Store"). So line 33's fully qualified
-# `Shop.Store.put()` resolves through that import and line 34's `S.count()` through line 8's
-# `alias Shop.Store, as: S`; a short `Store.item()` (line 19) finds no binding.
+# Line 7's `alias Shop.Store` binds both the dotted name (the query captures it as the import's
+# name: line 33's fully written `Shop.Store.put()` resolves through it) and its last segment
+# (ElixirHooks.extra_aliases: line 19's short `Store.item()`); line 34's `S.count()` resolves
+# through line 8's `alias Shop.Store, as: S`.
 @pytest.mark.parametrize(
     ("line", "name", "kind", "target", "how"),
     [
         (33, "put", "call", "lib.shop.store.Shop.Store.put", "import"),
+        (19, "item", "call", "lib.shop.store.Shop.Store.item", "import"),
         (34, "count", "call", "lib.shop.store.Shop.Store.count", "import"),
         (12, "Shop.Priced", "inherit", "lib.shop.store.Shop.Priced", "package"),
         (7, "Shop.Store", "import", "lib.shop.store.Shop.Store", "import"),
