@@ -51,6 +51,9 @@ class LanguageHooks:
     #: `open M`, a plain Dart import): the parser records it also as a `*` import, which the
     #: resolver searches for bare names before guessing by directory or globally
     bare_imports_bind_all: bool = False
+    #: node types a grammar puts beside a definition rather than inside it, that belong to it
+    #: (Dart's `function_body` follows its `function_signature`): the definition ends with it
+    body_siblings: frozenset[str] = frozenset()
 
     def module_name(self, path: str, packages: frozenset[str]) -> str:
         """Dotted module name of a file: its path without the suffix."""
@@ -169,6 +172,7 @@ def _relative_to(target: str, path: str) -> str:
 
 @dataclass(frozen=True)
 class DartHooks(LanguageHooks):
+    body_siblings: frozenset[str] = frozenset({"function_body"})
     bare_imports_bind_all: bool = True
     builtins: frozenset[str] = frozenset({
         "print", "identical", "override", "deprecated", "List", "Map", "Set", "Iterable",

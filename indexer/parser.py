@@ -67,9 +67,9 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
             elif key == "import":
                 raw_imports.append({k: v[0] for k, v in caps.items()})
 
-    definitions, def_nodes = _definitions(source, lang, raw_defs)
+    definitions, def_nodes, def_ends = _definitions(source, lang, raw_defs)
     starts = [n.start_byte for n in def_nodes]
-    ends = [n.end_byte for n in def_nodes]
+    ends = [n.end_byte for n in def_ends]
 
     def enclosing(byte: int) -> int:
         i = bisect_right(starts, byte) - 1
@@ -137,13 +137,25 @@ def _text(source: bytes, node: ts.Node) -> str:
 
 def _definitions(
     source: bytes, lang: LanguageHooks, raw: dict[int, tuple[ts.Node, ts.Node, str]]
-) -> tuple[list[Definition], list[ts.Node]]:
-    items = sorted(raw.values(), key=lambda t: (t[0].start_byte, -t[0].end_byte))
+) -> tuple[list[Definition], list[ts.Node], list[ts.Node]]:
+    """The definitions, their nodes, and the node each ends with: itself, or the body a
+    grammar puts beside it (`LanguageHooks.body_siblings`: Dart's `function_body`)."""
+    siblings = lang.body_siblings
+
+    def last(node: ts.Node) -> ts.Node:
+        nxt = node.next_named_sibling if siblings else None
+        return nxt if nxt is not None and nxt.type in siblings else node
+
+    items = sorted(
+        ((n, nm, k, last(n)) for n, nm, k in raw.values()),
+        key=lambda t: (t[0].start_byte, -t[3].end_byte),
+    )
     out: list[Definition] = []
     nodes: list[ts.Node] = []
+    ends: list[ts.Node] = []
     stack: list[int] = []
-    for node, name_node, kind in items:
-        while stack and nodes[stack[-1]].end_byte < node.end_byte:
+    for node, name_node, kind, end in items:
+        while stack and ends[stack[-1]].end_byte < end.end_byte:
             stack.pop()
         if len(stack) >= MAX_DEFINITION_DEPTH:
             continue
@@ -165,9 +177,9 @@ def _definitions(
                 span=Span(
                     outer.start_point[0] + 1,
                     # a node ending at column 0 (C's #define takes its newline) ends a line earlier
-                    node.end_point[0] + (0 if node.end_point[1] == 0 and node.end_point[0] > node.start_point[0] else 1),
+                    end.end_point[0] + (0 if end.end_point[1] == 0 and end.end_point[0] > node.start_point[0] else 1),
                     outer.start_byte,
-                    node.end_byte,
+                    end.end_byte,
                 ),
                 signature=_signature(source, node),
                 doc=_doc(source, node, outer, lang),
@@ -175,8 +187,9 @@ def _definitions(
             )
         )
         nodes.append(node)
+        ends.append(end)
         stack.append(len(out) - 1)
-    return out, nodes
+    return out, nodes, ends
 
 
 def _breaks(root: ts.Node, def_nodes: list[ts.Node]) -> tuple[int, ...]:

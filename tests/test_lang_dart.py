@@ -83,18 +83,21 @@ def test_definitions() -> None:
 
 def test_references() -> None:
     pf = parse("dart")
-    # The grammar keeps a body beside its signature, not inside it: a method body's references
-    # are enclosed by the class, a top-level function body's by the file.
-    assert refs(pf, "add", "call") == [(60, "items", "Inventory"), (87, "?", "")]
-    assert refs(pf, "log", "call") == [(61, "this", "Inventory")]
-    assert refs(pf, "record", "call") == [(62, "store", "Inventory")]
-    assert refs(pf, "max", "call") == [(71, "math", "Inventory")]
-    assert refs(pf, "price", "call") == [(69, "item", "Inventory"), (74, "", "Inventory"), (93, "?", "")]
-    assert refs(pf, "of", "call") == [(85, "Inventory", "")]
-    assert refs(pf, "Inventory", "call") == [(53, "", "Inventory")]
-    assert refs(pf, "Item", "call") == [(87, "", "")]
-    assert refs(pf, "shuffle", "call") == [(87, "?", "")]  # a cascade on inv.items
-    assert refs(pf, "print", "call") == [(24, "", "Logging")]
+    # The grammar keeps a body beside its signature, not inside it; DartHooks.body_siblings
+    # makes the definition end with its body, so a body's references are enclosed by it.
+    assert (defn(pf, "Inventory.add").span.end_line, defn(pf, "restock").span.end_line) == (64, 89)
+    assert refs(pf, "add", "call") == [(60, "items", "Inventory.add"), (87, "?", "restock")]
+    assert refs(pf, "log", "call") == [(61, "this", "Inventory.add")]
+    assert refs(pf, "record", "call") == [(62, "store", "Inventory.add")]
+    assert refs(pf, "max", "call") == [(71, "math", "Inventory.price")]
+    assert refs(pf, "price", "call") == [
+        (69, "item", "Inventory.price"), (74, "", "Inventory.cents"), (93, "?", "cheapest"),
+    ]
+    assert refs(pf, "of", "call") == [(85, "Inventory", "restock")]
+    assert refs(pf, "Inventory", "call") == [(53, "", "Inventory.of")]
+    assert refs(pf, "Item", "call") == [(87, "", "restock")]
+    assert refs(pf, "shuffle", "call") == [(87, "?", "restock")]  # a cascade on inv.items
+    assert refs(pf, "print", "call") == [(24, "", "Logging.log")]
     assert refs(pf, "BaseStore", "inherit") == [(42, "", "Inventory")]
     assert refs(pf, "Logging", "inherit") == [(42, "", "Inventory")]
     assert refs(pf, "Priced", "inherit") == [(42, "", "Inventory")]
