@@ -290,6 +290,9 @@ def _build_locked(
     marks["discover"] = time.perf_counter()
     if work or deleted:  # a no-op build writes nothing
         graph_write.set_build_phase(conn, "parse")
+        if store.get_meta(db, "root") != str(config.root):
+            with conn:  # readers during a first build check freshness against the tree
+                store.set_meta(db, "root", str(config.root))
     bulk = len(work) > max(1000, len(existing) // 4)
     if bulk:
         with conn:

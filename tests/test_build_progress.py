@@ -46,7 +46,7 @@ def test_a_first_build_says_what_is_ready_while_references_resolve(tmp_path):
         conn = _read(cfg)  # another connection, as another process would open it
         try:
             seen["build"] = build_progress(cfg.index_path, conn)
-            seen["symbols"] = [h.qualname for h in find_symbols(conn, "alpha")]
+            seen["symbols"] = [(h.qualname, h.stale) for h in find_symbols(conn, "alpha")]
             seen["status"] = index_status(cfg)["build"]
             runner = CliRunner()
             res = runner.invoke(cli, ["refs", "alpha", "--root", str(root), "--json"])
@@ -60,7 +60,8 @@ def test_a_first_build_says_what_is_ready_while_references_resolve(tmp_path):
     b = seen["build"]
     assert (b["phase"], b["running"]) == ("resolve", True)
     assert "definitions and lexical search are ready" in b["ready"]
-    assert seen["symbols"] == ["pkg.core.alpha"]  # definitions answer before the build ends
+    # definitions answer before the build ends, checked against the tree (not stale)
+    assert seen["symbols"] == [("pkg.core.alpha", False)]
     assert seen["status"]["phase"] == "resolve"
     assert seen["refs_rc"] == 0 and "a build is running (phase resolve)" in seen["refs_err"]
     assert "Build in progress" in seen["status_text"] and "phase resolve" in seen["status_text"]
