@@ -384,6 +384,22 @@ def file_stat(conn: sqlite3.Connection, path: str) -> tuple[int, int] | None:
     return None if row is None else (row[0], row[1])
 
 
+def file_stats_of(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """path -> (size, mtime_ns) as the index saw it, for those of ``paths`` it indexed (one
+    query per 900 paths, not one per path)."""
+    paths = list(paths)
+    out: dict[str, tuple[int, int]] = {}
+    for i in range(0, len(paths), 900):
+        part = paths[i : i + 900]
+        out.update(
+            (p, (size, mtime))
+            for p, size, mtime in conn.execute(
+                f"SELECT path, size, mtime_ns FROM files WHERE path IN ({_marks(len(part))})", part
+            )
+        )
+    return out
+
+
 def all_paths(conn: sqlite3.Connection) -> list[str]:
     """Every indexed path (in the table's order)."""
     return [r[0] for r in conn.execute("SELECT path FROM files")]

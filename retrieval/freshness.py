@@ -27,8 +27,10 @@ def stale_paths(
     """Paths whose size or mtime on disk differ from what the index saw (or that are gone)."""
     root = root or index_root(conn)
     out: set[str] = set()
-    for path in set(paths):
-        row = graph.file_stat(conn, path)
+    unique = set(paths)
+    seen = graph.file_stats_of(conn, unique) if unique else {}
+    for path in unique:
+        row = seen.get(path)
         try:
             st = os.stat(os.path.join(root, path))
         except OSError:
