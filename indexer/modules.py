@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import PurePosixPath
 
 from .lang_hooks import PYTHON
 from .languages import hooks
@@ -14,10 +13,10 @@ _INIT_NAMES = PYTHON.package_markers
 def package_dirs(paths: Iterable[str]) -> frozenset[str]:
     """Directories (relative POSIX, "" for the root) that hold an ``__init__.py``."""
     out = set()
-    for p in paths:
-        pp = PurePosixPath(p)
-        if pp.name in _INIT_NAMES:
-            out.add(str(pp.parent) if str(pp.parent) != "." else "")
+    for p in paths:  # string operations, not PurePosixPath: every path of every build
+        head, _, name = p.rpartition("/")
+        if name in _INIT_NAMES:
+            out.add(head)
     return frozenset(out)
 
 
