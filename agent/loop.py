@@ -17,7 +17,6 @@ writes; what does not need that state lives in the helpers above.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -38,7 +37,7 @@ from .checkpoints import CheckpointStore, RollbackReport
 from .errors import AgentError
 from .memory import REMEMBER, ProjectMemory, learned_facts, read_instructions
 from .model_calls import ModelCallFailed, ModelCalls
-from .models.base import Completion, Message, ModelClient, ToolCall, ToolSpec, Usage
+from .models.base import Message, ModelClient, ToolCall, ToolSpec, Usage
 from .models.prompt_tokens import model_tokenizer
 from .models.text_calls import CALL_EXAMPLE, prose
 from .outcome import Ending, asks_for_change, finish_ending, text_ending
@@ -206,6 +205,8 @@ class AgentRun:
                     f"with `repoctx agent undo {self.run_id}`.",
                     "interrupted",
                 ) from None
+            except ModelCallFailed as exc:  # retries spent, or an error no retry mends
+                raise RunEnded(exc.reason, exc.message, "failed") from exc.__cause__
             except RepoctxError as exc:  # the index or the checkpoints failed: end cleanly
                 raise RunEnded("error", str(exc), "failed") from exc
         except RunEnded as end:
@@ -246,7 +247,7 @@ class AgentRun:
             self._make_plan()
 
     def _make_plan(self) -> None:
-        _, completion = self.complete(
+        _, completion = self.calls.complete(
             0,
             "plan",
             lambda budget: self.prompt(
@@ -338,23 +339,10 @@ class AgentRun:
             self._packs = {key: redact_pack(pack, self.ctx.workspace.is_secret)}
         return self._packs[key]
 
-    def complete(
-        self,
-        step: int,
-        purpose: str,
-        build: Callable[[int], StepPrompt],
-        tools: list[ToolSpec] | tuple[()] | None = None,
-    ) -> tuple[StepPrompt, Completion]:
-        """One model call (agent/model_calls.py); a call that fails for good ends the run."""
-        try:
-            return self.calls.complete(step, purpose, build, tools)
-        except ModelCallFailed as exc:
-            raise RunEnded(exc.reason, exc.message, "failed") from exc.__cause__
-
     # -- one step --------------------------------------------------------------------------------
 
     def _step(self, step: int) -> None:
-        reply = self.complete(step, "act", self.prompt)[1].message
+        reply = self.calls.complete(step, "act", self.prompt)[1].message
         calls, form, hint = self.reader.read(step, reply)
         if not calls:
             return self._no_calls(step, reply, hint)

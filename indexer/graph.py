@@ -378,12 +378,6 @@ def index_root(conn: sqlite3.Connection) -> str:
     return row[0] if row else ""
 
 
-def file_stat(conn: sqlite3.Connection, path: str) -> tuple[int, int] | None:
-    """(size, mtime_ns) of ``path`` as the index saw it; None if it is not indexed."""
-    row = conn.execute("SELECT size, mtime_ns FROM files WHERE path = ?", [path]).fetchone()
-    return None if row is None else (row[0], row[1])
-
-
 def file_stats_of(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, tuple[int, int]]:
     """path -> (size, mtime_ns) as the index saw it, for those of ``paths`` it indexed (one
     query per 900 paths, not one per path)."""

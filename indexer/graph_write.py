@@ -6,6 +6,9 @@ references must be re-resolved, and the resolutions themselves. The build's driv
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -280,10 +283,6 @@ PHASES = {
 def set_build_phase(conn, phase: str | None) -> None:
     """Record (in its own transaction, so readers see it at once) the phase a build is in;
     None when it is done."""
-    import json
-    import os
-    import time
-
     with conn:
         if phase is None:
             conn.execute("DELETE FROM meta WHERE key = ?", [BUILD_PHASE])

@@ -391,10 +391,6 @@ class ElixirHooks(LanguageHooks):
         fully written calls use)."""
         return (name.rsplit(".", 1)[-1],) if "." in name and name[:1].isupper() else ()
 
-    def import_alias(self, text: str, module: str) -> str:
-        """`alias MyApp.Store` binds `Store`."""
-        return text.rsplit(".", 1)[-1] if text[:1].isupper() else module.rsplit("/", 1)[-1]
-
 
 ELIXIR = ElixirHooks()
 

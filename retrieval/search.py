@@ -291,8 +291,6 @@ class Searcher:
             for e in c.evidence:
                 per_source.setdefault(e.signal, {}).setdefault(c.hit.chunk_id, (e.rank, e.score))
         hits = self._hydrate(fused, per_source)
-        if kinds:  # every signal filters by kind already; this guards the fused list
-            hits = [h for h in hits if h.kind in kinds]
         gen = int(self._meta("generation") or 0)
         return SearchResult(
             query, mode, tuple(hits), self.semantic_coverage(), gen, tuple(warnings)
