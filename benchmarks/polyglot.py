@@ -77,7 +77,7 @@ def _via_content(path: str, data: bytes, language: str, module: str) -> object:
     r = parse_worker.parse_content(path, data, len(data), 0, "", language, module, None)
     if r.status not in INDEXED:
         raise ValueError(f"{r.status}: {r.error}".strip(": "))
-    return r.parsed
+    return r.rows
 
 
 DISPATCH: dict[str, ParseFn] = {

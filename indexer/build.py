@@ -25,7 +25,6 @@ from .config import Config
 from .discovery import discover
 from .errors import IndexDamagedError
 from .languages import kind_of, language_for_path
-from .lexical import index_files
 from .lock import WriteLock
 from .models import BuildStats, Progress
 from .modules import module_name, package_dirs
@@ -310,8 +309,6 @@ def _build_locked(
         tw = time.perf_counter()
         with conn:
             graph_write.write_results(db, results, existing, gen, bulk or full)
-            if chunks:
-                index_files(conn, graph_write.changed_file_ids(conn, results))
         write_s += time.perf_counter() - tw
         for r in results:
             if r.status == "unchanged":
@@ -327,6 +324,9 @@ def _build_locked(
     marks["parse"] = time.perf_counter()
     if pending or full:
         graph_write.set_build_phase(conn, "resolve")
+        if bulk:
+            with conn:
+                store.ensure_ref_indexes(db, store.RESOLVE_INDEXES)
         graph_write.resolve_pending(db, full or bulk, progress)
     marks["resolve"] = time.perf_counter()
     if bulk or full:

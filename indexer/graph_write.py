@@ -1,7 +1,8 @@
 """Writes to the graph, beside the schema in `store.py`: a parsed file's rows (symbols,
-references, imports, chunks and their lexical rows), the deletion of a file, the names whose
-references must be re-resolved, and the resolutions themselves. The build's driver
-(`build.py`) decides what to write and when; every write statement of a build is here.
+references, imports, chunks and their lexical rows, prepared by the parse worker in `rows.py`),
+the deletion of a file, the names whose references must be re-resolved, and the resolutions
+themselves. The build's driver (`build.py`) decides what to write and when; every write
+statement of a build is here.
 """
 
 from __future__ import annotations
@@ -9,15 +10,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 
 from . import store
 from .languages import language_for_path
-from .lexical import index_files, index_terms
-from .models import ParsedFile, Progress
+from .lexical import index_files
+from .models import Progress
 from .parse_worker import FileResult
 from .resolve import Resolution, SymbolTable, resolve_refs
+from .rows import FileRows
 from .store import WriteDB
 
 #: References resolved per page.
@@ -35,6 +36,7 @@ def write_results(
     """Replace the rows of each changed file; record names whose definitions moved."""
     conn = db.conn
     pending_names: set[str] = set()
+    documents: list[tuple] = []
     for r in results:
         old = existing.get(r.path)
         if r.status == "unchanged":
@@ -48,43 +50,37 @@ def write_results(
             old_ids = dict(conn.execute("SELECT id, name FROM symbols WHERE file_id = ?", [fid]))
             old_imports = set(conn.execute("SELECT module, name, alias FROM imports WHERE file_id = ?", [fid]))
             _delete_file_rows(conn, fid, keep_file=True)
-        pf = r.parsed
-        language = pf.language if pf else language_for_path(r.path)
-        module = pf.module if pf else None
+        rows = r.rows
+        language = rows.language if rows else language_for_path(r.path)
+        module = rows.module if rows else None
         row = conn.execute(
             "INSERT INTO files(path, language, module, size, mtime_ns, hash, lines, status, gen) "
             "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET language=excluded.language, "
             "module=excluded.module, size=excluded.size, mtime_ns=excluded.mtime_ns, "
             "hash=excluded.hash, lines=excluded.lines, status=excluded.status, gen=excluded.gen "
             "RETURNING id",
-            [r.path, language, module, r.size, r.mtime_ns, r.hash, pf.lines if pf else 0, r.status, gen],
+            [r.path, language, module, r.size, r.mtime_ns, r.hash, rows.lines if rows else 0, r.status, gen],
         ).fetchone()
         fid = row[0]
         new_ids: dict[int, str] = {}
         new_imports: set[tuple] = set()
-        if pf is not None:
-            new_ids, new_imports = _insert_parsed(conn, fid, pf)
-        _replace_chunks(conn, fid, r, module or "")
+        if rows is not None:
+            _insert_rows(conn, fid, rows)
+            new_ids = {s[0]: s[1] for s in rows.symbols}
+            new_imports = {i[:3] for i in rows.imports}
+            if rows.document is not None:
+                documents.append((fid, *rows.document))
+        _replace_chunks(conn, fid, rows)
         for sid in old_ids.keys() ^ new_ids.keys():
             pending_names.add(old_ids.get(sid) or new_ids[sid])
         pending_names.update(t[2] for t in old_imports ^ new_imports)
         old_module = old[5] if old is not None else None
         if old_module != module and not bulk:  # a bulk build re-resolves every reference anyway
             _touch_importers(conn, {m for m in (old_module, module) if m})
+    conn.executemany("INSERT INTO files_fts(rowid, path, names, body) VALUES (?,?,?,?)", documents)
     if pending_names:
         conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
                          [(n,) for n in pending_names])
-
-
-def changed_file_ids(conn, results: Iterable[FileResult]) -> list[int]:
-    """Ids of the files a batch rewrote (their whole-file lexical documents follow)."""
-    paths = [r.path for r in results if r.status != "unchanged"]
-    ids = []
-    for path in paths:
-        row = conn.execute("SELECT id FROM files WHERE path = ?", [path]).fetchone()
-        if row is not None:
-            ids.append(row[0])
-    return ids
 
 
 def _touch_importers(conn, modules: set[str]) -> None:
@@ -99,68 +95,42 @@ def _touch_importers(conn, modules: set[str]) -> None:
         )
 
 
-def _insert_parsed(conn, fid: int, pf: ParsedFile) -> tuple[dict[int, str], set[tuple]]:
-    ids: list[int] = []
-    seen: Counter = Counter()
-    rows = []
-    # The module is part of every id: when a package boundary moves, ids change and the
-    # references that named the old module are re-resolved like any other changed name.
-    mod_id = store.stable_id(pf.path, pf.module, "", "module")
-    last = pf.module.rsplit(".", 1)[-1]
-    rows.append((mod_id, fid, last, pf.module, "module", 1, max(pf.lines, 1), 0, 0, "", pf.doc, None))
-    for d in pf.definitions:
-        key = (d.qualname, d.kind)
-        seen[key] += 1
-        sid = store.stable_id(pf.path, pf.module, d.qualname, d.kind, str(seen[key]))
-        ids.append(sid)
-        parent = ids[d.parent] if d.parent >= 0 else None
-        qual = f"{pf.module}.{d.qualname}" if pf.module else d.qualname
-        rows.append((sid, fid, d.name, qual, d.kind, d.span.start_line, d.span.end_line,
-                     d.span.start_byte, d.span.end_byte, d.signature, d.doc, parent))
-    conn.executemany("INSERT OR REPLACE INTO symbols VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+def _insert_rows(conn, fid: int, rows: FileRows) -> None:
     conn.executemany(
-        "INSERT INTO refs(file_id, name, kind, line, col, receiver, enclosing_id) VALUES (?,?,?,?,?,?,?)",
-        [(fid, r.name, r.kind, r.line, r.col, r.receiver, ids[r.enclosing] if r.enclosing >= 0 else mod_id)
-         for r in pf.references],
+        "INSERT OR REPLACE INTO symbols(id, name, qualname, kind, start_line, end_line, start_byte, "
+        "end_byte, signature, doc, parent_id, file_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        [(*s, fid) for s in rows.symbols],
     )
     conn.executemany(
-        "INSERT INTO imports(file_id, module, name, alias, line, level) VALUES (?,?,?,?,?,?)",
-        [(fid, i.module, i.name, i.alias, i.line, i.level) for i in pf.imports],
+        "INSERT INTO refs(name, kind, line, col, receiver, enclosing_id, file_id) VALUES (?,?,?,?,?,?,?)",
+        [(*r, fid) for r in rows.refs],
     )
-    names = {row[0]: row[2] for row in rows}
-    return names, {(i.module, i.name, i.alias) for i in pf.imports}
+    conn.executemany(
+        "INSERT INTO imports(module, name, alias, line, level, file_id) VALUES (?,?,?,?,?,?)",
+        [(*i, fid) for i in rows.imports],
+    )
 
 
-def _replace_chunks(conn, fid: int, r: FileResult, module: str) -> None:
+def _replace_chunks(conn, fid: int, rows: FileRows | None) -> None:
     """Swap a file's chunks, keeping rows (and their vectors) whose id is unchanged and
     tombstoning the vectors of chunks that disappeared."""
     old = {row[0] for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])}
-    new = {}
-    for c in r.chunks:
-        cid = store.stable_id(r.path, str(c.start_line), str(c.end_line), c.content_hash)
-        new[cid] = c
-    gone = old - new.keys()
+    chunks, terms = (rows.chunks, rows.chunk_terms) if rows else ([], [])
+    gone = old - {c[0] for c in chunks}
     if gone:
         conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in gone])
         conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in gone])
         conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", [(i,) for i in gone])
-    added = [(cid, c) for cid, c in new.items() if cid not in old]
+    added = [(c, t) for c, t in zip(chunks, terms, strict=True) if c[0] not in old]
     conn.executemany(
-        "INSERT INTO chunks(id, file_id, symbol, kind, start_line, end_line, tokens, header, "
-        "content_hash) VALUES (?,?,?,?,?,?,?,?,?)",
-        [(cid, fid, _qualify(module, c.symbol), c.kind, c.start_line, c.end_line, c.tokens, c.header,
-          c.content_hash) for cid, c in added],
+        "INSERT INTO chunks(id, symbol, kind, start_line, end_line, tokens, header, content_hash, "
+        "file_id) VALUES (?,?,?,?,?,?,?,?,?)",
+        [(*c, fid) for c, _ in added],
     )
-    conn.executemany(
-        "INSERT INTO chunks_fts(rowid, path, symbol, body) VALUES (?,?,?,?)",
-        [(cid, index_terms(r.path), index_terms(c.symbol), c.terms) for cid, c in added],
-    )
+    conn.executemany("INSERT INTO chunks_fts(rowid, path, symbol, body) VALUES (?,?,?,?)",
+                     [t for _, t in added])
     if added:
-        conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(cid,) for cid, _ in added])
-
-
-def _qualify(module: str, symbol: str) -> str:
-    return f"{module}.{symbol}" if module and symbol else symbol or module
+        conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(c[0],) for c, _ in added])
 
 
 def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
@@ -168,8 +138,8 @@ def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
     conn.execute("DELETE FROM refs WHERE file_id = ?", [fid])
     conn.execute("DELETE FROM symbols WHERE file_id = ?", [fid])
     conn.execute("DELETE FROM imports WHERE file_id = ?", [fid])
+    conn.execute("DELETE FROM files_fts WHERE rowid = ?", [fid])  # a rewritten file's comes with its rows
     if not keep_file:
-        conn.execute("DELETE FROM files_fts WHERE rowid = ?", [fid])
         ids = [(row[0],) for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])]
         conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ids)
         conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", ids)

@@ -7,6 +7,7 @@ identifier), for the indexed text and for queries alike.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -102,9 +103,16 @@ def index_terms(text: str) -> str:
 # chunks would need each chunk to collect votes; the two are separate signals (retrieval/).
 
 
+def file_document(path: str, names: Iterable[str], bodies: Iterable[str]) -> tuple[str, str, str]:
+    """The (path, names, body) columns of a file's document: ``names`` are those it defines
+    (by symbol id), ``bodies`` its chunks' terms in line order."""
+    return index_terms(path), index_terms(" ".join(dict.fromkeys(names))), " ".join(bodies)
+
+
 def index_files(conn, file_ids) -> None:
-    """(Re)write the whole-file lexical documents of ``file_ids`` from their chunks and symbols;
-    a file without chunks gets no document. Run in the transaction that wrote the chunks."""
+    """(Re)write the whole-file lexical documents of ``file_ids`` from their chunks and symbols
+    in the database (a build writes those of the files it parses with their other rows); a
+    file without chunks gets no document."""
     ids = list(file_ids)
     if not ids:
         return
@@ -122,14 +130,7 @@ def index_files(conn, file_ids) -> None:
         if not bodies:
             continue
         names = conn.execute(
-            "SELECT name FROM symbols WHERE file_id = ? AND kind != 'module'", [fid]
+            "SELECT name FROM symbols WHERE file_id = ? AND kind != 'module' ORDER BY id", [fid]
         ).fetchall()
-        rows.append(
-            (
-                fid,
-                index_terms(found[0]),
-                index_terms(" ".join(dict.fromkeys(n for (n,) in names))),
-                " ".join(b for (b,) in bodies),
-            )
-        )
+        rows.append((fid, *file_document(found[0], (n for (n,) in names), (b for (b,) in bodies))))
     conn.executemany("INSERT INTO files_fts(rowid, path, names, body) VALUES (?,?,?,?)", rows)

@@ -1,8 +1,8 @@
 """What a parse worker does with one file, in the local engine's processes and in Ray's
 actors alike: read it, skip it if unchanged or unreadable, classify it (binary, minified,
-generated...), parse it with tree-sitter and cut it into chunks sized by the embedding model's
-tokenizer. Errors become results, never exceptions. The build's driver (`indexer.build`) writes
-the results; this module knows nothing of the database.
+generated...), parse it with tree-sitter, cut it into chunks sized by the embedding model's
+tokenizer and turn all that into the rows the graph stores (`indexer.rows`). Errors become
+results, never exceptions. The build's driver (`indexer.build`) writes the rows.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from functools import cache
 
 from .chunking import Chunk, chunk_file
 from .discovery import classify_content
-from .models import ParsedFile
 from .parser import parse_source
+from .rows import FileRows, file_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +25,8 @@ class FileResult:
     mtime_ns: int
     hash: str
     status: str  # ok | syntax_error | unchanged | skipped:<reason> | failed
-    parsed: ParsedFile | None = None
+    rows: FileRows | None = None
     error: str = ""
-    chunks: tuple[Chunk, ...] = ()
 
 
 def content_hash(data: bytes) -> str:
@@ -80,7 +79,8 @@ def parse_content(
     module: str,
     model: str | None,
 ) -> FileResult:
-    """Classify, parse and chunk the bytes of one changed file (wherever they were read)."""
+    """Classify, parse and chunk the bytes of one changed file (wherever they were read)
+    into its rows."""
     reason = classify_content(path, data)
     if reason:
         return FileResult(path, size, mtime_ns, digest, f"skipped:{reason}")
@@ -98,4 +98,4 @@ def parse_content(
         return FileResult(path, size, mtime_ns, digest, "skipped:too_deep", error=repr(exc))
     except (ValueError, UnicodeError) as exc:  # a grammar or query failure
         return FileResult(path, size, mtime_ns, digest, "failed", error=repr(exc))
-    return FileResult(path, size, mtime_ns, digest, status, parsed, chunks=chunks)
+    return FileResult(path, size, mtime_ns, digest, status, file_rows(path, parsed, chunks))
