@@ -75,20 +75,26 @@ def chunk_file(
         return prefix[end] - prefix[start - 1]
 
     def windows(start: int, end: int, symbol: str, kind: str) -> list[_Piece]:
-        """Cut [start, end] into pieces under budget, at statement starts when possible."""
+        """Cut [start, end] into pieces under budget, at statement starts when possible, of
+        even size: as few pieces as the budget allows, each near its share of the tokens, so
+        no tiny tail is left to win a search on a few words."""
         out: list[_Piece] = []
         s = start
         while s <= end:
-            if tokens(s, end) <= budget:
-                out.append(_Piece(s, end, symbol, kind, tokens(s, end)))
+            rest = tokens(s, end)
+            if rest <= budget:
+                out.append(_Piece(s, end, symbol, kind, rest))
                 break
+            aim = prefix[s - 1] + rest / -(-rest // budget)  # this piece's even share
             # the furthest line e with tokens(s, e) <= budget
-            e = bisect_right(prefix, prefix[s - 1] + budget, lo=s) - 1
-            e = max(min(e, end), s)
+            far = bisect_right(prefix, prefix[s - 1] + budget, lo=s) - 1
+            far = max(min(far, end), s)
             lo = bisect_left(breaks, s + 1)
-            hi = bisect_right(breaks, e + 1)
-            if hi > lo:  # cut just before the last statement that starts inside the window
-                e = breaks[hi - 1] - 1
+            hi = bisect_right(breaks, far + 1)
+            if hi > lo:  # cut before the statement starting nearest the even share
+                e = min(breaks[lo:hi], key=lambda b: abs(prefix[b - 1] - aim)) - 1
+            else:
+                e = max(min(bisect_left(prefix, aim, lo=s), far), s)
             out.append(_Piece(s, e, symbol, kind, tokens(s, e)))
             s = e + 1
         return out

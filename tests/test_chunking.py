@@ -90,3 +90,18 @@ def test_moved_code_keeps_its_content_hash():
     assert ca["helper"].content_hash == cb["helper"].content_hash
     assert ca["helper"].header == "a.py | helper" and cb["helper"].header == "pkg/b.py | helper"
     assert ca["helper"].content_hash != ca["other"].content_hash
+
+
+def test_a_long_run_is_cut_into_even_pieces_without_a_tiny_tail():
+    # 25 statements of 12 tokens and a budget of 100: greedy windows would take 8 statements
+    # each and leave 1-3 lines at the end; even ones take ~6-7 each
+    body = "".join(f"    value = compute ( value , {i} , {i} ) + 1\n" for i in range(25))
+    src = "def long_function(value):\n" + body + "    return value\n"
+    pf = parse_source("long.py", src.encode(), "python", "long")
+    chunks = chunk_file("long.py", src, pf, count, 100 + 2 + 24)  # budget: 100 tokens of code
+    parts = [c for c in chunks if c.symbol == "long_function"]
+    total = sum(count([ln])[0] - 2 for ln in src.splitlines())
+    assert len(parts) == -(-total // 100)  # no more pieces than the budget needs
+    sizes = [c.end_line - c.start_line + 1 for c in parts]
+    assert max(sizes) - min(sizes) <= 1, sizes
+    assert all(c.tokens <= 100 + 2 + 24 for c in parts)
