@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .lexical import CHUNK_TABLES
 from .models import SymbolRecord
 from .testpaths import sql_is_test_path
 
@@ -277,12 +278,16 @@ def unresolved_named(
 
 def files_with_phrase(conn: sqlite3.Connection, phrase: str, limit: int = 200) -> list[str]:
     """Files whose chunks the lexical index matches for ``phrase`` (as one quoted phrase)."""
-    rows = conn.execute(
-        "SELECT DISTINCT f.path FROM chunks_fts t JOIN chunks c ON c.id = t.rowid "
-        "JOIN files f ON f.id = c.file_id WHERE chunks_fts MATCH ? LIMIT ?",
-        ['"' + phrase.replace('"', '""') + '"', limit],
-    ).fetchall()
-    return [r[0] for r in rows]
+    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    out: dict[str, None] = {}
+    for table in (t for t in CHUNK_TABLES if t in present):
+        rows = conn.execute(
+            f"SELECT DISTINCT f.path FROM {table} t JOIN chunks c ON c.id = t.rowid "
+            f"JOIN files f ON f.id = c.file_id WHERE {table} MATCH ? LIMIT ?",
+            ['"' + phrase.replace('"', '""') + '"', limit],
+        ).fetchall()
+        out.update(dict.fromkeys(r[0] for r in rows))
+    return list(out)[:limit]
 
 
 # -- vectors ------------------------------------------------------------------------------------

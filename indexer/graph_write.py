@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from . import store
 from .languages import language_for_path
-from .lexical import index_files
+from .lexical import CHUNK_TABLES, FILE_TABLES, fts_table, index_files
 from .models import Progress
 from .parse_worker import FileResult
 from .resolve import Resolution, SymbolTable, resolve_refs
@@ -36,7 +36,7 @@ def write_results(
     """Replace the rows of each changed file; record names whose definitions moved."""
     conn = db.conn
     pending_names: set[str] = set()
-    documents: list[tuple] = []
+    documents: dict[str, list[tuple]] = {}
     for r in results:
         old = existing.get(r.path)
         if r.status == "unchanged":
@@ -69,7 +69,7 @@ def write_results(
             new_ids = {s[0]: s[1] for s in rows.symbols}
             new_imports = {i[:3] for i in rows.imports}
             if rows.document is not None:
-                documents.append((fid, *rows.document))
+                documents.setdefault(fts_table("files_fts", language), []).append((fid, *rows.document))
         _replace_chunks(conn, fid, rows)
         for sid in old_ids.keys() ^ new_ids.keys():
             pending_names.add(old_ids.get(sid) or new_ids[sid])
@@ -77,7 +77,8 @@ def write_results(
         old_module = old[5] if old is not None else None
         if old_module != module and not bulk:  # a bulk build re-resolves every reference anyway
             _touch_importers(conn, {m for m in (old_module, module) if m})
-    conn.executemany("INSERT INTO files_fts(rowid, path, names, body) VALUES (?,?,?,?)", documents)
+    for table, docs in documents.items():
+        conn.executemany(f"INSERT INTO {table}(rowid, path, names, body) VALUES (?,?,?,?)", docs)
     if pending_names:
         conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
                          [(n,) for n in pending_names])
@@ -119,7 +120,8 @@ def _replace_chunks(conn, fid: int, rows: FileRows | None) -> None:
     gone = old - {c[0] for c in chunks}
     if gone:
         conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in gone])
-        conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in gone])
+        for table in CHUNK_TABLES:  # a file skipped now has no language to say which
+            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in gone])
         conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", [(i,) for i in gone])
     added = [(c, t) for c, t in zip(chunks, terms, strict=True) if c[0] not in old]
     conn.executemany(
@@ -127,7 +129,8 @@ def _replace_chunks(conn, fid: int, rows: FileRows | None) -> None:
         "file_id) VALUES (?,?,?,?,?,?,?,?,?)",
         [(*c, fid) for c, _ in added],
     )
-    conn.executemany("INSERT INTO chunks_fts(rowid, path, symbol, body) VALUES (?,?,?,?)",
+    table = fts_table("chunks_fts", rows.language if rows else None)
+    conn.executemany(f"INSERT INTO {table}(rowid, path, symbol, body) VALUES (?,?,?,?)",
                      [t for _, t in added])
     if added:
         conn.executemany("DELETE FROM vector_tombstones WHERE chunk_id = ?", [(c[0],) for c, _ in added])
@@ -138,10 +141,12 @@ def _delete_file_rows(conn, fid: int, keep_file: bool = False) -> None:
     conn.execute("DELETE FROM refs WHERE file_id = ?", [fid])
     conn.execute("DELETE FROM symbols WHERE file_id = ?", [fid])
     conn.execute("DELETE FROM imports WHERE file_id = ?", [fid])
-    conn.execute("DELETE FROM files_fts WHERE rowid = ?", [fid])  # a rewritten file's comes with its rows
+    for table in FILE_TABLES:  # a rewritten file's document comes with its rows
+        conn.execute(f"DELETE FROM {table} WHERE rowid = ?", [fid])
     if not keep_file:
         ids = [(row[0],) for row in conn.execute("SELECT id FROM chunks WHERE file_id = ?", [fid])]
-        conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ids)
+        for table in CHUNK_TABLES:
+            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", ids)
         conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", ids)
         conn.execute("DELETE FROM chunks WHERE file_id = ?", [fid])
         conn.execute("DELETE FROM files WHERE id = ?", [fid])

@@ -95,6 +95,27 @@ def index_terms(text: str) -> str:
     return " ".join(map(_terms, _IDENT.findall(text)))
 
 
+# -- code and prose apart -----------------------------------------------------------------------
+#
+# Text formats (docs, configs: `indexer.textfiles`) have their own FTS5 tables, ``<table>_text``:
+# BM25 weighs a term by its rarity and a document by its length over the whole table, so a
+# repository's prose in the code's table shifts how code is ranked for the same words (on the
+# development issues, file@1 without vectors fell 6 points when sphinx's .rst docs joined).
+
+TEXT_SUFFIX = "_text"
+#: The lexical tables of chunks and of whole files: code's, then prose's.
+CHUNK_TABLES = ("chunks_fts", "chunks_fts" + TEXT_SUFFIX)
+FILE_TABLES = ("files_fts", "files_fts" + TEXT_SUFFIX)
+
+
+def fts_table(base: str, language: str | None) -> str:
+    """The FTS5 table (``chunks_fts`` or ``files_fts``, or its ``_text`` twin) of a file in
+    ``language``."""
+    from .languages import is_text_format
+
+    return base + TEXT_SUFFIX if language and is_text_format(language) else base
+
+
 # -- whole files -------------------------------------------------------------------------------
 #
 # `files_fts` (rowid = files.id) holds every chunked file as one document: its path, the names
@@ -116,15 +137,16 @@ def index_files(conn, file_ids) -> None:
     ids = list(file_ids)
     if not ids:
         return
-    conn.executemany("DELETE FROM files_fts WHERE rowid = ?", [(i,) for i in ids])
-    rows = []
+    for table in FILE_TABLES:
+        conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in ids])
+    rows: dict[str, list[tuple]] = {}
     for fid in ids:
-        found = conn.execute("SELECT path FROM files WHERE id = ?", [fid]).fetchone()
+        found = conn.execute("SELECT path, language FROM files WHERE id = ?", [fid]).fetchone()
         if found is None:
             continue
         bodies = conn.execute(
-            "SELECT t.body FROM chunks c JOIN chunks_fts t ON t.rowid = c.id "
-            "WHERE c.file_id = ? ORDER BY c.start_line",
+            f"SELECT t.body FROM chunks c JOIN {fts_table('chunks_fts', found[1])} t "
+            "ON t.rowid = c.id WHERE c.file_id = ? ORDER BY c.start_line",
             [fid],
         ).fetchall()
         if not bodies:
@@ -132,5 +154,8 @@ def index_files(conn, file_ids) -> None:
         names = conn.execute(
             "SELECT name FROM symbols WHERE file_id = ? AND kind != 'module' ORDER BY id", [fid]
         ).fetchall()
-        rows.append((fid, *file_document(found[0], (n for (n,) in names), (b for (b,) in bodies))))
-    conn.executemany("INSERT INTO files_fts(rowid, path, names, body) VALUES (?,?,?,?)", rows)
+        rows.setdefault(fts_table("files_fts", found[1]), []).append(
+            (fid, *file_document(found[0], (n for (n,) in names), (b for (b,) in bodies)))
+        )
+    for table, docs in rows.items():
+        conn.executemany(f"INSERT INTO {table}(rowid, path, names, body) VALUES (?,?,?,?)", docs)

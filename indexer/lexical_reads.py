@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from .graph import ANY_FILE, FileFilter
+from .lexical import TEXT_SUFFIX, fts_table
 
 # -- term statistics ----------------------------------------------------------------------------
 
@@ -89,6 +90,18 @@ def has_table(conn: sqlite3.Connection, name: str) -> bool:
     ).fetchone() is not None
 
 
+def fts_tables(conn: sqlite3.Connection, base: str, files: FileFilter = ANY_FILE) -> tuple[str, ...]:
+    """The lexical tables (``chunks_fts``/``files_fts`` and their ``_text`` twins, see
+    `indexer.lexical.fts_table`) a read over the files ``files`` allows needs, of those this
+    index has: code's when only code languages are allowed, prose's when only text formats, else
+    both."""
+    langs = (files.lang,) if files.lang else files.langs
+    wanted = {fts_table(base, lang) for lang in langs} if langs else None
+    return tuple(
+        t for t in (base, base + TEXT_SUFFIX) if (wanted is None or t in wanted) and has_table(conn, t)
+    )
+
+
 # -- BM25 ---------------------------------------------------------------------------------------
 
 
@@ -118,15 +131,17 @@ def chunk_bm25(
         fsql += f" AND f.path IN ({','.join('?' * len(paths))})"
         fparams = [*fparams, *paths]
     w = weights
-    return [
+    out = [
         ChunkMatch(*r)
+        for table in fts_tables(conn, "chunks_fts", files)
         for r in conn.execute(
-            f"SELECT t.rowid, bm25(chunks_fts, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, c.start_line, "
-            "c.end_line FROM chunks_fts t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
-            f"WHERE chunks_fts MATCH ?{fsql} ORDER BY s LIMIT ?",
+            f"SELECT t.rowid, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, c.start_line, "
+            f"c.end_line FROM {table} t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
+            f"WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
             [match, *fparams, k],
         ).fetchall()
     ]
+    return sorted(out, key=lambda m: m.bm25)[:k]
 
 
 def file_bm25(
@@ -140,11 +155,16 @@ def file_bm25(
     column ``weights`` (path words, defined names, text); only files ``files`` allows."""
     fsql, fparams = files.sql()
     w = weights
-    return conn.execute(
-        f"SELECT f.path, bm25(files_fts, {w[0]}, {w[1]}, {w[2]}) AS s FROM files_fts t "
-        f"JOIN files f ON f.id = t.rowid WHERE files_fts MATCH ?{fsql} ORDER BY s LIMIT ?",
-        [match, *fparams, k],
-    ).fetchall()
+    out = [
+        tuple(r)
+        for table in fts_tables(conn, "files_fts", files)
+        for r in conn.execute(
+            f"SELECT f.path, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s FROM {table} t "
+            f"JOIN files f ON f.id = t.rowid WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
+            [match, *fparams, k],
+        ).fetchall()
+    ]
+    return sorted(out, key=lambda r: r[1])[:k]
 
 
 # -- chunks -------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # imported by writers only: it costs ~130 ms, more than a who
 
 from .errors import IndexDamagedError, NoIndexError, SchemaError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _m001_initial(db: sqlite_utils.Database) -> None:
@@ -181,11 +181,38 @@ def _m004_file_text(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m005_text_fts(db: sqlite_utils.Database) -> None:
+    """Docs and configs get lexical tables of their own (see indexer/lexical.py `fts_table`);
+    their rows move there from the code's tables."""
+    from .languages import TEXT_FORMATS
+
+    langs = sorted(TEXT_FORMATS)
+    marks = ",".join("?" * len(langs))
+    text_files = f"SELECT id FROM files WHERE language IN ({marks})"
+    text_chunks = f"SELECT c.id FROM chunks c WHERE c.file_id IN ({text_files})"
+    db.executescript(
+        """
+        CREATE VIRTUAL TABLE chunks_fts_text USING fts5(
+            path, symbol, body, tokenize = 'porter unicode61'
+        );
+        CREATE VIRTUAL TABLE files_fts_text USING fts5(
+            path, names, body, tokenize = 'porter unicode61'
+        );
+        """
+    )
+    for table, cols, ids in (("chunks_fts", "path, symbol, body", text_chunks),
+                             ("files_fts", "path, names, body", text_files)):
+        db.execute(f"INSERT INTO {table}_text(rowid, {cols}) SELECT rowid, {cols} FROM {table} "
+                   f"WHERE rowid IN ({ids})", langs)
+        db.execute(f"DELETE FROM {table} WHERE rowid IN ({ids})", langs)
+
+
 MIGRATIONS: list[tuple[int, Callable[[sqlite_utils.Database], None]]] = [
     (1, _m001_initial),
     (2, _m002_chunks),
     (3, _m003_counts),
     (4, _m004_file_text),
+    (5, _m005_text_fts),
 ]
 
 _COUNTER_TRIGGERS = {

@@ -38,6 +38,7 @@ from .config import Config
 from .discovery import discover
 from .errors import IndexDamagedError
 from .languages import language_for_path
+from .lexical import CHUNK_TABLES
 from .lock import WriteLock
 from .models import BuildStats
 from .modules import module_name, package_dirs
@@ -266,7 +267,7 @@ def _check_graph(conn, found: _Findings, checked: dict) -> None:
 
 def _check_chunks(conn, found: _Findings, checked: dict) -> None:
     chunk_ids = set(_ids(conn, "SELECT id FROM chunks"))
-    fts_ids = set(_ids(conn, "SELECT rowid FROM chunks_fts"))
+    fts_ids = set(_ids(conn, "SELECT rowid FROM chunks_fts UNION ALL SELECT rowid FROM chunks_fts_text"))
     found.add("fts_missing", chunk_ids - fts_ids)
     found.add("fts_orphan", fts_ids - chunk_ids)
     checked["chunks"] = len(chunk_ids)
@@ -461,7 +462,8 @@ def _files_of(conn, table: str, ids: list) -> set[int]:
 def _delete_chunks(conn, ids: list) -> None:
     rows = [(i,) for i in ids]
     conn.executemany("DELETE FROM chunks WHERE id = ?", rows)
-    conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", rows)
+    for table in CHUNK_TABLES:
+        conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", rows)
     conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", rows)
 
 
@@ -517,9 +519,8 @@ def _repair_graph(conn, found: _Findings) -> list[str]:
         n = _force_reparse(conn, files)
         actions.append(f"{n} files with chunks missing from the lexical index to re-chunk")
     if "fts_orphan" in ids:
-        conn.executemany(
-            "DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in ids["fts_orphan"]]
-        )
+        for table in CHUNK_TABLES:
+            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in ids["fts_orphan"]])
         actions.append(f"deleted {len(ids['fts_orphan'])} orphan lexical-index rows")
     return actions
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,7 @@ from indexer.lexical_reads import (
     chunk_spans,
     file_bm25,
     fts_stems,
-    has_table,
+    fts_tables,
     table_docs,
     term_stats,
 )
@@ -62,13 +62,13 @@ POSTINGS_BUDGET = 50_000
 
 def select_terms(
     conn: Connection,
-    table: str,
+    tables: Sequence[str],
     terms: list[str],
     limit: int = MAX_TERMS,
     counts: Mapping[str, int] | frozenset[str] | None = None,
     budget: int = POSTINGS_BUDGET,
 ) -> list[Term]:
-    """The most informative of ``terms`` for ``table``, rarest first: terms the index lacks
+    """The most informative of ``terms`` for the FTS5 ``tables`` together, rarest first: terms the index lacks
     are dropped, and so are terms in more than half of the documents (FTS5's BM25 gives them no
     weight); then terms are taken by IDF while their occurrences fit ``budget``, at most
     ``limit``. Each is weighted by how often the query says it (``counts``, up to
@@ -82,8 +82,12 @@ def select_terms(
     uniq = sorted({s for s in stems if s})
     if not uniq:
         return []
-    stats = term_stats(conn, table, uniq)
-    n = max(table_docs(conn, table), 1)
+    stats: dict[str, tuple[int, int]] = {}
+    for table in tables:
+        for stem, (d, cnt) in term_stats(conn, table, uniq).items():
+            d0, c0 = stats.get(stem, (0, 0))
+            stats[stem] = (d0 + d, c0 + cnt)
+    n = max(sum(table_docs(conn, table) for table in tables), 1)
     cands: dict[str, tuple[float, str, int, int]] = {}
     for text, stem in zip(clean, stems, strict=True):
         if stem not in stats or stem in cands:
@@ -143,8 +147,9 @@ class ChunkLexical:
         key = ("chunk_terms", self.part, self.limit, q.text)  # the second stage asks again
         picked = ctx.cache.get(key)
         if picked is None:
+            tables = fts_tables(ctx.conn, "chunks_fts", ctx.scope.files)
             picked = ctx.cache[key] = select_terms(
-                ctx.conn, "chunks_fts", self._terms(q), self.limit, q.term_counts
+                ctx.conn, tables, self._terms(q), self.limit, q.term_counts
             )
         if not picked or paths == []:
             return []
@@ -171,9 +176,10 @@ class FileLexical:
         self.limit = limit
 
     def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
-        if not has_table(ctx.conn, "files_fts"):
+        tables = fts_tables(ctx.conn, "files_fts", ctx.scope.files)
+        if not tables:
             return []
-        picked = select_terms(ctx.conn, "files_fts", list(q.terms), self.limit, q.term_counts)
+        picked = select_terms(ctx.conn, tables, list(q.terms), self.limit, q.term_counts)
         if not picked:
             return []
         rows = file_bm25(ctx.conn, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files)

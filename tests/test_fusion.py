@@ -256,7 +256,8 @@ def test_file_documents_follow_edits_deletes_and_old_indexes(tmp_path):
     # an index from before the whole-file table (schema 3) gets it on its next build
     conn = sqlite3.connect(cfg.db_path)
     with conn:
-        conn.execute("DROP TABLE files_fts")
+        for table in ("files_fts", "files_fts_text", "chunks_fts_text"):  # none holds rows here
+            conn.execute(f"DROP TABLE {table}")
         conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     conn.close()
     build(cfg)

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 from indexer import store
+from indexer.lexical import CHUNK_TABLES, FILE_TABLES
 from tests.conftest import dump_graph, index, make_repo
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -37,13 +38,14 @@ def _snapshot(cfg) -> dict:
     graph = dump_graph(cfg)
     conn = store.open_for_read(cfg.index_path).conn
     try:
-        chunks = sorted(conn.execute(
+        # code's lexical rows and prose's (`indexer.lexical.fts_table`) together
+        chunks = sorted(row for table in CHUNK_TABLES for row in conn.execute(
             "SELECT f.path, c.symbol, c.kind, c.start_line, c.end_line, c.tokens, c.header, "
             "c.content_hash, t.path, t.symbol, t.body FROM chunks c JOIN files f ON f.id = c.file_id "
-            "JOIN chunks_fts t ON t.rowid = c.id"
+            f"JOIN {table} t ON t.rowid = c.id"
         ).fetchall())
-        files_fts = sorted(conn.execute(
-            "SELECT f.path, t.path, t.names, t.body FROM files_fts t JOIN files f ON f.id = t.rowid"
+        files_fts = sorted(row for table in FILE_TABLES for row in conn.execute(
+            f"SELECT f.path, t.path, t.names, t.body FROM {table} t JOIN files f ON f.id = t.rowid"
         ).fetchall())
     finally:
         conn.close()

@@ -401,3 +401,65 @@ def test_incremental_build_reparses_a_changed_doc_and_resolves_a_new_link(repo: 
     assert stats["files_parsed"] == 1
     out = json.loads(run("refs", "docs.faq", "-C", str(repo), "--json"))
     assert [(r["path"], r["resolution"]) for r in out["references"]] == [("docs/indexing.md", "link")]
+
+
+def test_docs_do_not_change_how_code_ranks_and_old_indexes_move_their_rows(tmp_path):
+    """Prose has its own lexical tables: adding docs that repeat the code's words leaves the
+    BM25 of code chunks (code-only scope) exactly as it was, while an unscoped search finds
+    both; an index from before the split (schema 4) moves its prose rows on the next build."""
+    import sqlite3
+
+    from indexer import store
+    from indexer.graph import FileFilter
+    from indexer.lexical_reads import chunk_bm25, file_bm25
+    from tests.conftest import git, index, make_repo, write_files
+
+    code = {
+        "shop/cart.py": "def checkout_total(cart):\n    \"\"\"Sum the cart with tax.\"\"\"\n"
+                        "    return sum(cart) * 1.2\n",
+        "shop/tax.py": "def regional_tax(region):\n    return {'eu': 0.2}.get(region, 0.0)\n",
+    }
+    root = make_repo(tmp_path / "r", code)
+    cfg = index(root)
+    code_only = FileFilter(lang="python")
+
+    def scores(files=code_only):
+        conn = store.open_for_read(cfg.index_path).conn
+        try:
+            chunks = [(m.path, round(m.bm25, 9)) for m in chunk_bm25(conn, '"tax" OR "cart"', (2.0, 4.0, 1.0), 20, files)]
+            whole = [(p, round(s, 9)) for p, s in file_bm25(conn, '"tax" OR "cart"', (2.0, 2.0, 1.0), 20, files)]
+            return chunks, whole
+        finally:
+            conn.close()
+
+    before = scores()
+    assert {p for p, _ in before[0]} == {"shop/cart.py", "shop/tax.py"}
+    prose = "".join(f"## Tax rule {i}\n\nThe tax of a cart is computed per region.\n\n" for i in range(30))
+    write_files(root, {"docs/tax.md": "# Tax\n\n" + prose, "README.md": "# Shop\n\nA cart.\n"})
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "docs")
+    index(root)
+    assert scores() == before  # same rows, same scores: docs do not shift code's statistics
+    everything = {p for p, _ in scores(FileFilter())[0]}
+    assert {"docs/tax.md", "shop/cart.py"} <= everything
+
+    # an index of schema 4 held prose in the code's tables: the migration moves it
+    conn = sqlite3.connect(cfg.db_path)
+    with conn:
+        for base, cols in (("chunks_fts", "path, symbol, body"), ("files_fts", "path, names, body")):
+            conn.execute(f"INSERT INTO {base}(rowid, {cols}) SELECT rowid, {cols} FROM {base}_text")
+            conn.execute(f"DROP TABLE {base}_text")
+        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    conn.close()
+    index(root)
+    assert scores() == before
+    conn = sqlite3.connect(cfg.db_path)
+    try:
+        moved = conn.execute(
+            "SELECT count(*) FROM chunks_fts_text t JOIN chunks c ON c.id = t.rowid "
+            "JOIN files f ON f.id = c.file_id WHERE f.path = 'docs/tax.md'").fetchone()[0]
+        left = conn.execute("SELECT count(*) FROM chunks_fts t JOIN chunks c ON c.id = t.rowid "
+                            "JOIN files f ON f.id = c.file_id WHERE f.language = 'markdown'").fetchone()[0]
+    finally:
+        conn.close()
+    assert moved > 0 and left == 0
