@@ -92,16 +92,21 @@ def test_moved_code_keeps_its_content_hash():
     assert ca["helper"].content_hash != ca["other"].content_hash
 
 
-def test_a_long_run_is_cut_into_even_pieces_without_a_tiny_tail():
-    # 25 statements of 12 tokens and a budget of 100: greedy windows would take 8 statements
-    # each and leave 1-3 lines at the end; even ones take ~6-7 each
-    body = "".join(f"    value = compute ( value , {i} , {i} ) + 1\n" for i in range(25))
-    src = "def long_function(value):\n" + body + "    return value\n"
-    pf = parse_source("long.py", src.encode(), "python", "long")
-    chunks = chunk_file("long.py", src, pf, count, 100 + 2 + 24)  # budget: 100 tokens of code
-    parts = [c for c in chunks if c.symbol == "long_function"]
-    total = sum(count([ln])[0] - 2 for ln in src.splitlines())
+def test_a_long_section_is_cut_into_even_pieces_and_code_greedily():
+    # 25 paragraphs of 12 tokens and a budget of 100: greedy windows take 8 each and leave a
+    # 1-3 line tail; prose is cut evenly (~6-7 each), code keeps its greedy cuts
+    lines = [f"word{i} value compute ( value , {i} , {i} ) plus one" for i in range(25)]
+    md = "# Guide\n" + "\n".join(lines) + "\n"
+    pf = parse_source("guide.md", md.encode(), "markdown", "guide")
+    parts = [c for c in chunk_file("guide.md", md, pf, count, 100 + 2 + 24) if c.symbol == "Guide"]
+    total = sum(count([ln])[0] - 2 for ln in md.splitlines())
     assert len(parts) == -(-total // 100)  # no more pieces than the budget needs
     sizes = [c.end_line - c.start_line + 1 for c in parts]
     assert max(sizes) - min(sizes) <= 1, sizes
     assert all(c.tokens <= 100 + 2 + 24 for c in parts)
+
+    body = "".join(f"    value = compute ( value , {i} , {i} ) + 1\n" for i in range(25))
+    src = "def long_function(value):\n" + body + "    return value\n"
+    code = parse_source("long.py", src.encode(), "python", "long")
+    sizes = [c.end_line - c.start_line + 1 for c in chunk_file("long.py", src, code, count, 126)]
+    assert sizes[-1] <= 2 < min(sizes[:-1]), sizes  # full windows, the rest last: as before
