@@ -94,12 +94,13 @@ def chunk_file(
             far = max(min(far, end), s)
             lo = bisect_left(breaks, s + 1)
             hi = bisect_right(breaks, far + 1)
-            aim = prefix[s - 1] + rest / -(-rest // budget) if even else prefix[far]
-            if hi > lo:  # cut before the statement starting nearest the aim
-                e = min(breaks[lo:hi], key=lambda b: (abs(prefix[b - 1] - aim), -b)) - 1
+            if not even:  # cut just before the last statement that starts inside the window
+                e = breaks[hi - 1] - 1 if hi > lo else far
             else:
-                e = far
-                if even:  # the line whose end is nearest the aim
+                aim = prefix[s - 1] + rest / -(-rest // budget)  # this piece's even share
+                if hi > lo:  # cut before the statement starting nearest the aim
+                    e = min(breaks[lo:hi], key=lambda b: (abs(prefix[b - 1] - aim), -b)) - 1
+                else:  # the line whose end is nearest the aim
                     e = min(bisect_left(prefix, aim, lo=s), far)
                     if e > s and aim - prefix[e - 1] < prefix[e] - aim:
                         e -= 1

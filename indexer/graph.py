@@ -278,9 +278,8 @@ def unresolved_named(
 
 def files_with_phrase(conn: sqlite3.Connection, phrase: str, limit: int = 200) -> list[str]:
     """Files whose chunks the lexical index matches for ``phrase`` (as one quoted phrase)."""
-    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     out: dict[str, None] = {}
-    for table in (t for t in CHUNK_TABLES if t in present):
+    for table in CHUNK_TABLES:
         rows = conn.execute(
             f"SELECT DISTINCT f.path FROM {table} t JOIN chunks c ON c.id = t.rowid "
             f"JOIN files f ON f.id = c.file_id WHERE {table} MATCH ? LIMIT ?",

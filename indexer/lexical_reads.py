@@ -82,24 +82,13 @@ def _varint(b: bytes) -> int:
     return v
 
 
-def has_table(conn: sqlite3.Connection, name: str) -> bool:
-    """Whether the table ``name`` exists (main or temp schema)."""
-    return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE name = ? UNION ALL SELECT 1 FROM temp.sqlite_master WHERE name = ?",
-        [name, name],
-    ).fetchone() is not None
-
-
-def fts_tables(conn: sqlite3.Connection, base: str, files: FileFilter = ANY_FILE) -> tuple[str, ...]:
+def fts_tables(base: str, files: FileFilter = ANY_FILE) -> tuple[str, ...]:
     """The lexical tables (``chunks_fts``/``files_fts`` and their ``_text`` twins, see
-    `indexer.lexical.fts_table`) a read over the files ``files`` allows needs, of those this
-    index has: code's when only code languages are allowed, prose's when only text formats, else
-    both."""
+    `indexer.lexical.fts_table`) a read over the files ``files`` allows needs: code's when only
+    code languages are allowed, prose's when only text formats, else both."""
     langs = (files.lang,) if files.lang else files.langs
     wanted = {fts_table(base, lang) for lang in langs} if langs else None
-    return tuple(
-        t for t in (base, base + TEXT_SUFFIX) if (wanted is None or t in wanted) and has_table(conn, t)
-    )
+    return tuple(t for t in (base, base + TEXT_SUFFIX) if wanted is None or t in wanted)
 
 
 # -- BM25 ---------------------------------------------------------------------------------------
@@ -133,7 +122,7 @@ def chunk_bm25(
     w = weights
     out = [
         ChunkMatch(*r)
-        for table in fts_tables(conn, "chunks_fts", files)
+        for table in fts_tables("chunks_fts", files)
         for r in conn.execute(
             f"SELECT t.rowid, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, c.start_line, "
             f"c.end_line FROM {table} t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
@@ -157,7 +146,7 @@ def file_bm25(
     w = weights
     out = [
         tuple(r)
-        for table in fts_tables(conn, "files_fts", files)
+        for table in fts_tables("files_fts", files)
         for r in conn.execute(
             f"SELECT f.path, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s FROM {table} t "
             f"JOIN files f ON f.id = t.rowid WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",

@@ -267,7 +267,7 @@ def _check_graph(conn, found: _Findings, checked: dict) -> None:
 
 def _check_chunks(conn, found: _Findings, checked: dict) -> None:
     chunk_ids = set(_ids(conn, "SELECT id FROM chunks"))
-    fts_ids = set(_ids(conn, "SELECT rowid FROM chunks_fts UNION ALL SELECT rowid FROM chunks_fts_text"))
+    fts_ids = set(_ids(conn, " UNION ALL ".join(f"SELECT rowid FROM {t}" for t in CHUNK_TABLES)))
     found.add("fts_missing", chunk_ids - fts_ids)
     found.add("fts_orphan", fts_ids - chunk_ids)
     checked["chunks"] = len(chunk_ids)

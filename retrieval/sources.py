@@ -68,8 +68,8 @@ def select_terms(
     counts: Mapping[str, int] | frozenset[str] | None = None,
     budget: int = POSTINGS_BUDGET,
 ) -> list[Term]:
-    """The most informative of ``terms`` for the FTS5 ``tables`` together, rarest first: terms the index lacks
-    are dropped, and so are terms in more than half of the documents (FTS5's BM25 gives them no
+    """The most informative of ``terms`` for the FTS5 ``tables`` together, rarest first: terms
+    the index lacks are dropped, and so are terms in more than half of the documents (FTS5's BM25 gives them no
     weight); then terms are taken by IDF while their occurrences fit ``budget``, at most
     ``limit``. Each is weighted by how often the query says it (``counts``, up to
     MAX_TERM_REPEAT)."""
@@ -147,7 +147,7 @@ class ChunkLexical:
         key = ("chunk_terms", self.part, self.limit, q.text)  # the second stage asks again
         picked = ctx.cache.get(key)
         if picked is None:
-            tables = fts_tables(ctx.conn, "chunks_fts", ctx.scope.files)
+            tables = fts_tables("chunks_fts", ctx.scope.files)
             picked = ctx.cache[key] = select_terms(
                 ctx.conn, tables, self._terms(q), self.limit, q.term_counts
             )
@@ -176,9 +176,7 @@ class FileLexical:
         self.limit = limit
 
     def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
-        tables = fts_tables(ctx.conn, "files_fts", ctx.scope.files)
-        if not tables:
-            return []
+        tables = fts_tables("files_fts", ctx.scope.files)
         picked = select_terms(ctx.conn, tables, list(q.terms), self.limit, q.term_counts)
         if not picked:
             return []
