@@ -112,9 +112,14 @@ def chunk_bm25(
     k: int,
     files: FileFilter = ANY_FILE,
     paths: Sequence[str] | None = None,
+    table: str | None = None,
 ) -> list[ChunkMatch]:
     """The ``k`` best chunks for the FTS5 expression ``match``, BM25 with column ``weights``
-    (path, name, body); only chunks of files ``files`` allows and (``paths``) of those paths."""
+    (path, name, body); only chunks of files ``files`` allows and (``paths``) of those paths.
+
+    ``table``: read that one of `fts_tables` alone; else each table ``files`` needs gives its
+    own ``k`` best — BM25 of two tables is not on one scale (each weighs a term by its own
+    statistics), so one table's hits never crowd the other's out."""
     fsql, fparams = files.sql()
     if paths is not None:
         fsql += f" AND f.path IN ({','.join('?' * len(paths))})"
@@ -122,15 +127,15 @@ def chunk_bm25(
     w = weights
     out = [
         ChunkMatch(*r)
-        for table in fts_tables("chunks_fts", files)
+        for t in ((table,) if table else fts_tables("chunks_fts", files))
         for r in conn.execute(
-            f"SELECT t.rowid, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, c.start_line, "
-            f"c.end_line FROM {table} t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
-            f"WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
+            f"SELECT t.rowid, bm25({t}, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, c.start_line, "
+            f"c.end_line FROM {t} t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
+            f"WHERE {t} MATCH ?{fsql} ORDER BY s LIMIT ?",
             [match, *fparams, k],
         ).fetchall()
     ]
-    return sorted(out, key=lambda m: m.bm25)[:k]
+    return sorted(out, key=lambda m: m.bm25)
 
 
 def file_bm25(
@@ -139,21 +144,23 @@ def file_bm25(
     weights: tuple[float, float, float],
     k: int,
     files: FileFilter = ANY_FILE,
+    table: str | None = None,
 ) -> list[tuple[str, float]]:
     """(path, FTS5 BM25 — lower is better) of the ``k`` best whole files for ``match``, with
-    column ``weights`` (path words, defined names, text); only files ``files`` allows."""
+    column ``weights`` (path words, defined names, text); only files ``files`` allows.
+    ``table``: as in `chunk_bm25` (else ``k`` per table)."""
     fsql, fparams = files.sql()
     w = weights
     out = [
         tuple(r)
-        for table in fts_tables("files_fts", files)
+        for t in ((table,) if table else fts_tables("files_fts", files))
         for r in conn.execute(
-            f"SELECT f.path, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s FROM {table} t "
-            f"JOIN files f ON f.id = t.rowid WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
+            f"SELECT f.path, bm25({t}, {w[0]}, {w[1]}, {w[2]}) AS s FROM {t} t "
+            f"JOIN files f ON f.id = t.rowid WHERE {t} MATCH ?{fsql} ORDER BY s LIMIT ?",
             [match, *fparams, k],
         ).fetchall()
     ]
-    return sorted(out, key=lambda r: r[1])[:k]
+    return sorted(out, key=lambda r: r[1])
 
 
 # -- chunks -------------------------------------------------------------------------------------

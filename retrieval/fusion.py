@@ -145,23 +145,12 @@ class _Acc:
     score: float = 0.0
     n: int = 0
     note: str = ""
+    scale: str = ""
 
-    def add(self, rank: int, score: float, note: str) -> None:
+    def add(self, rank: int, score: float, note: str, scale: str = "") -> None:
         self.n += 1
         if rank < self.rank:
-            self.rank, self.score, self.note = rank, score, note
-
-
-def _features(accs: Mapping[str, _Acc], tops: Mapping[str, float]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for sig, a in accs.items():
-        out[f"{sig}.rr"] = 1.0 / (a.rank + 1)
-        top = tops.get(sig) or 0.0
-        out[f"{sig}.rel"] = max(0.0, min(1.0, a.score / top)) if top > 0 else 0.0
-        out[f"{sig}.n"] = math.log1p(a.n)
-        out[f"{sig}.top1"] = 1.0 if a.rank == 1 else 0.0
-        out[f"{sig}.top3"] = 1.0 if a.rank <= 3 else 0.0
-    return out
+            self.rank, self.score, self.note, self.scale = rank, score, note, scale
 
 
 def _known(weights: Mapping[str, float]) -> frozenset[str]:
@@ -192,20 +181,48 @@ def _evidence(accs: Mapping[str, _Acc]) -> tuple[Evidence, ...]:
     )
 
 
-def file_features(runs: Mapping[str, Sequence[Hit]]) -> tuple[dict[str, dict[str, _Acc]], dict[str, float]]:
-    """Per file, per signal accumulators; and each signal's top score."""
-    by_file: dict[str, dict[str, _Acc]] = defaultdict(dict)
-    tops: dict[str, float] = {}
+#: (signal, `Hit.scale`) -> the signal's best score on that scale. A signal's hits are ranked
+#: within their scale: prose has lexical tables of its own whose BM25 is not on code's scale, and
+#: the weights were fitted on code, so a code candidate gets the features it would get in a
+#: search of code alone, prose the same among prose, and neither crowds the other out.
+Tops = dict[tuple[str, str], float]
+
+
+def _tops(runs: Mapping[str, Sequence[Hit]]) -> Tops:
+    tops: Tops = {}
     for sig, hits in runs.items():
-        if hits:
-            tops[sig] = max(h.score for h in hits)
-        seen_rank: dict[str, int] = {}
         for h in hits:
-            # rank among files: a file's second chunk does not push the next file down
-            if h.path not in seen_rank:
-                seen_rank[h.path] = len(seen_rank) + 1
-            by_file[h.path].setdefault(sig, _Acc()).add(seen_rank[h.path], h.score, h.note)
-    return by_file, tops
+            key = (sig, h.scale)
+            if h.score > tops.get(key, -math.inf):
+                tops[key] = h.score
+    return tops
+
+
+def _features(accs: Mapping[str, _Acc], tops: Tops) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for sig, a in accs.items():
+        out[f"{sig}.rr"] = 1.0 / (a.rank + 1)
+        top = tops.get((sig, a.scale)) or 0.0
+        out[f"{sig}.rel"] = max(0.0, min(1.0, a.score / top)) if top > 0 else 0.0
+        out[f"{sig}.n"] = math.log1p(a.n)
+        out[f"{sig}.top1"] = 1.0 if a.rank == 1 else 0.0
+        out[f"{sig}.top3"] = 1.0 if a.rank <= 3 else 0.0
+    return out
+
+
+def file_features(runs: Mapping[str, Sequence[Hit]]) -> tuple[dict[str, dict[str, _Acc]], Tops]:
+    """Per file, per signal accumulators (ranks within the hit's scale); and each signal's top
+    score per scale."""
+    by_file: dict[str, dict[str, _Acc]] = defaultdict(dict)
+    for sig, hits in runs.items():
+        # rank among files on the scale: a file's second chunk does not push the next one down
+        seen_rank: dict[str, dict[str, int]] = defaultdict(dict)
+        for h in hits:
+            seen = seen_rank[h.scale]
+            if h.path not in seen:
+                seen[h.path] = len(seen) + 1
+            by_file[h.path].setdefault(sig, _Acc()).add(seen[h.path], h.score, h.note, h.scale)
+    return by_file, _tops(runs)
 
 
 def module_span(h: Hit) -> Unit:
@@ -215,14 +232,11 @@ def module_span(h: Hit) -> Unit:
 
 def unit_features(
     runs: Mapping[str, Sequence[Hit]], units: UnitCache, files: Iterable[str]
-) -> tuple[dict[Unit, dict[str, _Acc]], dict[str, float]]:
+) -> tuple[dict[Unit, dict[str, _Acc]], Tops]:
     wanted = set(files)
     by_unit: dict[Unit, dict[str, _Acc]] = defaultdict(dict)
-    tops: dict[str, float] = {}
     for sig, hits in runs.items():
-        if hits:
-            tops[sig] = max(h.score for h in hits)
-        seen_rank: dict[Unit, int] = {}
+        seen_rank: dict[str, dict[Unit, int]] = defaultdict(dict)
         for h in hits:
             if h.path not in wanted or h.level == "file":
                 continue
@@ -233,11 +247,12 @@ def unit_features(
                 hit_units = [u for u in units.of(h.path) if u.overlaps(h.start_line, h.end_line)]
                 if not hit_units:  # module-level lines: a unit of their own
                     hit_units = [module_span(h)]
+            seen = seen_rank[h.scale]
             for u in hit_units:
-                if u not in seen_rank:
-                    seen_rank[u] = len(seen_rank) + 1
-                by_unit[u].setdefault(sig, _Acc()).add(seen_rank[u], h.score, h.note)
-    return by_unit, tops
+                if u not in seen:
+                    seen[u] = len(seen) + 1
+                by_unit[u].setdefault(sig, _Acc()).add(seen[u], h.score, h.note, h.scale)
+    return by_unit, _tops(runs)
 
 
 # -- fusion ------------------------------------------------------------------------------------

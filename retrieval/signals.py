@@ -42,6 +42,10 @@ class Hit:
     end_line: int = 0
     #: Provenance for people and models ("commit 1a2b3c4 Fix ...", "traceback frame").
     note: str = ""
+    #: What ``score`` is measured against, where one signal reads sources whose scores are not
+    #: comparable: the lexical table (code's and prose's FTS5 BM25 each weigh terms by their own
+    #: statistics). Fusion ranks a signal's hits within each scale.
+    scale: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +99,7 @@ class SignalContext:
 
 class Signal(Protocol):
     """A source of ranked hits. ``name`` is how fusion weights, benchmarks and provenance
-    refer to it; ``run`` returns at most ``k`` hits, best first."""
+    refer to it; ``run`` returns at most ``k`` hits of each `Hit.scale`, best first."""
 
     name: str
     level: Level

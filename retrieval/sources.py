@@ -143,21 +143,27 @@ class ChunkLexical:
         return self.hits(ctx, q, k)
 
     def hits(self, ctx: SignalContext, q: Query, k: int, paths: list[str] | None = None) -> list[Hit]:
-        """The ``k`` best chunks; ``paths``: only chunks of those files."""
-        key = ("chunk_terms", self.part, self.limit, q.text)  # the second stage asks again
-        picked = ctx.cache.get(key)
-        if picked is None:
-            tables = fts_tables("chunks_fts", ctx.scope.files)
-            picked = ctx.cache[key] = select_terms(
-                ctx.conn, tables, self._terms(q), self.limit, q.term_counts
-            )
-        if not picked or paths == []:
+        """The ``k`` best chunks of each lexical table the scope reads (code's, prose's: each
+        read as if alone, with its own choice of terms); ``paths``: only chunks of those files."""
+        if paths == []:
             return []
-        rows = chunk_bm25(ctx.conn, match_expr(picked), CHUNK_WEIGHTS, k, ctx.scope.files, paths)
-        return [
-            Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b)
-            for cid, s, path, sym, a, b in rows
-        ]
+        out = []
+        for table in fts_tables("chunks_fts", ctx.scope.files):
+            key = ("chunk_terms", table, self.part, self.limit, q.text)  # the second stage asks again
+            picked = ctx.cache.get(key)
+            if picked is None:
+                picked = ctx.cache[key] = select_terms(
+                    ctx.conn, (table,), self._terms(q), self.limit, q.term_counts
+                )
+            if picked:
+                rows = chunk_bm25(ctx.conn, match_expr(picked), CHUNK_WEIGHTS, k, ctx.scope.files,
+                                  paths, table)
+                out += [
+                    Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b,
+                        scale=table)
+                    for cid, s, path, sym, a, b in rows
+                ]
+        return sorted(out, key=lambda h: -h.score)
 
 
 #: Column weights of chunk BM25: path, definition name, text.
@@ -176,12 +182,13 @@ class FileLexical:
         self.limit = limit
 
     def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
-        tables = fts_tables("files_fts", ctx.scope.files)
-        picked = select_terms(ctx.conn, tables, list(q.terms), self.limit, q.term_counts)
-        if not picked:
-            return []
-        rows = file_bm25(ctx.conn, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files)
-        return [Hit("file", path, -s) for path, s in rows]
+        out = []
+        for table in fts_tables("files_fts", ctx.scope.files):  # each alone, as in ChunkLexical
+            picked = select_terms(ctx.conn, (table,), list(q.terms), self.limit, q.term_counts)
+            if picked:
+                rows = file_bm25(ctx.conn, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files, table)
+                out += [Hit("file", path, -s, scale=table) for path, s in rows]
+        return sorted(out, key=lambda h: -h.score)
 
 
 # -- names, paths, frames, errors --------------------------------------------------------------
@@ -388,12 +395,15 @@ class Errors:
         if not phrases:
             return []
         expr = " OR ".join('"' + p.replace('"', '""') + '"' for p in dict.fromkeys(phrases))
-        rows = chunk_bm25(ctx.conn, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files)
-        return [
+        out = [
             Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b,
-                note="error message")
-            for cid, s, path, sym, a, b in rows
+                note="error message", scale=table)
+            for table in fts_tables("chunks_fts", ctx.scope.files)
+            for cid, s, path, sym, a, b in chunk_bm25(
+                ctx.conn, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files, table=table
+            )
         ]
+        return sorted(out, key=lambda h: -h.score)
 
 
 # -- vectors -----------------------------------------------------------------------------------

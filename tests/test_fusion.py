@@ -386,3 +386,41 @@ def test_weights_round_trip_through_their_json(tmp_path):
     assert dict(back.file) == dict(model.file) and dict(back.unit) == dict(model.unit)
     assert back.for_signals({"lexical"}).file == {"bias": 0.3}
     assert FusionModel.load(tmp_path / "missing.json").name == "rrf"  # no file: plain RRF
+
+
+def test_prose_is_ranked_apart_from_code_and_never_crowds_it_out(tmp_path):
+    """Code and prose have lexical tables of their own, whose BM25 are not on one scale. In a
+    search of both, each table gives its own best hits (docs that repeat the task's words do not
+    take code's places), and fusion ranks a signal's hits within their table, so every code
+    file gets exactly the features it gets in a search of code alone."""
+    from retrieval.fusion import file_candidates
+
+    code = {f"shop/tax_{r}.py": f"def tax_{r}(cart):\n    return cart.total * {i}  # regional tax\n"
+            for i, r in enumerate(("eu", "us", "uk"), 1)}
+    # terms in more than half of a table's rows carry no weight: other code and prose around
+    code |= {f"shop/util_{i}.py": f"def helper_{i}(x):\n    return x + {i}\n" for i in range(6)}
+    docs = {f"docs/other_{i}.md": f"# Other {i}\n\nNothing about money here.\n" for i in range(6)}
+    docs |= {f"docs/tax_{i}.md": "# Regional tax\n\n" + "The regional tax of a cart total.\n" * (3 + i)
+            for i in range(3)}
+    root = make_repo(tmp_path / "r", {**code, **docs})
+    cfg = load_config(root, env={}, jobs=1)
+    build(cfg)
+    conn = store.open_for_read(cfg.index_path).conn
+    try:
+        q = parse_query("the regional tax of a cart total")
+
+        def runs(**scope):
+            ctx = SignalContext(conn, root, cfg.index_path, scope=Scope(**scope))
+            return {s.name: s.run(ctx, q, 2) for s in (ChunkLexical("lexical", "all"), FileLexical())}
+
+        both, code_only = runs(), runs(kinds=("code",))
+        for name, hits in both.items():
+            mine = [h for h in hits if h.path.startswith("shop/")]
+            assert mine == code_only[name] and len(mine) == 2, name  # k of code's own
+            assert any(h.path.startswith("docs/") for h in hits), name  # and prose's
+        feats_both = {p: f for p, f, _ in file_candidates(both)}
+        feats_code = {p: f for p, f, _ in file_candidates(code_only)}
+        assert feats_code and all(feats_both[p] == f for p, f in feats_code.items())
+        assert any(feats_both[p]["lexical.top1"] == 1.0 for p in feats_both if p.startswith("docs/"))
+    finally:
+        conn.close()
