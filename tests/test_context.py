@@ -308,8 +308,9 @@ def test_traceback_lines_name_definitions(shop):
 
 
 def test_graph_expansion_can_be_turned_off(shop):
-    with_graph = assemble(shop, budget=900)
-    without = assemble(shop, budget=900, policy=PackPolicy(use_graph=False))
+    # a budget the seeds' own definitions do not fill: room for what the walk brings
+    with_graph = assemble(shop, budget=1200)
+    without = assemble(shop, budget=1200, policy=PackPolicy(use_graph=False))
     edge_reasons = [r for i in without.items for r in i.reasons if r.source not in HIT_SOURCES]
     assert edge_reasons == []
     # What only the graph brought (every reason an edge) is gone without it, and the pack changed.
@@ -335,6 +336,17 @@ def test_test_files_rank_below_code(shop):
     assert weighed[-1] == "tests/test_cart.py"  # it matches the task, but comes last…
     unweighed = order(PackPolicy(test_weight=1.0))  # …and only because of the weight
     assert unweighed.index("tests/test_cart.py") < unweighed.index("shop/report.py")
+
+
+def test_a_test_the_task_names_is_not_pushed_back(shop):
+    """Tests come after the code for their shared words, not when the task names one: a test
+    found by its name (or a traceback frame, or its path) keeps its full weight."""
+    task = "test_checkout_total_adds_tax fails after the last release"
+    pack = assemble(shop, task=task, budget=20_000)
+    order = [i.path for i in pack.items if i.kind == FULL]
+    assert order.index("tests/test_cart.py") < order.index("shop/report.py")
+    item = next(i for i in pack.items if i.path == "tests/test_cart.py")
+    assert any(r.source == "symbol" for r in item.reasons)
 
 
 def test_tests_kept_out_of_the_seeding_ranking_come_only_through_the_graph(shop):

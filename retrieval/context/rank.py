@@ -6,7 +6,7 @@ from __future__ import annotations
 from indexer.testpaths import is_test_path
 
 from ..pagerank import collect_subgraph, personalized_pagerank
-from .records import Key, PackPolicy, Reason
+from .records import NAMING_SOURCES, Key, PackPolicy, Reason
 from .repo import Repo
 from .seeds import Seeds
 
@@ -31,6 +31,7 @@ def rank_candidates(
             tw == 1.0
             or key in seeds.pinned
             or not is_test_path(key_path(repo, seeds, key))
+            or any(r.source in NAMING_SOURCES for r in seeds.reasons.get(key, ()))
         ):
             return w
         return w * tw

@@ -12,6 +12,8 @@ from ..pipeline import default_signals
 
 #: Where a seed came from: focus, or a signal of `retrieval.pipeline.default_signals`.
 HIT_SOURCES = ("focus", *(s.name for s in default_signals(local_vectors=True)))
+#: Signals that find a definition because the task names it (not for sharing its words).
+NAMING_SOURCES = ("focus", "symbol", "frame", "path")
 FULL, SKELETON = "full", "skeleton"
 PREAMBLE = (
     "Repository context selected for the task. Each block starts with `path:start-end` and "
@@ -142,7 +144,9 @@ class PackPolicy:
     hops: int = 2
     fanout: int = 30
     expand: int = 120
-    full_share: float = 0.9  # of the budget for full items; the rest for skeletons
+    #: Of the budget full items may take; skeletons get the rest and what full items leave.
+    #: 1.0 chosen over 0.9 by `benchmarks/context_cv.py` (see docs/context.md).
+    full_share: float = 1.0
     item_share: float = 0.35  # largest single full item
     expand_share: float = 0.5  # a member grows to its top-level class up to this size
     class_share: float = (
@@ -153,9 +157,11 @@ class PackPolicy:
         True  # room left at the end shows skeletons in full (False: an outline)
     )
     max_candidates: int = 400
-    #: Test code rarely is what a task is about: seeds and scores in test files count this much
-    #: (focus files excepted).
-    test_weight: float = 0.3
+    #: Test code rarely is what a task is about: seeds and scores in test files count this much,
+    #: so tests come after the code unless the task names them (a traceback frame, a path or a
+    #: name of theirs: `NAMING_SOURCES`) or they are focus. 0.01 chosen over 0.3 by
+    #: `benchmarks/context_cv.py` (see docs/context.md).
+    test_weight: float = 0.01
     #: Whether test files compete in the ranking that picks the seeds (False: they come in only
     #: through the graph, at ``test_weight``, or as focus), so their many matches on the task's
     #: words do not take the seeds and the second stage's best files from the code.
