@@ -28,7 +28,7 @@ from .languages import kind_of, language_for_path
 from .lock import WriteLock
 from .models import BuildStats, Progress
 from .modules import module_name, package_dirs
-from .parse_worker import FileResult, parse_file
+from .parse_worker import FileResult, learned_counts, parse_file
 from .store import WriteDB
 
 #: Below this many changed files, parse in-process: a pool costs more than it saves.
@@ -39,9 +39,17 @@ ProgressFn = Callable[[Progress], None]
 
 
 def _parse_batch(
-    root: str, model: str | None, items: list[tuple[str, str, str, str | None]]
+    root: str, model: str | None, items: list[tuple[str, str, str, str | None]], counter=None
 ) -> list[FileResult]:
-    return [parse_file(root, *item, model=model) for item in items]
+    return [parse_file(root, *item, model=model, counter=counter) for item in items]
+
+
+def _parse_batch_in_worker(
+    root: str, model: str | None, items: list[tuple[str, str, str, str | None]]
+) -> tuple[list[FileResult], tuple[int, list[tuple[str, int]]] | None]:
+    """A pool worker's batch: its results, and the word counts its tokenizer learned meanwhile
+    (kept beside the index so that later small builds need not load the tokenizer)."""
+    return _parse_batch(root, model, items), learned_counts(model) if model is not None else None
 
 
 def _batches(items: list, size: int) -> Iterator[list]:
@@ -61,12 +69,24 @@ def _parse_all(
     jobs = config.jobs or os.cpu_count() or 1
     done = 0
     if len(work) < POOL_THRESHOLD or jobs == 1:
-        for batch in _batches(work, config.batch_size):
-            results = _parse_batch(root, model, batch)
-            done += len(results)
-            if progress:
-                progress(Progress("parse", done, len(work)))
-            yield results
+        counter = None
+        if model is not None and work:
+            # Imported here: a no-op build parses nothing.
+            from .token_counts import open_counter
+
+            counter = open_counter(config.index_path, model)
+        try:
+            for batch in _batches(work, config.batch_size):
+                results = _parse_batch(root, model, batch, counter)
+                done += len(results)
+                if progress:
+                    progress(Progress("parse", done, len(work)))
+                yield results
+            if counter is not None:
+                counter.save()
+        finally:
+            if counter is not None:
+                counter.close()
         return
     # Small batches at first keep every worker busy while results stream back.
     size = max(8, min(config.batch_size, len(work) // (jobs * 4) or 8))
@@ -82,19 +102,27 @@ def _parse_all(
 
     # Workers (and so the resource tracker, which waits for them) exit if this process is
     # killed: a kill -9 of `index build` leaves no orphans.
+    overhead, words = None, {}
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
                              initargs=(os.getpid(),)) as pool:
         inflight: set[Future] = set()
         while pending or inflight:
             while pending and len(inflight) < jobs * 2:
-                inflight.add(pool.submit(_parse_batch, root, model, pending.pop()))
+                inflight.add(pool.submit(_parse_batch_in_worker, root, model, pending.pop()))
             finished, inflight = wait(inflight, return_when=FIRST_COMPLETED)
             for fut in finished:
-                results = fut.result()
+                results, learned = fut.result()
+                if learned is not None:
+                    overhead = learned[0]
+                    words.update(learned[1])
                 done += len(results)
                 if progress:
                     progress(Progress("parse", done, len(work)))
                 yield results
+    if words:
+        from .token_counts import store_counts
+
+        store_counts(config.index_path, model, overhead, words)
 
 
 def build(

@@ -8,11 +8,11 @@ of a file cover every line exactly once. Sizes are counted in the embedding mode
 
 from __future__ import annotations
 
-import hashlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .blake2 import blake2b
 from .languages import is_text_format
 from .lexical import index_terms
 from .models import CLASS_KINDS, ParsedFile
@@ -146,7 +146,7 @@ def chunk_hash(header: str, body: str) -> str:
     anywhere (a moved function, a vendored copy, a branch switch back) shares one vector."""
     body = body.strip()  # blank lines around a definition depend on its neighbours
     key = header.split(" | ", 1)[-1] + "\n" + body if " | " in header else "\n" + body
-    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _merge(pieces: list[_Piece], budget: int, parent_symbol: str) -> list[_Piece]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -434,6 +433,8 @@ def _from_file(root: Path) -> dict[str, Any]:
         candidate = root / name
         if not candidate.is_file():
             continue
+        import tomllib  # only with a settings file: ~3 ms of every command's start-up otherwise
+
         try:
             data = tomllib.loads(candidate.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

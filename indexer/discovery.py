@@ -497,7 +497,7 @@ def _scan_dirs(
                 if entry.is_file(follow_symlinks=False):
                     if name == ".git" or (check and _ignored(groups, rel, name, False)):
                         continue
-                    if scan.undecodable(rel):
+                    if not rel.isascii() and scan.undecodable(rel):
                         continue
                     reason = name_skip(name)
                     if reason:
@@ -586,6 +586,12 @@ def _git_ignored(root: str, paths: Iterable[str]) -> set[str] | None:
 
 def _git_ls_files(root: str) -> list[str] | None:
     """Tracked plus untracked-but-not-ignored paths, or None when git cannot describe root."""
+    from .gitsafe import find_git_dirs
+
+    if find_git_dirs(root) is None:
+        # No `.git` in root or above it: git would find no work tree (its repository variables
+        # are dropped, see _git), so spare the ~3 ms of starting it.
+        return None
     try:
         proc = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     except OSError:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +179,11 @@ def _max_tokens(source: ModelSource) -> int:
 _BERT_PRE = re.compile(r"[^\W_]+|[^\w\s]|_")
 
 
+def split_lines(text: str) -> list[list[str]]:
+    """The pre-tokens of each line of ``text``, as a BERT pre-tokenizer cuts them."""
+    return [_BERT_PRE.findall(line) for line in text.splitlines()]
+
+
 class ModelTokenizer:
     """The model's own tokenizer, loaded from ``tokenizer.json`` with the ``tokenizers``
     package (milliseconds, no torch). Counts include special tokens and are not truncated."""
@@ -218,18 +224,28 @@ class ModelTokenizer:
         whitespace and punctuation first, so a line's count is the sum over its pre-tokens;
         each distinct pre-token is encoded once per process and cached (code repeats its
         words), several times faster than encoding every line. None for other tokenizers."""
-        if self._counter is None or not self._bert_like():
+        if not self.bert_like():
             return None
         cache = self._piece_cache
-        split = [_BERT_PRE.findall(line) for line in text.splitlines()]
+        split = split_lines(text)
         unknown = list({w for words in split for w in words if w not in cache})
         if unknown:
-            for w, enc in zip(
-                unknown, self._counter.encode_batch(unknown, add_special_tokens=False), strict=True
-            ):
-                cache[w] = len(enc.ids)
+            cache.update(zip(unknown, self.piece_counts(unknown), strict=True))
         get = cache.__getitem__
         return [sum(map(get, words)) for words in split]
+
+    def piece_counts(self, words: list[str]) -> list[int]:
+        """Tokens of each pre-token alone, no special tokens (BERT-style tokenizers only)."""
+        return [len(enc.ids) for enc in self._counter.encode_batch(words, add_special_tokens=False)]
+
+    def learned(self, start: int = 0) -> list[tuple[str, int]]:
+        """The pre-token counts count_lines has cached, from the ``start``-th on (in the
+        order learned: the cache only grows)."""
+        return list(islice(self._piece_cache.items(), start, None)) if self.bert_like() else []
+
+    def bert_like(self) -> bool:
+        """Whether count_lines can count (a BERT pre-tokenizer, loaded from tokenizer.json)."""
+        return self._counter is not None and self._bert_like()
 
     def _bert_like(self) -> bool:
         if self._bert is None:

@@ -7,12 +7,12 @@ tokens, so it is also its own token counter (`indexer.embed_tokenizer.load_token
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from .blake2 import blake2b
 from .errors import EmbeddingModelError
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def identifier_tokens(text: str) -> list[str]:
 @lru_cache(maxsize=65536)
 def _bucket(token: str, dim: int) -> tuple[int, float]:
     # blake2b, not hash(): vectors must be identical across processes and runs.
-    h = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+    h = int.from_bytes(blake2b(token.encode(), digest_size=8).digest(), "little")
     return h % dim, (1.0 if (h >> 63) & 1 else -1.0)
 
 

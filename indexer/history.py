@@ -31,7 +31,6 @@ import os
 import re
 import sqlite3
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
@@ -166,18 +165,24 @@ class _Git:
         return self.run(*args).stdout.decode("utf-8", "replace").split()
 
     def head(self) -> tuple[bool, str | None]:
-        """(inside a work tree, the commit HEAD names): one git call on the common path.
+        """(inside a work tree, the commit HEAD names): one git call.
         (False, None) without git or outside a work tree; (True, None) before the first commit."""
+        if gitsafe.find_git_dirs(self.root) is None:
+            # No `.git` in root or above it: git would find no work tree (its repository
+            # variables are dropped, see _git_env), so spare the ~3 ms of starting it.
+            return False, None
         try:
             proc = self.run("rev-parse", "--is-inside-work-tree", "--verify", "-q", "HEAD^{commit}",
                             check=False)
-            lines = proc.stdout.decode().split()
-            if proc.returncode == 0 and len(lines) == 2 and lines[0] == "true":
-                return True, lines[1]
-            proc = self.run("rev-parse", "--is-inside-work-tree", check=False)
         except OSError:  # git is not installed
             return False, None
-        return proc.returncode == 0 and proc.stdout.strip() == b"true", None
+        lines = proc.stdout.decode().split()
+        if proc.returncode == 0 and len(lines) == 2 and lines[0] == "true":
+            return True, lines[1]
+        # git answers --is-inside-work-tree before it fails to verify HEAD (no commits yet:
+        # "true", exit 1) and prints nothing outside a repository (exit 128), so no second
+        # call is needed to tell those apart.
+        return lines[:1] == ["true"], None
 
     def is_ancestor(self, a: str, b: str) -> bool:
         return self.run("merge-base", "--is-ancestor", a, b, check=False).returncode == 0
@@ -450,6 +455,18 @@ def _set_meta(conn: sqlite3.Connection, **values: object) -> None:
     conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])
 
 
+def _says(conn: sqlite3.Connection, **values: str) -> bool:
+    """Whether an empty store (no commits, no vocabulary) already holds these meta values: a
+    tree outside git then costs no write (and no checkpoint) on every build."""
+    marks = ",".join("?" * len(values))
+    meta = dict(conn.execute(f"SELECT key, value FROM meta WHERE key IN ({marks})", list(values)))
+    return (
+        all(meta.get(k) == v for k, v in values.items())
+        and conn.execute("SELECT NOT EXISTS(SELECT 1 FROM commits) AND NOT EXISTS(SELECT 1 FROM vocab)")
+        .fetchone()[0] == 1
+    )
+
+
 def _fts_text(c: _Commit) -> tuple[str, str, str]:
     def terms(text: str) -> str:
         refs = " ".join(f"issue{n}" for n in _ISSUE_REF.findall(text))
@@ -543,10 +560,12 @@ def update_history(
             state = "no_commits" if work_tree else "no_git"
             note = ("no commits yet" if state == "no_commits"
                     else f"{root} is not in a git work tree (or git is not installed): no history")
-            with conn:
-                removed = _delete(conn, [r[0] for r in conn.execute("SELECT sha FROM commits")])
-                conn.execute("DELETE FROM vocab")
-                _set_meta(conn, head="", state=state, note=note)
+            removed = 0
+            if not _says(conn, head="", state=state, note=note):  # else nothing to write
+                with conn:
+                    removed = _delete(conn, [r[0] for r in conn.execute("SELECT sha FROM commits")])
+                    conn.execute("DELETE FROM vocab")
+                    _set_meta(conn, head="", state=state, note=note)
             return HistoryStats(state, "full", "", 0, removed, 0, time.perf_counter() - t0, note)
         old = _meta(conn, "head")
         old_cap = int(_meta(conn, "max_commits", "0") or 0)
@@ -562,6 +581,8 @@ def update_history(
         have = _stored(conn, add)  # rows of an interrupted update
         add = [s for s in add if s not in have]
         added = 0
+        import tempfile  # only to read new commits: ~5 ms of imports a no-op build skips
+
         with tempfile.TemporaryDirectory(prefix="repoctx-history-") as tmp:
             attrs = Path(tmp) / "attributes"
             attrs.write_text("".join(f"*{s} diff=python\n" for s in PY_SUFFIXES))

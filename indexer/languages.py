@@ -11,7 +11,6 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 import tree_sitter as ts
 
@@ -159,12 +158,16 @@ def ts_language(name: str) -> ts.Language:
 #: `; @include other.scm` on a line of its own: that query's text in its place, so languages
 #: that share most of a query (TSX and TypeScript, OCaml .ml and .mli) keep one copy.
 _INCLUDE = re.compile(r"^; @include (\S+\.scm)[ \t]*$", re.M)
+#: The queries are package data beside this module, read as plain files: importlib.resources
+#: would cost ~10 ms of imports in every build that parses a file (repoctx is never run zipped).
+_QUERY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "queries")
 
 
 def _query_text(file: str, including: tuple[str, ...] = ()) -> str:
     if file in including:
         raise ValueError(f"query {file} includes itself through {' -> '.join(including)}")
-    text = resources.files("indexer").joinpath("queries", file).read_text("utf-8")
+    with open(os.path.join(_QUERY_DIR, file), encoding="utf-8") as fh:
+        text = fh.read()
     return _INCLUDE.sub(lambda m: _query_text(m.group(1), (*including, file)), text)
 
 

@@ -7,11 +7,11 @@ results, never exceptions. The build's driver (`indexer.build`) writes the rows.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from functools import cache
 
+from .blake2 import blake2b
 from .chunking import Chunk, chunk_file
 from .discovery import classify_content
 from .parser import parse_source
@@ -30,7 +30,7 @@ class FileResult:
 
 
 def content_hash(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 @cache
@@ -40,15 +40,36 @@ def _tokenizer(model: str):
     return load_tokenizer(model)
 
 
+#: How many of this process's word counts `learned_counts` has handed out.
+_handed = 0
+
+
+def learned_counts(model: str) -> tuple[int, list[tuple[str, int]]] | None:
+    """(tokens of an empty text, the word counts learned since the last call) of this
+    process's tokenizer, for the build to keep beside the index (`indexer.token_counts`);
+    None when it was not loaded here or does not count by words."""
+    global _handed
+    if _tokenizer.cache_info().currsize == 0:
+        return None
+    tok = _tokenizer(model)
+    if not getattr(tok, "bert_like", lambda: False)():
+        return None
+    words = tok.learned(_handed)
+    _handed += len(words)
+    return tok.count([""])[0], words
+
+
 def parse_file(
-    root: str, path: str, language: str, module: str, old_hash: str | None, model: str | None = None
+    root: str, path: str, language: str, module: str, old_hash: str | None, model: str | None = None,
+    counter=None,
 ) -> FileResult:
     """Read, classify, parse and chunk one file. Errors become results, never exceptions.
-    ``model`` names the embedding model whose tokenizer sizes the chunks (None: no chunks)."""
+    ``model`` names the embedding model whose tokenizer sizes the chunks (None: no chunks);
+    ``counter`` counts its tokens instead of the tokenizer (`indexer.token_counts`)."""
     loaded = load_file(root, path, old_hash)
     if isinstance(loaded, FileResult):
         return loaded
-    return parse_content(path, *loaded, language, module, model)
+    return parse_content(path, *loaded, language, module, model, counter)
 
 
 def load_file(
@@ -78,6 +99,7 @@ def parse_content(
     language: str,
     module: str,
     model: str | None,
+    counter=None,
 ) -> FileResult:
     """Classify, parse and chunk the bytes of one changed file (wherever they were read)
     into its rows."""
@@ -89,7 +111,7 @@ def parse_content(
         status = "syntax_error" if parsed.has_errors else "ok"
         chunks: tuple[Chunk, ...] = ()
         if model is not None:
-            tok = _tokenizer(model)
+            tok = counter if counter is not None else _tokenizer(model)
             text = data.decode("utf-8", "replace")
             fast = getattr(tok, "count_lines", None)
             line_counts = fast(text) if fast is not None else None

@@ -3,6 +3,10 @@
 Order: enclosing scope and `self`/`this` members; module scope; what the file imports
 (following imports and package re-exports); the same directory; a unique global name.
 An ambiguous name keeps its candidates with split confidence instead of guessing one.
+
+Size: the strategies call one another (a receiver resolves as a bare name, an import follows
+re-exports, a member search walks bases) over one lazily filled SymbolTable; split, each part
+would need all the others.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ MAX_CANDIDATES = 5
 _MAX_DEPTH = 5
 _CALLABLE_KINDS = frozenset({"function", "method", "class", "struct", "macro"})
 _TYPE_KINDS = CLASS_KINDS | {"type", "class"}
+#: What an attribute guess may name.
+_MEMBER_KINDS = ("method", "function", "field")
+_MEMBER_KINDS_SQL = ",".join(f"'{k}'" for k in _MEMBER_KINDS)
 
 
 class Sym(NamedTuple):
@@ -72,6 +79,7 @@ class SymbolTable:
     _bases: dict[int, list[int]] = field(default_factory=dict)
     _module_sym: dict[int, int | None] = field(default_factory=dict)
     _by_path: dict[str, int | None] = field(default_factory=dict)
+    _where: dict[tuple, list[Sym]] = field(default_factory=dict)  # see by_name_where
     preloaded: bool = False
 
     def preload(self) -> None:
@@ -132,6 +140,26 @@ class SymbolTable:
             ]
             self._by_name[name] = hit
         return hit
+
+    def by_name_where(self, name: str, cond: str, params: list, limit: int) -> list[Sym]:
+        """The first ``limit`` of ``by_name(name)`` meeting ``cond`` (SQL on ``s``), in its
+        order (by id): a few rows, not every definition of `__init__` (thousands, ~8 ms)."""
+        key = (name, cond, *params, limit)
+        hit = self._where.get(key)
+        if hit is None:
+            hit = self._where[key] = [
+                Sym(*row)
+                for row in self.conn.execute(
+                    "SELECT s.id, s.file_id, s.parent_id, s.kind, s.name FROM symbols s "
+                    "JOIN files f ON f.id = s.file_id WHERE s.name = ? AND f.language NOT IN "
+                    f"({_TEXT_FORMATS_SQL}) AND ({cond}) ORDER BY s.id LIMIT ?",
+                    [name, *params, limit],
+                )
+            ]
+        return hit
+
+    def has_name(self, name: str) -> bool:  # by_name(name) answers from memory
+        return self.preloaded or name in self._by_name
 
     def sym(self, sym_id: int) -> Sym | None:
         hit = self._by_id.get(sym_id)
@@ -441,13 +469,17 @@ class Resolver:
         return None
 
     def _member(self, class_id: int, name: str, skip_self: bool = False) -> int | None:
-        cands = self.t.by_name(name)
+        cands = self.t.by_name(name) if self.t.has_name(name) else None
         seen = {class_id}
         frontier = self.t.bases(class_id) if skip_self else [class_id]
         for _ in range(_MAX_DEPTH + 1):
             nxt: list[int] = []
             for cls in frontier:
-                for c in cands:
+                if cands is None:  # the first definition of `name` in `cls`, by id
+                    hit = self.t.by_name_where(name, "s.parent_id = ?", [cls], 1)
+                    if hit:
+                        return hit[0].id
+                for c in cands or ():
                     if c.parent_id == cls:
                         return c.id
                 for b in self.t.bases(cls):
@@ -472,7 +504,11 @@ class Resolver:
     def _attribute_guess(self, name: str, kind: str) -> Resolution:
         hit = self._guesses.get(name)  # the same for every reference to `name` in one pass
         if hit is None:
-            members = [c for c in self.t.by_name(name) if c.kind in ("method", "function", "field")]
+            if self.t.has_name(name):
+                members = [c for c in self.t.by_name(name) if c.kind in _MEMBER_KINDS]
+            else:  # more than MAX_CANDIDATES is as good as all of them: nothing to pick
+                members = self.t.by_name_where(
+                    name, f"s.kind IN ({_MEMBER_KINDS_SQL})", [], MAX_CANDIDATES + 1)
             hit = self._guesses[name] = _pick(members, "attribute", 0.4) if members else _UNRESOLVED
         return hit
 

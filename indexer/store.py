@@ -11,7 +11,6 @@ graph are in graph.py.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import signal
@@ -26,6 +25,7 @@ from urllib.parse import quote
 if TYPE_CHECKING:  # imported by writers only: it costs ~130 ms, more than a whole `symbol` query
     import sqlite_utils
 
+from .blake2 import blake2b
 from .errors import IndexDamagedError, NoIndexError, SchemaError
 
 SCHEMA_VERSION = 5
@@ -273,7 +273,7 @@ def counts(db: ReadDB) -> dict[str, int]:
 def stable_id(*parts: str) -> int:
     """A 63-bit id that stays the same while the parts do, so unchanged symbols keep their
     ids across builds and references to them stay valid."""
-    digest = hashlib.blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=8)
+    digest = blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=8)
     return int.from_bytes(digest.digest(), "big") >> 1
 
 
