@@ -1,4 +1,4 @@
-"""Ranking over the reference graph: the local subgraph around seed definitions (two hops of
+"""Ranking over the reference graph: the local subgraph around seed definitions (``hops`` hops of
 calls, inheritance, type uses, imports and nesting) and personalized PageRank on it.
 
 Every reference found adds an edge each way, weighted by its resolution confidence and by how

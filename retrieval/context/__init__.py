@@ -4,7 +4,7 @@
    whole-file, names through the graph, paths and traceback frames, error messages, vectors,
    history and the graph signal, weighed by the fitted fusion), in that order, plus focus
    files; the chunks that were hit mark where a definition too long to show whole is cut.
-2. Expansion. Two hops over the reference graph (calls, inheritance, type uses, imports,
+2. Expansion. One hop (``PackPolicy.hops``) over the reference graph (calls, inheritance, type uses, imports,
    nesting; ambiguous references through their candidates), ranked by personalized PageRank
    seeded with step 1 (`retrieval.pagerank`).
 3. Packing. In rank order, definitions go in whole (a method grows to its class when the class

@@ -141,7 +141,9 @@ class PackPolicy:
     model: object | None = None
     use_graph: bool = True  # False: seeds in fused order only (the baseline)
     alpha: float = 0.3  # PageRank restart probability
-    hops: int = 2
+    #: Hops of the graph walk around the seeds. 1 chosen over 2 by `benchmarks/context_cv.py`
+    #: (see docs/context.md): a second hop mostly brought definitions that were not evidence.
+    hops: int = 1
     fanout: int = 30
     expand: int = 120
     #: Of the budget full items may take; skeletons get the rest and what full items leave.
