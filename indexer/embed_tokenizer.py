@@ -11,7 +11,7 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import islice
@@ -179,9 +179,16 @@ def _max_tokens(source: ModelSource) -> int:
 _BERT_PRE = re.compile(r"[^\W_]+|[^\w\s]|_")
 
 
-def split_lines(text: str) -> list[list[str]]:
-    """The pre-tokens of each line of ``text``, as a BERT pre-tokenizer cuts them."""
-    return [_BERT_PRE.findall(line) for line in text.splitlines()]
+def line_counts(text: str, counts: dict[str, int], count_new: Callable[[list[str]], None]) -> list[int]:
+    """Tokens on each line of ``text`` for a BERT-style tokenizer, which splits on whitespace and
+    punctuation first: a line counts the sum of its pre-tokens' counts. ``counts`` holds the
+    known pre-tokens; ``count_new(words)`` adds the missing ones to it."""
+    split = [_BERT_PRE.findall(line) for line in text.splitlines()]
+    unknown = list({w for words in split for w in words if w not in counts})
+    if unknown:
+        count_new(unknown)
+    get = counts.__getitem__
+    return [sum(map(get, words)) for words in split]
 
 
 class ModelTokenizer:
@@ -227,12 +234,9 @@ class ModelTokenizer:
         if not self.bert_like():
             return None
         cache = self._piece_cache
-        split = split_lines(text)
-        unknown = list({w for words in split for w in words if w not in cache})
-        if unknown:
-            cache.update(zip(unknown, self.piece_counts(unknown), strict=True))
-        get = cache.__getitem__
-        return [sum(map(get, words)) for words in split]
+        return line_counts(
+            text, cache, lambda words: cache.update(zip(words, self.piece_counts(words), strict=True))
+        )
 
     def piece_counts(self, words: list[str]) -> list[int]:
         """Tokens of each pre-token alone, no special tokens (BERT-style tokenizers only)."""

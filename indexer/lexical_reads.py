@@ -107,60 +107,51 @@ class ChunkMatch(NamedTuple):
 
 def chunk_bm25(
     conn: sqlite3.Connection,
+    table: str,
     match: str,
     weights: tuple[float, float, float],
     k: int,
     files: FileFilter = ANY_FILE,
     paths: Sequence[str] | None = None,
-    table: str | None = None,
 ) -> list[ChunkMatch]:
-    """The ``k`` best chunks for the FTS5 expression ``match``, BM25 with column ``weights``
-    (path, name, body); only chunks of files ``files`` allows and (``paths``) of those paths.
-
-    ``table``: read that one of `fts_tables` alone; else each table ``files`` needs gives its
-    own ``k`` best — BM25 of two tables is not on one scale (each weighs a term by its own
-    statistics), so one table's hits never crowd the other's out."""
+    """The ``k`` best chunks of the FTS5 ``table`` (one of `fts_tables`) for the expression
+    ``match``, BM25 with column ``weights`` (path, name, body); only chunks of files ``files``
+    allows and (``paths``) of those paths. One table per read: BM25 of two tables is not on
+    one scale (each weighs a term by its own statistics)."""
     fsql, fparams = files.sql()
     if paths is not None:
         fsql += f" AND f.path IN ({','.join('?' * len(paths))})"
         fparams = [*fparams, *paths]
     w = weights
-    out = [
+    return [
         ChunkMatch(*r)
-        for t in ((table,) if table else fts_tables("chunks_fts", files))
         for r in conn.execute(
-            f"SELECT t.rowid, bm25({t}, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, c.start_line, "
-            f"c.end_line FROM {t} t JOIN chunks c ON c.id = t.rowid JOIN files f ON f.id = c.file_id "
-            f"WHERE {t} MATCH ?{fsql} ORDER BY s LIMIT ?",
+            f"SELECT t.rowid, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, "
+            f"c.start_line, c.end_line FROM {table} t JOIN chunks c ON c.id = t.rowid "
+            f"JOIN files f ON f.id = c.file_id WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
             [match, *fparams, k],
-        ).fetchall()
+        )
     ]
-    return sorted(out, key=lambda m: m.bm25)
 
 
 def file_bm25(
     conn: sqlite3.Connection,
+    table: str,
     match: str,
     weights: tuple[float, float, float],
     k: int,
     files: FileFilter = ANY_FILE,
-    table: str | None = None,
 ) -> list[tuple[str, float]]:
-    """(path, FTS5 BM25 — lower is better) of the ``k`` best whole files for ``match``, with
-    column ``weights`` (path words, defined names, text); only files ``files`` allows.
-    ``table``: as in `chunk_bm25` (else ``k`` per table)."""
+    """(path, FTS5 BM25 — lower is better) of the ``k`` best whole files of ``table`` for
+    ``match``, with column ``weights`` (path words, defined names, text); only files ``files``
+    allows. One table per read, as in `chunk_bm25`."""
     fsql, fparams = files.sql()
     w = weights
-    out = [
-        tuple(r)
-        for t in ((table,) if table else fts_tables("files_fts", files))
-        for r in conn.execute(
-            f"SELECT f.path, bm25({t}, {w[0]}, {w[1]}, {w[2]}) AS s FROM {t} t "
-            f"JOIN files f ON f.id = t.rowid WHERE {t} MATCH ?{fsql} ORDER BY s LIMIT ?",
-            [match, *fparams, k],
-        ).fetchall()
-    ]
-    return sorted(out, key=lambda r: r[1])
+    return conn.execute(
+        f"SELECT f.path, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s FROM {table} t "
+        f"JOIN files f ON f.id = t.rowid WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
+        [match, *fparams, k],
+    ).fetchall()
 
 
 # -- chunks -------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from .embed_tokenizer import ModelTokenizer, _max_tokens, _model_file, resolve_model, split_lines
+from .embed_tokenizer import ModelTokenizer, _max_tokens, _model_file, line_counts, resolve_model
 
 FILE = "token_counts.db"
 _SCHEMA = """
@@ -83,24 +83,23 @@ class CachedCounter:
             self._real()
         if not self._bert:
             return self._real().count_lines(text)
-        split = split_lines(text)
+        return line_counts(text, self._counts, self._learn)
+
+    def _learn(self, unknown: list[str]) -> None:
+        """Counts of words this process has not seen: stored ones, else the tokenizer's."""
         counts = self._counts
-        unknown = list({w for words in split for w in words if w not in counts})
-        if unknown:
-            # Keyed by the stored word (a text SQLite reads otherwise can only miss); an
-            # unreadable cache leaves the words to the tokenizer.
-            with contextlib.suppress(sqlite3.Error):
-                counts.update(self._conn.execute(
-                    "SELECT word, n FROM words WHERE word IN (SELECT value FROM json_each(?))",
-                    [json.dumps(unknown)],
-                ))
-            missing = [w for w in unknown if w not in counts]
-            if missing:
-                found = dict(zip(missing, self._real().piece_counts(missing), strict=True))
-                counts.update(found)
-                self._new.update(found)
-        get = counts.__getitem__
-        return [sum(map(get, words)) for words in split]
+        # Keyed by the stored word (a text SQLite reads otherwise can only miss); an
+        # unreadable cache leaves the words to the tokenizer.
+        with contextlib.suppress(sqlite3.Error):
+            counts.update(self._conn.execute(
+                "SELECT word, n FROM words WHERE word IN (SELECT value FROM json_each(?))",
+                [json.dumps(unknown)],
+            ))
+        missing = [w for w in unknown if w not in counts]
+        if missing:
+            found = dict(zip(missing, self._real().piece_counts(missing), strict=True))
+            counts.update(found)
+            self._new.update(found)
 
     def save(self) -> None:
         """Store the words counted by the tokenizer in this build (one transaction)."""

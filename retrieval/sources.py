@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,14 +62,14 @@ POSTINGS_BUDGET = 50_000
 
 def select_terms(
     conn: Connection,
-    tables: Sequence[str],
+    table: str,
     terms: list[str],
     limit: int = MAX_TERMS,
     counts: Mapping[str, int] | frozenset[str] | None = None,
     budget: int = POSTINGS_BUDGET,
 ) -> list[Term]:
-    """The most informative of ``terms`` for the FTS5 ``tables`` together, rarest first: terms
-    the index lacks are dropped, and so are terms in more than half of the documents (FTS5's BM25 gives them no
+    """The most informative of ``terms`` for the FTS5 ``table``, rarest first: terms the index
+    lacks are dropped, and so are terms in more than half of the documents (FTS5's BM25 gives them no
     weight); then terms are taken by IDF while their occurrences fit ``budget``, at most
     ``limit``. Each is weighted by how often the query says it (``counts``, up to
     MAX_TERM_REPEAT)."""
@@ -82,12 +82,8 @@ def select_terms(
     uniq = sorted({s for s in stems if s})
     if not uniq:
         return []
-    stats: dict[str, tuple[int, int]] = {}
-    for table in tables:
-        for stem, (d, cnt) in term_stats(conn, table, uniq).items():
-            d0, c0 = stats.get(stem, (0, 0))
-            stats[stem] = (d0 + d, c0 + cnt)
-    n = max(sum(table_docs(conn, table) for table in tables), 1)
+    stats = term_stats(conn, table, uniq)
+    n = max(table_docs(conn, table), 1)
     cands: dict[str, tuple[float, str, int, int]] = {}
     for text, stem in zip(clean, stems, strict=True):
         if stem not in stats or stem in cands:
@@ -153,11 +149,11 @@ class ChunkLexical:
             picked = ctx.cache.get(key)
             if picked is None:
                 picked = ctx.cache[key] = select_terms(
-                    ctx.conn, (table,), self._terms(q), self.limit, q.term_counts
+                    ctx.conn, table, self._terms(q), self.limit, q.term_counts
                 )
             if picked:
-                rows = chunk_bm25(ctx.conn, match_expr(picked), CHUNK_WEIGHTS, k, ctx.scope.files,
-                                  paths, table)
+                rows = chunk_bm25(ctx.conn, table, match_expr(picked), CHUNK_WEIGHTS, k,
+                                  ctx.scope.files, paths)
                 out += [
                     Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b,
                         scale=table)
@@ -184,9 +180,9 @@ class FileLexical:
     def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
         out = []
         for table in fts_tables("files_fts", ctx.scope.files):  # each alone, as in ChunkLexical
-            picked = select_terms(ctx.conn, (table,), list(q.terms), self.limit, q.term_counts)
+            picked = select_terms(ctx.conn, table, list(q.terms), self.limit, q.term_counts)
             if picked:
-                rows = file_bm25(ctx.conn, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files, table)
+                rows = file_bm25(ctx.conn, table, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files)
                 out += [Hit("file", path, -s, scale=table) for path, s in rows]
         return sorted(out, key=lambda h: -h.score)
 
@@ -400,7 +396,7 @@ class Errors:
                 note="error message", scale=table)
             for table in fts_tables("chunks_fts", ctx.scope.files)
             for cid, s, path, sym, a, b in chunk_bm25(
-                ctx.conn, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files, table=table
+                ctx.conn, table, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files
             )
         ]
         return sorted(out, key=lambda h: -h.score)

@@ -411,7 +411,7 @@ def test_docs_do_not_change_how_code_ranks_and_old_indexes_move_their_rows(tmp_p
 
     from indexer import store
     from indexer.graph import FileFilter
-    from indexer.lexical_reads import chunk_bm25, file_bm25
+    from indexer.lexical_reads import chunk_bm25, file_bm25, fts_tables
     from tests.conftest import git, index, make_repo, write_files
 
     code = {
@@ -426,8 +426,10 @@ def test_docs_do_not_change_how_code_ranks_and_old_indexes_move_their_rows(tmp_p
     def scores(files=code_only):
         conn = store.open_for_read(cfg.index_path).conn
         try:
-            chunks = [(m.path, round(m.bm25, 9)) for m in chunk_bm25(conn, '"tax" OR "cart"', (2.0, 4.0, 1.0), 20, files)]
-            whole = [(p, round(s, 9)) for p, s in file_bm25(conn, '"tax" OR "cart"', (2.0, 2.0, 1.0), 20, files)]
+            chunks = [(m.path, round(m.bm25, 9)) for t in fts_tables("chunks_fts", files)
+                      for m in chunk_bm25(conn, t, '"tax" OR "cart"', (2.0, 4.0, 1.0), 20, files)]
+            whole = [(p, round(s, 9)) for t in fts_tables("files_fts", files)
+                     for p, s in file_bm25(conn, t, '"tax" OR "cart"', (2.0, 2.0, 1.0), 20, files)]
             return chunks, whole
         finally:
             conn.close()
