@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 
 from . import graph_write, store
+from .blake2 import blake2b
 from .config import Config
 from .discovery import discover
 from .errors import IndexDamagedError
@@ -274,6 +275,26 @@ def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
         graph_write.tombstone(db.conn, sorted(stray))
 
 
+def _packages_key(packages: frozenset[str]) -> str:
+    """A digest of the package directories, to tell whether any module name can differ."""
+    return blake2b("\n".join(sorted(packages)).encode(), digest_size=16).hexdigest()
+
+
+_FILE_ROW = "SELECT id, path, size, mtime_ns, hash, module FROM files"
+
+
+def _file_rows(conn, paths: list[str] | None, total: int) -> dict[str, tuple]:
+    """``files`` rows by path: of ``paths``, or all of them (None, or most of the index)."""
+    if paths is None or len(paths) > max(500, total // 4):
+        return {row[1]: row for row in conn.execute(_FILE_ROW)}
+    out = {}
+    for i in range(0, len(paths), 500):
+        part = paths[i : i + 500]
+        marks = ",".join("?" * len(part))
+        out.update((row[1], row) for row in conn.execute(f"{_FILE_ROW} WHERE path IN ({marks})", part))
+    return out
+
+
 def _build_locked(
     db, config: Config, full: bool, progress: ProgressFn | None, t0: float, chunks: bool, engine=None
 ) -> BuildStats:
@@ -294,23 +315,37 @@ def _build_locked(
         else:
             candidates.append((f, lang))
     packages = package_dirs(f.path for f, _ in candidates)
-    existing = {
-        row[1]: row
-        for row in conn.execute("SELECT id, path, size, mtime_ns, hash, module FROM files")
-    }
+    # Module names follow from the path and the package directories alone: with the same
+    # package set as the last complete build, a file whose size and mtime did not change
+    # keeps its module, so only the changed files are looked at one by one (the no-op and
+    # one-edit path of a 25k-file tree: set membership in C instead of a loop in Python).
+    packages_key = _packages_key(packages)
+    same_packages = store.get_meta(db, "packages_key") == packages_key
+    if same_packages:
+        indexed = set(conn.execute("SELECT path, size, mtime_ns FROM files"))
+        look_at = [(f, lang) for f, lang in candidates if f not in indexed]
+        n_indexed = len(indexed)
+        existing = _file_rows(conn, [f.path for f, _ in look_at], n_indexed)
+        deleted = []
+        # Indexed paths that no current file matched, beyond those of changed files: gone.
+        if n_indexed - (len(candidates) - len(look_at)) > sum(f.path in existing for f, _ in look_at):
+            current = {f.path for f, _ in candidates}
+            deleted = sorted(p for p, _, _ in indexed if p not in current)
+            existing.update(_file_rows(conn, deleted, n_indexed))
+    else:
+        existing = _file_rows(conn, None, 0)
+        look_at, n_indexed = candidates, len(existing)
+        current = {f.path for f, _ in candidates}
+        deleted = [p for p in existing if p not in current]
     work: list[tuple[str, str, str, str | None]] = []
-    unchanged = 0
-    for f, lang in candidates:
+    for f, lang in look_at:
         module = module_name(f.path, lang, packages)
         old = existing.get(f.path)
         if old is not None and old[2] == f.size and old[3] == f.mtime_ns and (old[5] == module or old[5] is None):
-            unchanged += 1
             continue
         # a moved package boundary changes the module: re-parse even if the content did not change
         old_hash = old[4] if old is not None and old[5] == module else None
         work.append((f.path, lang, module, old_hash))
-    current = {f.path for f, _ in candidates}
-    deleted = [p for p in existing if p not in current]
     if deleted:
         with conn:
             graph_write.delete_files(db, existing, deleted)
@@ -320,7 +355,7 @@ def _build_locked(
         if store.get_meta(db, "root") != str(config.root):
             with conn:  # readers during a first build check freshness against the tree
                 store.set_meta(db, "root", str(config.root))
-    bulk = len(work) > max(1000, len(existing) // 4)
+    bulk = len(work) > max(1000, n_indexed // 4)
     if bulk:
         with conn:
             store.drop_ref_indexes(db)
@@ -368,6 +403,9 @@ def _build_locked(
     phases["write"] = round(write_s, 3)
     changed = bool(work or deleted or pending)
     last = store.get_meta(db, "last_build")
+    if not same_packages:
+        with conn:  # every file's module now follows this package set (see above)
+            store.set_meta(db, "packages_key", packages_key)
     if not changed and last and not full:
         prev = json.loads(last)
         prev.pop("resolved_pct", None)

@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import NamedTuple
 
 from .config import Config
 
@@ -76,9 +77,9 @@ _MAX_C1 = 0.05
 _GIT_ENV_OVERRIDES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"})
 
 
-@dataclass(frozen=True, slots=True)
-class DiscoveredFile:
-    """A file to index: POSIX path relative to ``Config.root`` and its stat."""
+class DiscoveredFile(NamedTuple):
+    """A file to index: POSIX path relative to ``Config.root`` and its stat. A tuple, so
+    that the build can test it against the index's ``(path, size, mtime_ns)`` rows as is."""
 
     path: str
     size: int

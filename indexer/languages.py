@@ -117,10 +117,12 @@ _BY_NAME = {fn: spec.name for spec in FORMATS.values() for fn in spec.filenames}
 
 def language_for_path(path: str) -> str | None:
     """The language (or text format) name for a path, or None when repoctx cannot parse it."""
-    # os.path.splitext: 5x cheaper than PurePosixPath on the no-op path (every file, every build)
-    lang = _BY_EXT.get(os.path.splitext(path)[1].lower())
+    # String operations, not PurePosixPath or os.path.splitext: every file of every build.
+    # The suffix is as splitext's: from the last dot, unless only dots come before it.
+    name = path.rpartition("/")[2]
+    dot = name.rfind(".")
+    lang = _BY_EXT.get(name[dot:].lower()) if dot > 0 and name[:dot].strip(".") else None
     if lang is None and _BY_NAME:
-        name = path.rsplit("/", 1)[-1]
         lang = _BY_NAME.get(name)
         if lang is None and name.startswith(("Dockerfile.", "Containerfile.")):
             lang = "dockerfile"  # Dockerfile.dev, Dockerfile.prod

@@ -100,6 +100,41 @@ def test_package_boundary_change_reparses_modules(repo_factory, tmp_path):
     assert mods["lib/util.py"] == "lib.util"
 
 
+def test_package_boundary_removed_again_and_edits_beside_deletions(repo_factory, tmp_path):
+    root = repo_factory({
+        "lib/util.py": "def f():\n    pass\n", "lib/__init__.py": "",
+        "main.py": "from lib.util import f\nf()\n", "other.py": "def g():\n    pass\n",
+    })
+    cfg = index(root)
+    (root / "lib/__init__.py").unlink()  # lib.util becomes util: an unchanged file moves
+    build(cfg)
+    assert dump_graph(cfg) == clean_dump(root, tmp_path)
+    assert {r[0]: r[2] for r in dump_graph(cfg)["files"]}["lib/util.py"] == "util"
+    # an edit and a deletion in the same build: both seen
+    write_files(root, {"main.py": "from other import g\ng()\n"})
+    (root / "lib/util.py").unlink()
+    stats = build(cfg)
+    assert stats.files_parsed == 1 and stats.files_deleted == 1
+    assert dump_graph(cfg) == clean_dump(root, tmp_path)
+
+
+def test_unchanged_package_set_computes_no_module_names(repo_factory, monkeypatch):
+    root = repo_factory(BASE)
+    cfg = index(root)
+    import indexer.build as build_mod
+
+    seen = []
+    real = build_mod.module_name
+    monkeypatch.setattr(build_mod, "module_name", lambda p, *a: seen.append(p) or real(p, *a))
+    write_files(root, {"pkg/a.py": "def alpha():\n    return 0\n"})
+    build(cfg)
+    assert seen == ["pkg/a.py"]  # only the edited file's
+    seen.clear()
+    write_files(root, {"pkg/sub/__init__.py": ""})  # a new package: every module is checked
+    build(cfg)
+    assert len(seen) == 6
+
+
 _BUILD_SCRIPT = """
 import sys
 from indexer.build import build
