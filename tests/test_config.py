@@ -187,7 +187,7 @@ def test_bad_flag_is_refused(repo, flag, value, message):
     ('jobs = "4"', "`jobs` = '4' in .repoctx.toml is not an integer"),  # strings only from env
     ("jobs = true", "`jobs` = true in .repoctx.toml is not an integer"),
     ("jobs = 4.0", "`jobs` = 4.0 in .repoctx.toml is not an integer"),
-    ("embed_batch_size = 0", "`embed_batch_size` = 0 in .repoctx.toml is out of range"),
+    ("embed_batch_size = -1", "`embed_batch_size` = -1 in .repoctx.toml is out of range"),
     ('embed_model = "  "', "`embed_model` = '  ' in .repoctx.toml is empty"),
     ("exclude = [1, 2]", "`exclude` = [1, 2] in .repoctx.toml is not a list of strings"),
     ("context_budget = -1", "`context_budget` = -1 in .repoctx.toml is out of range"),

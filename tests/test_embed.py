@@ -215,3 +215,24 @@ def test_auto_falls_back_to_torch_without_openvino(monkeypatch, tmp_path, torch_
     np.testing.assert_allclose(e.embed(TEXTS[:2]), torch_embedder.embed(TEXTS[:2]), atol=1e-5)
     with pytest.raises(EmbeddingModelError):
         SentenceTransformerEmbedder(backend="openvino", cache_dir=tmp_path).load()
+
+
+def test_batches_sorted_by_tokens_keep_each_text_its_own_vector(default_embedder):
+    """Texts are embedded longest (in tokens) first, in batches; every vector must still come
+    back in its text's place and equal the text embedded alone, whatever the batch size."""
+    e = default_embedder
+    # (a runtime whose order were wrong would fail its conversion check and fall back to torch)
+    assert e.backend == ("openvino" if have_openvino() else "torch"), e.fallback_reason
+    texts = [*TEXTS, "def f():\n" + "    x = 1\n" * 40, "a b c", "if (x) { return y; }"]
+    alone = np.vstack([e.embed([t]) for t in texts])
+    before = e.batch_size
+    try:
+        for size in (0, 1, 3, 64):
+            e.batch_size = size
+            cos = (e.embed(texts) * alone).sum(axis=1)
+            assert float(cos.min()) >= 0.999, (size, cos)
+            shuffled = texts[::-1]
+            assert float((e.embed(shuffled) * alone[::-1]).sum(axis=1).min()) >= 0.999
+    finally:
+        e.batch_size = before
+    assert before == 0 and e._runtime.auto_batch == embed.AUTO_BATCH_CPU
