@@ -283,9 +283,9 @@ def _packages_key(packages: frozenset[str]) -> str:
 _FILE_ROW = "SELECT id, path, size, mtime_ns, hash, module FROM files"
 
 
-def _file_rows(conn, paths: list[str] | None, total: int) -> dict[str, tuple]:
-    """``files`` rows by path: of ``paths``, or all of them (None, or most of the index)."""
-    if paths is None or len(paths) > max(500, total // 4):
+def _file_rows(conn, paths: list[str], total: int) -> dict[str, tuple]:
+    """``files`` rows of ``paths`` by path (all rows read at once when that is most of them)."""
+    if len(paths) > max(500, total // 4):
         return {row[1]: row for row in conn.execute(_FILE_ROW)}
     out = {}
     for i in range(0, len(paths), 500):
@@ -321,22 +321,12 @@ def _build_locked(
     # one-edit path of a 25k-file tree: set membership in C instead of a loop in Python).
     packages_key = _packages_key(packages)
     same_packages = store.get_meta(db, "packages_key") == packages_key
-    if same_packages:
-        indexed = set(conn.execute("SELECT path, size, mtime_ns FROM files"))
-        look_at = [(f, lang) for f, lang in candidates if f not in indexed]
-        n_indexed = len(indexed)
-        existing = _file_rows(conn, [f.path for f, _ in look_at], n_indexed)
-        deleted = []
-        # Indexed paths that no current file matched, beyond those of changed files: gone.
-        if n_indexed - (len(candidates) - len(look_at)) > sum(f.path in existing for f, _ in look_at):
-            current = {f.path for f, _ in candidates}
-            deleted = sorted(p for p, _, _ in indexed if p not in current)
-            existing.update(_file_rows(conn, deleted, n_indexed))
-    else:
-        existing = _file_rows(conn, None, 0)
-        look_at, n_indexed = candidates, len(existing)
-        current = {f.path for f, _ in candidates}
-        deleted = [p for p in existing if p not in current]
+    indexed = set(conn.execute("SELECT path, size, mtime_ns FROM files"))
+    look_at = [(f, lang) for f, lang in candidates if not same_packages or f not in indexed]
+    current = {f.path for f, _ in candidates}
+    deleted = sorted({p for p, _, _ in indexed} - current)
+    n_indexed = len(indexed)
+    existing = _file_rows(conn, [f.path for f, _ in look_at] + deleted, n_indexed)
     work: list[tuple[str, str, str, str | None]] = []
     for f, lang in look_at:
         module = module_name(f.path, lang, packages)
