@@ -216,14 +216,24 @@ class _OpenVinoRuntime:
         # Longest first by token count, so each batch pads to similar lengths. Characters (as
         # sentence-transformers sorts) are a poor proxy for code: indentation and punctuation
         # tokenise very differently from words, and padding is paid in full by every layer.
-        # Tokenising twice costs ~1% of the model's time (benchmarks/embed_batching.py).
-        lengths = self._tokenizer.encode(list(texts))["attention_mask"].sum(axis=1)
+        # The submission is tokenised once, padded to its longest text; a batch of the sorted
+        # order then takes its rows cut to the batch's longest, which is exactly what
+        # tokenising the batch alone gives when padding is on the right. A tokenizer that pads
+        # on the left is asked again per batch.
+        feats = self._tokenizer.encode(list(texts))
+        mask = feats["attention_mask"]
+        lengths = mask.sum(axis=1)
+        right = bool((mask == (np.arange(mask.shape[1]) < lengths[:, None])).all())
         order = np.argsort(-lengths, kind="stable")
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            feats = self._tokenizer.encode([texts[i] for i in idx])
-            result = self._request.infer({name: feats[name] for name in self._inputs})
-            out[idx] = result[self._output]
+            if right:
+                width = int(lengths[idx[0]])
+                batch = {name: feats[name][idx, :width] for name in self._inputs}
+            else:
+                part = self._tokenizer.encode([texts[i] for i in idx])
+                batch = {name: part[name] for name in self._inputs}
+            out[idx] = self._request.infer(batch)[self._output]
         return out
 
 

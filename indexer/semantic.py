@@ -28,6 +28,8 @@ from .testpaths import sql_is_test_path
 
 #: Chunks fetched, reused or embedded, and committed together.
 BATCH = 256
+#: Pending chunks above which an embedding run reads the vector table's keys up front.
+KEY_SCAN_MIN = 4 * BATCH
 _TEST_PATH_SQL, _TEST_PATH_PARAMS = sql_is_test_path("f.path")
 
 
@@ -247,6 +249,11 @@ def _embed_batches(
     window: deque = deque()
     inflight: set[str] = set()  # hashes submitted and not yet written
     recent: dict[str, np.ndarray] = {}  # vectors of hashes written by recent batches
+    # A long run reads the table's ids and hashes once (one scan of two short columns), then
+    # asks the table only for hashes it holds and appends rows for ids it lacks: asked per
+    # batch, both cost a pass over a table that the run itself keeps growing. A short run
+    # (a few edited files) asks per batch, which is cheaper than that scan.
+    keys = vs.keys() if total > KEY_SCAN_MIN else None
 
     def finish(rows, have, hashes, handle) -> None:
         nonlocal reused, done
@@ -265,7 +272,11 @@ def _embed_batches(
             out.append(VectorRow(str(cid), h, path, lang or "", s, e, sym, model, vec))
             ok_ids.append(cid)
         reused += len(out) - min(len(out), len(hashes))
-        vs.upsert(out)
+        if keys is None:
+            vs.upsert(out)
+        else:
+            vs.upsert(out, absent=[r.chunk_id for r in out if r.chunk_id not in keys[0]])
+            keys[1].update(r.content_hash for r in out)
         with conn:
             conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in ok_ids])
             if len(ok_ids) < len(rows):  # unreadable now: leave for the next build, but move on
@@ -283,7 +294,7 @@ def _embed_batches(
 
     for rows in _pending_rows(conn, total):
         want = {r[1] for r in rows} - recent.keys() - inflight
-        have = vs.vectors_for_hashes(want)
+        have = vs.vectors_for_hashes(want if keys is None else want & keys[1])
         need = _texts(config.root, [r for r in rows if r[1] in want], have)
         hashes = list(need)
         handle = pool.submit([need[h] for h in hashes]) if hashes else None

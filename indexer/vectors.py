@@ -231,12 +231,30 @@ class VectorStore:
 
     # -- writing -----------------------------------------------------------------------
 
-    def upsert(self, rows: Sequence[VectorRow]) -> None:
-        """Insert or replace rows by ``chunk_id`` (the last row wins within one call)."""
+    def upsert(self, rows: Sequence[VectorRow], absent: Iterable[str] = ()) -> None:
+        """Insert or replace rows by ``chunk_id`` (the last row wins within one call).
+
+        ``absent``: chunk ids the caller knows have no row in the table (it scanned the ids
+        with `keys()` and wrote none of them since). Those rows are appended; only the rest
+        go through a merge, which joins against the whole table: per batch of a full build
+        that cost grew with the table (quadratic over the build)."""
         if not rows:
             return
         latest = {r.chunk_id: r for r in rows}
-        rows = list(latest.values())
+        absent = set(absent)
+        fresh = [r for cid, r in latest.items() if cid in absent]
+        merge = [r for cid, r in latest.items() if cid not in absent]
+        if fresh:
+            self._table.add(self._arrow(fresh))
+        if merge:
+            (
+                self._table.merge_insert("chunk_id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(self._arrow(merge))
+            )
+
+    def _arrow(self, rows: Sequence[VectorRow]) -> pa.Table:
         vectors = np.asarray([r.vector for r in rows], dtype=np.float32)
         if vectors.shape != (len(rows), self.dim):
             raise ValueError(f"vectors must have shape (n, {self.dim}), got {vectors.shape}")
@@ -244,7 +262,7 @@ class VectorStore:
         if wrong:
             raise ValueError(f"rows embedded with {sorted(wrong)} in a {self.model} table")
         schema = self._table.schema
-        data = pa.table(
+        return pa.table(
             {
                 "chunk_id": [r.chunk_id for r in rows],
                 "content_hash": [r.content_hash for r in rows],
@@ -257,12 +275,6 @@ class VectorStore:
                 "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), self.dim),
             },
             schema=schema,
-        )
-        (
-            self._table.merge_insert("chunk_id")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute(data)
         )
 
     def delete_paths(self, paths: Iterable[str]) -> None:
@@ -281,6 +293,12 @@ class VectorStore:
     def chunk_ids(self) -> set[str]:
         ids = self._table.search().select(["chunk_id"]).to_arrow()["chunk_id"]
         return set(ids.to_pylist())
+
+    def keys(self) -> tuple[set[str], set[str]]:
+        """(chunk ids, content hashes) of every row: one scan of two short columns, so that a
+        long embedding run asks the table only about hashes it holds and appends new ids."""
+        cols = self._table.search().select(["chunk_id", "content_hash"]).to_arrow()
+        return set(cols["chunk_id"].to_pylist()), set(cols["content_hash"].to_pylist())
 
     def vectors_for_hashes(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored vectors by content hash, so unchanged text is never embedded twice."""

@@ -131,6 +131,44 @@ def test_embedding_resumes_without_redoing_batches(repo):
     assert emb.texts_embedded == total  # nothing embedded twice
 
 
+def _table(cfg, db, dim):
+    from indexer.vectors import open_vectors
+
+    vs = open_vectors(cfg, db.conn, dim, f"hashing:{dim}")
+    rows = vs._table.search().select(["chunk_id", "content_hash", "vector"]).to_arrow().to_pylist()
+    return vs, {r["chunk_id"]: (r["content_hash"], tuple(r["vector"])) for r in rows}
+
+
+@pytest.mark.parametrize("scan_min", [0, 10**9], ids=["keys-read-once", "asked-per-batch"])
+def test_long_run_reads_table_keys_once_and_writes_the_same_table(repo, monkeypatch, scan_min):
+    """A long run reads the table's ids and hashes up front, appends rows for new ids and asks
+    only about hashes the table holds; the table it writes is the one asking per batch writes,
+    a rerun over rows already in the table (a run killed between the table write and the
+    marks) merges instead of adding twice, and a copy of a function in another file is
+    embedded once."""
+    from indexer import semantic
+
+    monkeypatch.setattr(semantic, "BATCH", 2)  # several batches on a small repo
+    monkeypatch.setattr(semantic, "KEY_SCAN_MIN", scan_min)
+    write_files(repo, {"net/copy.py": FILES["net/upload.py"]})
+    emb = HashingEmbedder()
+    cfg, stats = embedded_build(repo, emb)
+    db = store.open_for_write(cfg.index_path)
+    chunks = dict(db.execute("SELECT id, content_hash FROM chunks").fetchall())
+    assert len(set(chunks.values())) < len(chunks)  # the copy shares its hashes
+    assert emb.texts_embedded == len(set(chunks.values()))  # each content embedded once
+    vs, table = _table(cfg, db, emb.dim)
+    assert {int(c): h for c, (h, _) in table.items()} == chunks and vs.count() == len(chunks)
+    by_hash = {h: v for h, v in table.values()}
+    assert all(table[str(c)][1] == by_hash[h] for c, h in chunks.items())
+    with db.conn:  # as if killed after writing the table, before marking the chunks
+        db.execute("UPDATE chunks SET embedded = 0")
+    again = embed_pending(cfg, db, embedder=emb)
+    assert again.embedded == 0 and again.reused == len(chunks)
+    _, after = _table(cfg, db, emb.dim)
+    assert after == table and vs.count() == len(chunks)  # merged, not added twice
+
+
 def test_search_cli_json_reports_scores_per_source(repo):
     r = CliRunner().invoke(cli, ["index", "build", str(repo), "-q", "--embed-model", "hashing"])
     assert r.exit_code == 0, r.output
