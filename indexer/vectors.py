@@ -109,6 +109,24 @@ def table_missing(uri: str) -> bool | None:
     return None if path is None else not os.path.isdir(path)
 
 
+def recorded_model(schema: pa.Schema, first_model_row: Any) -> tuple[str, int]:
+    """(model, dim) from a table's schema metadata, else from its first row's ``model``."""
+    dim = schema.field("vector").type.list_size
+    meta = schema.metadata or {}
+    if _META_MODEL in meta:
+        return meta[_META_MODEL].decode(), int(meta.get(_META_DIM, dim))
+    rows = first_model_row()
+    return (rows["model"][0].as_py() if rows.num_rows else "unknown model"), dim
+
+
+def mismatch_error(uri: str, old: tuple[str, int], model: str, dim: int) -> ModelMismatchError:
+    return ModelMismatchError(
+        f"The vectors at {uri} were embedded with {old[0]} ({old[1]} dims), "
+        f"but this run uses {model} ({dim} dims) — rerun with `--reembed` to rebuild "
+        f"them with {model}."
+    )
+
+
 def sql_str(value: str) -> str:
     """A SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
@@ -145,6 +163,21 @@ def _chunks(values: Iterable[str], size: int = _IN_CHUNK) -> Iterable[list[str]]
         yield batch
 
 
+def arrow_hits(t: pa.Table) -> list[VectorHit]:
+    return [
+        VectorHit(c, p, s, e, sym or "", 1.0 - float(d))
+        for c, p, s, e, sym, d in zip(
+            t["chunk_id"].to_pylist(),
+            t["path"].to_pylist(),
+            t["start_line"].to_pylist(),
+            t["end_line"].to_pylist(),
+            t["symbol"].to_pylist(),
+            t["_distance"].to_pylist(),
+            strict=True,
+        )
+    ]
+
+
 class VectorStore:
     """The ``chunks`` vector table of one index. Create with ``open`` or ``reset``."""
 
@@ -159,7 +192,7 @@ class VectorStore:
 
     @staticmethod
     def _connect(uri: str, storage_options: dict | None) -> Any:
-        import lancedb  # ~1.5 s: only when vectors are needed
+        import lancedb  # ~1.5-2 s: only when vectors are written (readers: VectorReader)
 
         # Check for new versions on every read: a long-running reader (agent) must see what
         # a concurrent `index build` wrote, and never read files that optimize() pruned.
@@ -186,27 +219,10 @@ class VectorStore:
     @classmethod
     def _existing(cls, db: Any, uri: str, dim: int, model: str) -> VectorStore:
         table = db.open_table(TABLE)
-        old_model, old_dim = cls._recorded(table)
-        if (old_model, old_dim) != (model, dim):
-            raise ModelMismatchError(
-                f"The vectors at {uri} were embedded with {old_model} ({old_dim} dims), "
-                f"but this run uses {model} ({dim} dims) — rerun with `--reembed` to rebuild "
-                f"them with {model}."
-            )
+        old = cls._recorded(table)
+        if old != (model, dim):
+            raise mismatch_error(uri, old, model, dim)
         return cls(db, table, uri, dim, model)
-
-    @classmethod
-    def open_existing(
-        cls, uri: str, dim: int, model: str, storage_options: dict | None = None
-    ) -> VectorStore | None:
-        """Like ``open`` but never creates the table: None when there is none (readers must not
-        write, and an empty new table would hide that the vectors are gone)."""
-        if table_missing(uri):
-            return None
-        db = cls._connect(uri, storage_options)
-        if not cls._has_table(db):
-            return None
-        return cls._existing(db, uri, dim, model)
 
     @classmethod
     def reset(
@@ -221,13 +237,9 @@ class VectorStore:
     @staticmethod
     def _recorded(table: Any) -> tuple[str, int]:
         """(model, dim) the table was built with: schema metadata, else its rows."""
-        schema = table.schema
-        dim = schema.field("vector").type.list_size
-        meta = schema.metadata or {}
-        if _META_MODEL in meta:
-            return meta[_META_MODEL].decode(), int(meta.get(_META_DIM, dim))
-        rows = table.search().select(["model"]).limit(1).to_arrow()
-        return (rows["model"][0].as_py() if rows.num_rows else "unknown model"), dim
+        return recorded_model(
+            table.schema, lambda: table.search().select(["model"]).limit(1).to_arrow()
+        )
 
     # -- writing -----------------------------------------------------------------------
 
@@ -376,19 +388,7 @@ class VectorStore:
             q = q.where(where, prefilter=True)
         if exact:
             q = q.bypass_vector_index()
-        t = q.to_arrow()
-        return [
-            VectorHit(c, p, s, e, sym or "", 1.0 - float(d))
-            for c, p, s, e, sym, d in zip(
-                t["chunk_id"].to_pylist(),
-                t["path"].to_pylist(),
-                t["start_line"].to_pylist(),
-                t["end_line"].to_pylist(),
-                t["symbol"].to_pylist(),
-                t["_distance"].to_pylist(),
-                strict=True,
-            )
-        ]
+        return arrow_hits(q.to_arrow())
 
     # -- maintenance -------------------------------------------------------------------
 
@@ -436,3 +436,4 @@ class VectorStore:
         (LanceDB keeps 7 days unless ``cleanup_older_than`` says otherwise). Seconds on a
         large table: the builder calls it at the end of a large build."""
         self._table.optimize(cleanup_older_than=cleanup_older_than)
+

@@ -122,10 +122,10 @@ class Searcher:
                 self._unavailable = "this index has no vectors (it was built with `--no-embed`)"
                 return None
             from indexer.locations import locate_vectors
-            from indexer.vectors import VectorStore
+            from indexer.vector_reader import VectorReader
 
             uri = locate_vectors(self._vectors_uri, self._meta("vectors_uri"), self.index_dir)
-            self._vectors = VectorStore.open_existing(uri, int(dim), model, self._storage_options)
+            self._vectors = VectorReader.open(uri, int(dim), model, self._storage_options)
             self._unavailable = None if self._vectors else f"the vector table at {uri} is missing"
         return self._vectors
 
