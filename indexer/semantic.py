@@ -132,7 +132,7 @@ def embed_pending(
                 pending_total = conn.execute(
                     "SELECT count(*) FROM chunks WHERE embedded = 0"
                 ).fetchone()[0]
-        t_embed = time.perf_counter()  # after loading lancedb (~2 s of imports) and the model
+        t_embed = time.perf_counter()  # after opening the table and loading the model
         with conn:
             store.set_meta(db, "embed_model", embedder.name)
             store.set_meta(db, "embed_dim", str(embedder.dim))

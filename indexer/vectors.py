@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -179,11 +180,23 @@ def arrow_hits(t: pa.Table) -> list[VectorHit]:
 
 
 class VectorStore:
-    """The ``chunks`` vector table of one index. Create with ``open`` or ``reset``."""
+    """The ``chunks`` vector table of one index. Create with ``open`` or ``reset``.
 
-    def __init__(self, db: Any, table: Any, uri: str, dim: int, model: str) -> None:
-        self._db = db
-        self._table = table
+    Rows are read and written through Lance itself (``pylance``, the format LanceDB stores its
+    tables in): importing ``lancedb`` costs ~1.5-2 s on two cores (its namespace client builds
+    pydantic schemas at import), more than an edit's whole embedding run. LanceDB is imported
+    only to create or drop the table and to build, inspect and optimize its indexes.
+
+    Every operation first moves to the table's latest version (as a LanceDB connection with
+    ``read_consistency_interval=0`` does): a long-lived reader (the agent, the MCP server) sees
+    what a later build wrote and never reads files that ``optimize()`` pruned."""
+
+    def __init__(
+        self, dataset: Any, uri: str, dim: int, model: str, storage_options: dict | None = None
+    ) -> None:
+        self._dataset = dataset
+        self._storage_options = storage_options
+        self._lancedb: Any = None
         self.uri = uri
         self.dim = dim
         self.model = model
@@ -192,7 +205,7 @@ class VectorStore:
 
     @staticmethod
     def _connect(uri: str, storage_options: dict | None) -> Any:
-        import lancedb  # ~1.5-2 s: only when vectors are written (readers: VectorReader)
+        import lancedb  # ~1.5-2 s: only to create the table or work on its indexes
 
         # Check for new versions on every read: a long-running reader (agent) must see what
         # a concurrent `index build` wrote, and never read files that optimize() pruned.
@@ -204,6 +217,33 @@ class VectorStore:
     def _has_table(db: Any) -> bool:
         return TABLE in db.list_tables().tables
 
+    @staticmethod
+    def _open_dataset(uri: str, storage_options: dict | None, missing_ok: bool) -> Any:
+        """The table's Lance dataset; None when there is none and ``missing_ok``."""
+        if missing_ok and table_missing(uri):
+            return None
+        # Lance warns on every fork once imported. repoctx forks only to exec (the agent's
+        # tool runs); the build's workers are spawned.
+        warnings.filterwarnings("ignore", message="lance is not fork-safe")
+        import lance
+
+        path = local_table_dir(uri) or f"{uri.rstrip('/')}/{TABLE}.lance"
+        try:
+            return lance.dataset(path, storage_options=storage_options)
+        except (OSError, ValueError):  # no table there (object storage)
+            if missing_ok:
+                return None
+            raise
+
+    @classmethod
+    def _checked(
+        cls, dataset: Any, uri: str, dim: int, model: str, storage_options: dict | None
+    ) -> Any:
+        old = recorded_model(dataset.schema, lambda: dataset.to_table(columns=["model"], limit=1))
+        if old != (model, dim):
+            raise mismatch_error(uri, old, model, dim)
+        return cls(dataset, uri, dim, model, storage_options)
+
     @classmethod
     def open(
         cls, uri: str, dim: int, model: str, storage_options: dict | None = None
@@ -211,18 +251,13 @@ class VectorStore:
         """Open the table at ``uri`` (a directory or any LanceDB URI such as ``s3://...``),
         creating it if missing. Raises ``ModelMismatchError`` if it holds another model's
         vectors."""
-        db = cls._connect(uri, storage_options)
-        if not cls._has_table(db):
-            return cls(db, db.create_table(TABLE, schema=_schema(dim, model)), uri, dim, model)
-        return cls._existing(db, uri, dim, model)
-
-    @classmethod
-    def _existing(cls, db: Any, uri: str, dim: int, model: str) -> VectorStore:
-        table = db.open_table(TABLE)
-        old = cls._recorded(table)
-        if old != (model, dim):
-            raise mismatch_error(uri, old, model, dim)
-        return cls(db, table, uri, dim, model)
+        dataset = cls._open_dataset(uri, storage_options, missing_ok=True)
+        if dataset is None:
+            db = cls._connect(uri, storage_options)
+            if not cls._has_table(db):
+                db.create_table(TABLE, schema=_schema(dim, model))
+            dataset = cls._open_dataset(uri, storage_options, missing_ok=False)
+        return cls._checked(dataset, uri, dim, model, storage_options)
 
     @classmethod
     def reset(
@@ -232,14 +267,34 @@ class VectorStore:
         db = cls._connect(uri, storage_options)
         if cls._has_table(db):
             db.drop_table(TABLE)
-        return cls(db, db.create_table(TABLE, schema=_schema(dim, model)), uri, dim, model)
+        db.create_table(TABLE, schema=_schema(dim, model))
+        return cls(cls._open_dataset(uri, storage_options, missing_ok=False), uri, dim, model,
+                   storage_options)
 
     @staticmethod
     def _recorded(table: Any) -> tuple[str, int]:
-        """(model, dim) the table was built with: schema metadata, else its rows."""
+        """(model, dim) a LanceDB table was built with: schema metadata, else its rows."""
         return recorded_model(
             table.schema, lambda: table.search().select(["model"]).limit(1).to_arrow()
         )
+
+    def _latest(self) -> Any:
+        ds = self._dataset
+        latest = ds.latest_version
+        if latest != ds.version:
+            ds = self._dataset = ds.checkout_version(latest)
+        return ds
+
+    def _writable(self) -> Any:
+        return self._latest()
+
+    @property
+    def _table(self) -> Any:
+        """The LanceDB table (imports lancedb): for building and inspecting indexes."""
+        self._writable()
+        if self._lancedb is None:
+            self._lancedb = self._connect(self.uri, self._storage_options).open_table(TABLE)
+        return self._lancedb
 
     # -- writing -----------------------------------------------------------------------
 
@@ -252,15 +307,16 @@ class VectorStore:
         that cost grew with the table (quadratic over the build)."""
         if not rows:
             return
+        ds = self._writable()
         latest = {r.chunk_id: r for r in rows}
         absent = set(absent)
         fresh = [r for cid, r in latest.items() if cid in absent]
         merge = [r for cid, r in latest.items() if cid not in absent]
         if fresh:
-            self._table.add(self._arrow(fresh))
+            ds.insert(self._arrow(fresh))
         if merge:
             (
-                self._table.merge_insert("chunk_id")
+                ds.merge_insert("chunk_id")
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute(self._arrow(merge))
@@ -273,7 +329,6 @@ class VectorStore:
         wrong = {r.model for r in rows} - {self.model}
         if wrong:
             raise ValueError(f"rows embedded with {sorted(wrong)} in a {self.model} table")
-        schema = self._table.schema
         return pa.table(
             {
                 "chunk_id": [r.chunk_id for r in rows],
@@ -286,41 +341,37 @@ class VectorStore:
                 "model": [r.model for r in rows],
                 "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), self.dim),
             },
-            schema=schema,
+            schema=self._dataset.schema,
         )
 
     def delete_paths(self, paths: Iterable[str]) -> None:
         for batch in _chunks(paths):
-            self._table.delete(_in_list("path", batch))
+            self._writable().delete(_in_list("path", batch))
 
     def delete_chunk_ids(self, chunk_ids: Iterable[str]) -> None:
         for batch in _chunks(chunk_ids):
-            self._table.delete(_in_list("chunk_id", batch))
+            self._writable().delete(_in_list("chunk_id", batch))
 
     # -- reading -----------------------------------------------------------------------
 
     def count(self) -> int:
-        return self._table.count_rows()
+        return self._latest().count_rows()
 
     def chunk_ids(self) -> set[str]:
-        ids = self._table.search().select(["chunk_id"]).to_arrow()["chunk_id"]
-        return set(ids.to_pylist())
+        return set(self._latest().to_table(columns=["chunk_id"])["chunk_id"].to_pylist())
 
     def keys(self) -> tuple[set[str], set[str]]:
         """(chunk ids, content hashes) of every row: one scan of two short columns, so that a
         long embedding run asks the table only about hashes it holds and appends new ids."""
-        cols = self._table.search().select(["chunk_id", "content_hash"]).to_arrow()
+        cols = self._latest().to_table(columns=["chunk_id", "content_hash"])
         return set(cols["chunk_id"].to_pylist()), set(cols["content_hash"].to_pylist())
 
     def vectors_for_hashes(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored vectors by content hash, so unchanged text is never embedded twice."""
         out: dict[str, np.ndarray] = {}
         for batch in _chunks(set(hashes)):
-            rows = (
-                self._table.search()
-                .where(_in_list("content_hash", batch))
-                .select(["content_hash", "vector"])
-                .to_arrow()
+            rows = self._latest().to_table(
+                columns=["content_hash", "vector"], filter=_in_list("content_hash", batch)
             )
             if not rows.num_rows:
                 continue
@@ -377,18 +428,15 @@ class VectorStore:
     def _query(
         self, query: np.ndarray, limit: int, where: str | None, exact: bool = False
     ) -> list[VectorHit]:
-        q = (
-            self._table.search(query)
-            .distance_type("cosine")
-            .select(["chunk_id", "path", "start_line", "end_line", "symbol", "_distance"])
-            .limit(limit)
-            .refine_factor(REFINE_FACTOR)  # re-scores quantised candidates; no-op when flat
+        nearest = {"column": "vector", "q": query, "k": limit, "metric": "cosine",
+                   "refine_factor": REFINE_FACTOR, "use_index": not exact}
+        t = self._latest().to_table(
+            columns=["chunk_id", "path", "start_line", "end_line", "symbol", "_distance"],
+            nearest=nearest,
+            filter=where,
+            prefilter=bool(where),
         )
-        if where:
-            q = q.where(where, prefilter=True)
-        if exact:
-            q = q.bypass_vector_index()
-        return arrow_hits(q.to_arrow())
+        return arrow_hits(t)
 
     # -- maintenance -------------------------------------------------------------------
 

@@ -266,13 +266,29 @@ def test_search_in_named_files_is_exact_with_an_ann_index(tmp_path):
     assert vs.search(q, k=10, paths=[]) == []
 
 
-def test_reader_answers_as_the_writer_does_and_follows_later_writes(tmp_path):
-    """The read-only view (Lance, without LanceDB's import) returns the writer's results with
-    and without the ANN index, with every filter; a reader opened before a write sees it on
-    its next query; no table -> None; another model's table is refused."""
+class _ThroughLanceDB(VectorStore):
+    """The query as LanceDB's own API runs it (the path before Lance was called directly)."""
+
+    def _query(self, query, limit, where, exact=False):
+        from indexer.vectors import REFINE_FACTOR, arrow_hits
+
+        q = (self._table.search(query).distance_type("cosine")
+             .select(["chunk_id", "path", "start_line", "end_line", "symbol", "_distance"])
+             .limit(limit).refine_factor(REFINE_FACTOR))
+        if where:
+            q = q.where(where, prefilter=True)
+        if exact:
+            q = q.bypass_vector_index()
+        return arrow_hits(q.to_arrow())
+
+
+def test_lance_queries_answer_as_lancedb_and_readers_follow_later_writes(tmp_path):
+    """Searches through Lance return LanceDB's results with and without the ANN index, with
+    every filter; a reader opened before a write sees it on its next query; a reader finds no
+    table -> None, never creates one, never writes; another model's table is refused."""
     dim = 32
     uri = str(tmp_path / "v.lance")
-    assert VectorReader.open(uri, dim, "m") is None
+    assert VectorReader.open(uri, dim, "m") is None and not (tmp_path / "v.lance").exists()
     vs = VectorStore.open(uri, dim, "m")
     rng = np.random.default_rng(5)
     v = rng.normal(size=(1200, dim)).astype(np.float32)
@@ -280,6 +296,7 @@ def test_reader_answers_as_the_writer_does_and_follows_later_writes(tmp_path):
     vs.upsert([VectorRow(f"c{i}", f"h{i}", f"pkg{i % 3}/f{i % 40}.py", langs[i % 3], i, i + 1,
                          f"s{i}", "m", v[i]) for i in range(len(v))])
     reader = VectorReader.open(uri, dim, "m")
+    ref = _ThroughLanceDB(vs._dataset, uri, dim, "m")
     assert isinstance(reader, VectorReader) and reader.count() == len(v)
     asks = [{}, {"language": "go"}, {"languages": ["go", "python"]}, {"path_glob": "pkg1/*"},
             {"path_glob": "pkg[12]/f1?.py"}, {"paths": ["pkg0/f3.py", "pkg2/f17.py"]}]
@@ -289,23 +306,27 @@ def test_reader_answers_as_the_writer_does_and_follows_later_writes(tmp_path):
         for _ in range(3):
             q = rng.normal(size=dim).astype(np.float32)
             for kw in asks:
-                want = vs.search(q, k=15, **kw)
-                got = reader.search(q, k=15, **kw)
-                assert [h.chunk_id for h in got] == [h.chunk_id for h in want] and want, kw
-                assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-6)
+                want = ref.search(q, k=15, **kw)
+                for got in (reader.search(q, k=15, **kw), vs.search(q, k=15, **kw)):
+                    assert [h.chunk_id for h in got] == [h.chunk_id for h in want] and want, kw
+                    assert [h.score for h in got] == pytest.approx([h.score for h in want],
+                                                                   abs=1e-6)
     late = np.ones(dim, dtype=np.float32)
     vs.upsert([VectorRow("late", "hl", "new.py", "python", 1, 2, "late", "m", late)])
     assert reader.count() == len(v) + 1 and "late" in reader.chunk_ids()
     assert reader.search(late, k=1)[0].chunk_id == "late"
     with pytest.raises(TypeError, match="read-only"):
         reader.upsert([VectorRow("x", "hx", "x.py", "python", 1, 2, "x", "m", late)])
+    with pytest.raises(TypeError, match="read-only"):
+        reader.delete_chunk_ids(["late"])
     with pytest.raises(ModelMismatchError, match="--reembed"):
         VectorReader.open(uri, dim, "other")
 
 
-def test_semantic_search_does_not_import_lancedb(tmp_path):
-    """A one-shot semantic search reads the table through Lance: importing LanceDB costs
-    seconds (its namespace client builds pydantic schemas at import)."""
+def test_searches_and_small_writes_do_not_import_lancedb(tmp_path):
+    """A one-shot semantic search, and an edit's embedding run on an existing table (reads,
+    upsert, delete), go through Lance: importing LanceDB costs seconds (its namespace client
+    builds pydantic schemas at import)."""
     import subprocess
     import sys
 
@@ -314,9 +335,13 @@ def test_semantic_search_does_not_import_lancedb(tmp_path):
     code = (
         "import sys, numpy as np\n"
         "from indexer.vector_reader import VectorReader\n"
+        "from indexer.vectors import VectorRow, VectorStore\n"
         f"r = VectorReader.open({uri!r}, {EMB.dim}, {EMB.name!r})\n"
         f"hits = r.search(np.ones({EMB.dim}, dtype=np.float32), k=3)\n"
-        "print(len(hits), 'lancedb' in sys.modules)\n"
+        f"w = VectorStore.open({uri!r}, {EMB.dim}, {EMB.name!r})\n"
+        f"row = VectorRow('n', 'hn', 'n.py', 'python', 1, 2, '', {EMB.name!r}, np.ones({EMB.dim}))\n"
+        "w.upsert([row]); n = w.count(); w.delete_chunk_ids(['n'])\n"
+        "print(len(hits), n - w.count(), 'lancedb' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["3", "False"]
+    assert out.stdout.split() == ["3", "1", "False"]
