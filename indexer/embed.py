@@ -477,7 +477,7 @@ class SentenceTransformerEmbedder:
         if key_dir is None:
             return
         old = self._cached_info()
-        info = {**old, "name": self.name, **updates}
+        info = {**old, "name": self.name, "source_path": str(self.source.path), **updates}
         if files is None and info == old:
             return
         try:
@@ -498,12 +498,17 @@ class SentenceTransformerEmbedder:
                 os.replace(tmp, key_dir)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            # Older exports of this model (other files or library versions) are dead weight.
+            # Older exports of this model from this install (other files or library versions)
+            # are dead weight, as are those of installs that are gone. Another install's
+            # (a second virtual environment) stays: pruning it made two environments convert
+            # the model again, ~10 s with torch's import, each time the other one had run.
             slug = key_dir.name.rsplit("-", 1)[0]
             for old_dir in key_dir.parent.glob(f"{glob.escape(slug)}-*"):
                 same_model = old_dir.name.rsplit("-", 1)[0] == slug
                 if same_model and old_dir != key_dir and old_dir.is_dir():
-                    shutil.rmtree(old_dir, ignore_errors=True)
+                    other = read_json(old_dir / "info.json").get("source_path")
+                    if not other or other == info["source_path"] or not Path(other).exists():
+                        shutil.rmtree(old_dir, ignore_errors=True)
         except OSError:
             return
 

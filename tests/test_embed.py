@@ -27,6 +27,8 @@ from indexer.embed import (
 
 ROOT = Path(__file__).resolve().parents[1]
 STALE = ("sentence-transformers_all-MiniLM-L6-v2-0123456789abcdef", "other-model-0123456789abcdef")
+OTHER_INSTALL = "sentence-transformers_all-MiniLM-L6-v2-1111111111111111"
+GONE_INSTALL = "sentence-transformers_all-MiniLM-L6-v2-2222222222222222"
 
 TEXTS = [
     "def parse_json(text: str) -> dict:\n    return json.loads(text)",
@@ -141,6 +143,10 @@ def default_embedder(tmp_path_factory) -> SentenceTransformerEmbedder:
     cache = tmp_path_factory.mktemp("embed-cache")
     for stale in STALE:  # left by an older repoctx / library version, and another model
         (cache / "models" / stale).mkdir(parents=True)
+    # exports of this model from other installs: one still there (kept), one gone (pruned)
+    for name, source in ((OTHER_INSTALL, cache), (GONE_INSTALL, cache / "deleted-venv")):
+        (cache / "models" / name).mkdir(parents=True)
+        (cache / "models" / name / "info.json").write_text(json.dumps({"source_path": str(source)}))
     return SentenceTransformerEmbedder(cache_dir=cache).load()
 
 
@@ -188,7 +194,9 @@ def test_converted_model_is_cached_and_loads_without_torch(default_embedder):
     key_dir = default_embedder._key_dir()
     info = json.loads((key_dir / "info.json").read_text())
     remaining = {p.name for p in key_dir.parent.iterdir()}
-    assert remaining == {key_dir.name, STALE[1]}  # the stale export of this model is pruned
+    # the stale export of this model and a gone install's are pruned; another install's stays
+    assert remaining == {key_dir.name, STALE[1], OTHER_INSTALL}
+    assert info["source_path"] == str(default_embedder.source.path)
     assert info["openvino"]["ok"] and info["dim"] == 384
     assert info["openvino"]["min_cosine_vs_torch"] >= embed.MIN_COSINE
     code = (
