@@ -247,13 +247,10 @@ def _open_target(
 def vector_table_model(config: Config, conn=None) -> tuple[str, int] | None:
     """(model, dimension) recorded in the index's vector table itself, None without a table:
     what a graph too damaged to read its own meta was embedded with."""
-    from .locations import storage_options, vectors_uri
-    from .vectors import TABLE, VectorStore
+    from .vectors import raw_dataset, recorded_model
 
-    lance = VectorStore._connect(vectors_uri(config, conn), storage_options(config))
-    if not VectorStore._has_table(lance):
-        return None
-    return VectorStore._recorded(lance.open_table(TABLE))
+    dataset = raw_dataset(config, conn)
+    return None if dataset is None else recorded_model(dataset)
 
 
 def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
@@ -262,13 +259,12 @@ def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
     model, dim = store.get_meta(db, "embed_model"), store.get_meta(db, "embed_dim")
     if not model or not (dim or "").isdigit():
         return
-    from .locations import storage_options, vectors_uri
-    from .vectors import TABLE, VectorStore
+    from .vectors import raw_dataset
 
-    lance = VectorStore._connect(vectors_uri(config, db.conn), storage_options(config))
-    if not VectorStore._has_table(lance):
+    dataset = raw_dataset(config, db.conn)
+    if dataset is None:
         return
-    ids = lance.open_table(TABLE).search().select(["chunk_id"]).limit(None).to_arrow()
+    ids = dataset.to_table(columns=["chunk_id"])
     known = graph_write.chunk_ids(db.conn)
     stray = {int(i) for i in ids["chunk_id"].to_pylist() if i.isdigit()} - known
     with db.conn:

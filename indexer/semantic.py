@@ -253,7 +253,7 @@ def _embed_batches(
     # asks the table only for hashes it holds and appends rows for ids it lacks: asked per
     # batch, both cost a pass over a table that the run itself keeps growing. A short run
     # (a few edited files) asks per batch, which is cheaper than that scan.
-    keys = vs.keys() if total > KEY_SCAN_MIN else None
+    known_ids, known_hashes = vs.keys() if total > KEY_SCAN_MIN else (None, None)
 
     def finish(rows, have, hashes, handle) -> None:
         nonlocal reused, done
@@ -272,11 +272,11 @@ def _embed_batches(
             out.append(VectorRow(str(cid), h, path, lang or "", s, e, sym, model, vec))
             ok_ids.append(cid)
         reused += len(out) - min(len(out), len(hashes))
-        if keys is None:
+        if known_ids is None:
             vs.upsert(out)
         else:
-            vs.upsert(out, absent=[r.chunk_id for r in out if r.chunk_id not in keys[0]])
-            keys[1].update(r.content_hash for r in out)
+            vs.upsert(out, absent=[r.chunk_id for r in out if r.chunk_id not in known_ids])
+            known_hashes.update(r.content_hash for r in out)
         with conn:
             conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in ok_ids])
             if len(ok_ids) < len(rows):  # unreadable now: leave for the next build, but move on
@@ -294,7 +294,7 @@ def _embed_batches(
 
     for rows in _pending_rows(conn, total):
         want = {r[1] for r in rows} - recent.keys() - inflight
-        have = vs.vectors_for_hashes(want if keys is None else want & keys[1])
+        have = vs.vectors_for_hashes(want if known_hashes is None else want & known_hashes)
         need = _texts(config.root, [r for r in rows if r[1] in want], have)
         hashes = list(need)
         handle = pool.submit([need[h] for h in hashes]) if hashes else None

@@ -110,22 +110,24 @@ def table_missing(uri: str) -> bool | None:
     return None if path is None else not os.path.isdir(path)
 
 
-def recorded_model(schema: pa.Schema, first_model_row: Any) -> tuple[str, int]:
-    """(model, dim) from a table's schema metadata, else from its first row's ``model``."""
+def recorded_model(dataset: Any) -> tuple[str, int]:
+    """(model, dim) a table's Lance dataset was built with: schema metadata, else its rows."""
+    schema = dataset.schema
     dim = schema.field("vector").type.list_size
     meta = schema.metadata or {}
     if _META_MODEL in meta:
         return meta[_META_MODEL].decode(), int(meta.get(_META_DIM, dim))
-    rows = first_model_row()
+    rows = dataset.to_table(columns=["model"], limit=1)
     return (rows["model"][0].as_py() if rows.num_rows else "unknown model"), dim
 
 
-def mismatch_error(uri: str, old: tuple[str, int], model: str, dim: int) -> ModelMismatchError:
-    return ModelMismatchError(
-        f"The vectors at {uri} were embedded with {old[0]} ({old[1]} dims), "
-        f"but this run uses {model} ({dim} dims) — rerun with `--reembed` to rebuild "
-        f"them with {model}."
-    )
+def raw_dataset(config, conn=None) -> Any:
+    """The index's vector table as a Lance dataset, whatever model it holds (repair and
+    verify read it as it is); None without a table."""
+    from .locations import storage_options, vectors_uri
+
+    uri = vectors_uri(config, conn)
+    return VectorStore._open_dataset(uri, storage_options(config), missing_ok=True)
 
 
 def sql_str(value: str) -> str:
@@ -230,8 +232,10 @@ class VectorStore:
         path = local_table_dir(uri) or f"{uri.rstrip('/')}/{TABLE}.lance"
         try:
             return lance.dataset(path, storage_options=storage_options)
-        except (OSError, ValueError):  # no table there (object storage)
-            if missing_ok:
+        except (OSError, ValueError):
+            # On object storage only opening tells that there is no table; a local table that
+            # exists but cannot be opened is an error, not a missing table.
+            if missing_ok and table_missing(uri) is None:
                 return None
             raise
 
@@ -239,9 +243,13 @@ class VectorStore:
     def _checked(
         cls, dataset: Any, uri: str, dim: int, model: str, storage_options: dict | None
     ) -> Any:
-        old = recorded_model(dataset.schema, lambda: dataset.to_table(columns=["model"], limit=1))
-        if old != (model, dim):
-            raise mismatch_error(uri, old, model, dim)
+        old_model, old_dim = recorded_model(dataset)
+        if (old_model, old_dim) != (model, dim):
+            raise ModelMismatchError(
+                f"The vectors at {uri} were embedded with {old_model} ({old_dim} dims), "
+                f"but this run uses {model} ({dim} dims) — rerun with `--reembed` to rebuild "
+                f"them with {model}."
+            )
         return cls(dataset, uri, dim, model, storage_options)
 
     @classmethod
@@ -270,13 +278,6 @@ class VectorStore:
         db.create_table(TABLE, schema=_schema(dim, model))
         return cls(cls._open_dataset(uri, storage_options, missing_ok=False), uri, dim, model,
                    storage_options)
-
-    @staticmethod
-    def _recorded(table: Any) -> tuple[str, int]:
-        """(model, dim) a LanceDB table was built with: schema metadata, else its rows."""
-        return recorded_model(
-            table.schema, lambda: table.search().select(["model"]).limit(1).to_arrow()
-        )
 
     def _latest(self) -> Any:
         ds = self._dataset
@@ -484,4 +485,3 @@ class VectorStore:
         (LanceDB keeps 7 days unless ``cleanup_older_than`` says otherwise). Seconds on a
         large table: the builder calls it at the end of a large build."""
         self._table.optimize(cleanup_older_than=cleanup_older_than)
-

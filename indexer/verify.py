@@ -329,15 +329,13 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
 def _vector_rows(config: Config, conn) -> tuple[str, int, list[str], list[str]] | None:
     """(model, dim, chunk id per row, model per row) read from the raw table, so duplicate rows
     (which `VectorStore.chunk_ids()` folds into a set) show; None when there is no table."""
-    from .locations import storage_options, vectors_uri
-    from .vectors import TABLE, VectorStore
+    from .vectors import raw_dataset, recorded_model
 
-    db = VectorStore._connect(vectors_uri(config, conn), storage_options(config))
-    if not VectorStore._has_table(db):
+    dataset = raw_dataset(config, conn)
+    if dataset is None:
         return None
-    table = db.open_table(TABLE)
-    model, dim = VectorStore._recorded(table)
-    data = table.search().select(["chunk_id", "model"]).limit(None).to_arrow()
+    model, dim = recorded_model(dataset)
+    data = dataset.to_table(columns=["chunk_id", "model"])
     return model, dim, data["chunk_id"].to_pylist(), data["model"].to_pylist()
 
 
