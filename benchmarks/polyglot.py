@@ -124,17 +124,17 @@ def _query_exists(spec: langs.LanguageSpec) -> bool:
 @contextmanager
 def only_languages(available: set[str]) -> Iterator[None]:
     """Builds see files of unavailable languages as files of no language (``no_grammar``)."""
-    real = build_mod.language_for_path
+    real = build_mod.language_for_file
 
-    def gated(path: str) -> str | None:
-        lang = real(path)
+    def gated(path: str, abs_path: str) -> str | None:
+        lang = real(path, abs_path)
         return lang if lang in available else None
 
-    build_mod.language_for_path = gated
+    build_mod.language_for_file = gated
     try:
         yield
     finally:
-        build_mod.language_for_path = real
+        build_mod.language_for_file = real
 
 
 # --------------------------------------------------------------------------- one tree
@@ -291,7 +291,8 @@ def bench_tree(label: str, root: Path, args: argparse.Namespace, fmt: dict[str, 
         graph = _graph_counts(store.graph_file(index_dir) or index_dir / "graph.db")
         rows = graph["files"]
         status = {r[0]: r[3] for r in rows}
-        files = [(f.path, langs.language_for_path(f.path)) for f in disc.files]
+        base = os.path.join(str(root), "")
+        files = [(f.path, langs.language_for_file(f.path, base + f.path)) for f in disc.files]
         t0 = time.perf_counter()
         timing = time_parses(root, rows, fmt) if args.parse_timing else {}
         if args.parse_timing:

@@ -25,7 +25,7 @@ from .blake2 import blake2b
 from .config import Config
 from .discovery import discover
 from .errors import IndexDamagedError
-from .languages import kind_of, language_for_path
+from .languages import kind_of, language_for_file
 from .lock import WriteLock
 from .models import BuildStats, Progress
 from .modules import module_name, package_dirs
@@ -304,8 +304,9 @@ def _build_locked(
     disc = discover(config)
     skipped = Counter(disc.skipped)
     candidates = []
+    root = os.path.join(str(config.root), "")
     for f in disc.files:
-        lang = language_for_path(f.path)
+        lang = language_for_file(f.path, root + f.path)
         if lang is None:
             skipped["no_grammar"] += 1
         else:

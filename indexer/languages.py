@@ -106,6 +106,11 @@ TEXT_FORMATS: dict[str, LanguageSpec] = {spec.name: spec for spec in (
     _text("dockerfile", "config", (".dockerfile",), ("Dockerfile", "Containerfile")),
     _text("make", "config", (".mk", ".mak"), ("Makefile", "makefile", "GNUmakefile")),
     _text("sql", "code", (".sql",)),
+    # Tree-sitter queries (repoctx's own tags queries are .scm), Scheme, Lisps: top-level forms.
+    _text("sexp", "code", (".scm", ".ss", ".sld", ".rkt", ".el", ".lisp", ".lsp", ".cl")),
+    _text("ignore", "config", (), (".gitignore", ".dockerignore", ".gitattributes", ".npmignore",
+                                   ".prettierignore", ".eslintignore", ".hgignore",
+                                   ".repoctxignore")),
 )}
 
 #: Every language and text format by name.
@@ -127,6 +132,65 @@ def language_for_path(path: str) -> str | None:
         if lang is None and name.startswith(("Dockerfile.", "Containerfile.")):
             lang = "dockerfile"  # Dockerfile.dev, Dockerfile.prod
     return lang
+
+
+#: Programs of a ``#!`` line -> language, for scripts without an extension (``bin/deploy``).
+#: Version suffixes are dropped first (python3.11, lua5.4).
+INTERPRETERS = {
+    "sh": "bash", "bash": "bash", "zsh": "bash", "dash": "bash", "ksh": "bash", "bats": "bash",
+    "python": "python", "pypy": "python", "ruby": "ruby", "node": "javascript",
+    "nodejs": "javascript", "php": "php", "lua": "lua", "luajit": "lua", "elixir": "elixir",
+    "runhaskell": "haskell", "runghc": "haskell", "ocaml": "ocaml", "scala": "scala",
+    "dart": "dart", "make": "make",
+}
+#: Bytes of a script read for its ``#!`` line.
+SHEBANG_BYTES = 256
+_VERSION = re.compile(r"[\d.]+$")
+
+
+def extensionless(path: str) -> bool:
+    """Whether ``path``'s name has no suffix to go by (``bin/deploy``, ``.gitignore``)."""
+    name = path.rpartition("/")[2]
+    dot = name.rfind(".")
+    return not (dot > 0 and name[:dot].strip("."))
+
+
+def interpreter_language(head: bytes) -> str | None:
+    """The language of a script from its first bytes: ``#!/bin/sh``, ``#!/usr/bin/env -S
+    python3 -u`` -> bash, python; None without a ``#!`` line or for another program."""
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if not words:
+        return None
+    prog = words[0].rpartition("/")[2]
+    if prog == "env":  # env [-S] [-i] [NAME=value...] program [args]
+        rest = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        if not rest:
+            return None
+        prog = rest[0].rpartition("/")[2]
+    return INTERPRETERS.get(prog) or INTERPRETERS.get(_VERSION.sub("", prog))
+
+
+def language_for_file(path: str, abs_path: str) -> str | None:
+    """`language_for_path`, and for a file without a suffix the language its ``#!`` line
+    names (two bytes read when it has none)."""
+    lang = language_for_path(path)
+    if lang is not None or not extensionless(path):
+        return lang
+    try:
+        fd = os.open(abs_path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        head = os.read(fd, 2)
+        if head == b"#!":
+            head += os.read(fd, SHEBANG_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return interpreter_language(head)
 
 
 def is_text_format(name: str) -> bool:

@@ -3,14 +3,15 @@
 Docs (Markdown, reStructuredText) by section: each heading is a definition of kind
 ``section`` whose qualname is the heading path (``Install.From source``). Configs by key or
 ``[section]`` (YAML, TOML, JSON, INI), Dockerfiles by stage, Makefiles by target, SQL by
-``CREATE`` statement; plain text is one module cut at paragraphs. The result is the
+``CREATE`` statement, S-expressions (tree-sitter queries, Scheme, Lisp) by top-level form;
+plain text and ignore files are one module cut at paragraphs. The result is the
 `ParsedFile` the tree-sitter parser returns, so chunking, search, the graph and incremental
 builds treat these files like code. A link (Markdown/RST) or a path in a config that names a
 file becomes a reference of kind ``link``: its ``receiver`` is the target as written (relative
 to the linking file or, failing that, the repository root) and its ``name`` the name of the
 target's module symbol; `indexer.resolve` resolves it to that file's module symbol.
 
-Size: nine small readers (one per format, 20-60 lines each) over one shared line model
+Size: ten small readers (one per format, 20-60 lines each) over one shared line model
 (`_Doc`) and one link extractor; they share the entry/definition plumbing, so a format is one
 function here plus a line in `languages.TEXT_FORMATS`.
 """
@@ -597,6 +598,48 @@ def _sql(doc: _Doc) -> tuple[list[_Entry], str]:
     return entries, _leading_comment(doc, ("--",))
 
 
+#: Strings, comments (``;`` to the end of the line, ``#| ... |#``), brackets and newlines.
+_SEXP_SCAN = re.compile(r'"(?:\\.|[^"\\])*"|;[^\n]*|#\|.*?\|#|[()\[\]]|\n', re.S)
+#: ``(define (name args) ...)``, ``(defun name (args) ...)``, ``(define-syntax name ...)``.
+_SEXP_DEFINE = re.compile(
+    r"\(\s*(def(?:ine|un|macro|var|parameter|const|class|struct|generic|method|ine-[\w-]+)?)"
+    r"\s+(\(?)\s*([^\s()\[\]\"';]+)")
+_SEXP_KINDS = {"defun": "function", "defmacro": "macro", "defgeneric": "function",
+               "defmethod": "method", "defclass": "class", "defstruct": "class",
+               "define-syntax": "macro", "define-record-type": "class"}
+
+
+def _sexp(doc: _Doc) -> tuple[list[_Entry], str]:
+    """Top-level forms: each is a break (a tree-sitter query's patterns, a Lisp's forms), and a
+    ``define``/``defun``-like form is a definition named by what it defines."""
+    forms: list[tuple[int, int]] = []  # (first line, last line) of each top-level form
+    depth, line, start = 0, 1, 0
+    for m in _SEXP_SCAN.finditer(doc.text):
+        tok = m.group(0)
+        if tok in ("(", "["):
+            if depth == 0:
+                start = line
+            depth += 1
+        elif tok in (")", "]") and depth > 0:
+            depth -= 1
+            if depth == 0:
+                forms.append((start, line))
+        line += tok.count("\n")
+    if depth > 0:  # unbalanced at the end: the open form runs to the last line
+        forms.append((start, len(doc.lines)))
+    entries = []
+    for a, b in forms:
+        doc.breaks.add(a)
+        m = _SEXP_DEFINE.match(doc.lines[a - 1].lstrip())
+        if m is None:
+            continue
+        head, call, name = m.groups()
+        kind = _SEXP_KINDS.get(head) or ("function" if call else "variable")
+        entries.append(_Entry(name, kind, a, b, doc.lines[a - 1].strip(),
+                              doc=_comment_above(doc, a, (";",))))
+    return entries, _leading_comment(doc, (";",))
+
+
 _PARSERS: dict[str, Callable[[_Doc], tuple[list[_Entry], str]]] = {
     "markdown": _markdown,
     "rst": _rst,
@@ -608,6 +651,8 @@ _PARSERS: dict[str, Callable[[_Doc], tuple[list[_Entry], str]]] = {
     "dockerfile": _dockerfile,
     "make": _makefile,
     "sql": _sql,
+    "sexp": _sexp,
+    "ignore": _plain,
 }
 
 

@@ -37,7 +37,7 @@ from .build import build, vector_table_model
 from .config import Config
 from .discovery import discover
 from .errors import IndexDamagedError
-from .languages import language_for_path
+from .languages import language_for_file
 from .lexical import CHUNK_TABLES
 from .lock import WriteLock
 from .models import BuildStats
@@ -201,7 +201,8 @@ def _audit(config: Config) -> tuple[VerifyReport, _Findings]:
 
 def _check_files(config: Config, conn, found: _Findings, checked: dict) -> None:
     disc = discover(config)
-    candidates = [(f, lang) for f in disc.files if (lang := language_for_path(f.path))]
+    root = os.path.join(str(config.root), "")
+    candidates = [(f, lang) for f in disc.files if (lang := language_for_file(f.path, root + f.path))]
     packages = package_dirs(f.path for f, _ in candidates)
     indexed = {
         path: (size, mtime, module)

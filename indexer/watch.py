@@ -39,7 +39,7 @@ from .build import build
 from .config import Config
 from .discovery import is_ignored_path
 from .errors import IndexLockedError, NoIndexError, RepoctxError
-from .languages import language_for_path
+from .languages import extensionless, language_for_path
 
 PID_FILE = "watch.pid"
 STATE_FILE = "watch.json"
@@ -166,8 +166,10 @@ class ChangeFilter:
         name = rel.rpartition("/")[2]
         if name in RULE_FILES:
             return KEEP, rel
-        if not is_dir and language_for_path(rel) is None:
-            return DROP, rel  # build never parses it: its change cannot alter the index
+        if not is_dir and language_for_path(rel) is None and not extensionless(rel):
+            # build never parses it: its change cannot alter the index (a file without a
+            # suffix may be a script whose `#!` line names its language: the build looks)
+            return DROP, rel
         return CHECK, rel
 
     def rules_changed(self) -> None:

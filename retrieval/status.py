@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from indexer import graph, store
 from indexer.config import Config
 from indexer.discovery import discover
-from indexer.languages import kind_of, language_for_path
+from indexer.languages import kind_of, language_for_file
 
 
 def pending_changes(config: Config, conn) -> dict[str, int]:
@@ -16,8 +17,9 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
     indexed = graph.file_stats(conn)
     changed = added = 0
     seen = set()
+    root = os.path.join(str(config.root), "")
     for f in discover(config).files:
-        if language_for_path(f.path) is None:
+        if language_for_file(f.path, root + f.path) is None:
             continue
         seen.add(f.path)
         old = indexed.get(f.path)

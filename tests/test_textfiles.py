@@ -67,6 +67,8 @@ def test_formats_and_kinds() -> None:
         ".editorconfig": ("ini", "config"), "Dockerfile": ("dockerfile", "config"),
         "docker/Dockerfile.dev": ("dockerfile", "config"), "Makefile": ("make", "config"),
         "rules.mk": ("make", "config"), "schema.sql": ("sql", "code"), "a.py": ("python", "code"),
+        "indexer/queries/python.scm": ("sexp", "code"), "lisp/init.el": ("sexp", "code"),
+        ".gitignore": ("ignore", "config"), "web/.dockerignore": ("ignore", "config"),
     }
     for path, (lang, kind) in expect.items():
         assert (language_for_path(path), kind_of(language_for_path(path))) == (lang, kind), path
@@ -263,6 +265,52 @@ CREATE VIEW "active" AS SELECT * FROM users;
     assert defs(pf) == [("users", "table", 2, 4), ("public.touch", "function", 6, 10),
                         ("active", "view", 11, 11)]
     assert pf.definitions[0].doc == "Users of the app"
+
+
+def test_sexp_top_level_forms_are_breaks_and_defines_are_definitions() -> None:
+    scheme = """\
+;; List helpers.
+(define (square x)
+  "a string with ) and ( and \\" inside"
+  (* x x))
+
+; The answer.
+(define answer 42) #| a block ( comment |#
+(defun add-two (a b) (+ a b))
+(display (square 3))
+(define (unclosed y
+"""
+    pf = parse("lib/helpers.scm", scheme)
+    assert defs(pf) == [("square", "function", 2, 4), ("answer", "variable", 7, 7),
+                        ("add-two", "function", 8, 8), ("unclosed", "function", 10, 10)]
+    assert pf.doc == "List helpers." and pf.definitions[1].doc == "The answer."
+    assert {2, 7, 8, 9, 10} <= set(pf.breaks) and 3 not in pf.breaks
+    query = """\
+; tags for a language
+(function_definition
+  name: (identifier) @name) @definition.function
+
+[
+  (call function: (identifier) @name)
+  (call function: (attribute attribute: (identifier) @name))
+] @reference.call
+"""
+    pf = parse("queries/x.scm", query)
+    assert pf.definitions == () and pf.doc == "tags for a language"
+    assert {2, 5} <= set(pf.breaks) and not {3, 6, 7} & set(pf.breaks)
+
+
+def test_scripts_without_a_suffix_by_their_shebang_line() -> None:
+    from indexer.languages import interpreter_language
+
+    heads = {
+        b"#!/bin/sh\nset -e\n": "bash", b"#!/usr/bin/env bash": "bash",
+        b"#!/usr/bin/env -S python3 -u\n": "python", b"#!/usr/local/bin/python3.12": "python",
+        b"#! /usr/bin/env NODE_ENV=prod node": "javascript", b"#!/usr/bin/env lua5.4": "lua",
+        b"#!/usr/bin/perl -w": None, b"#!/usr/bin/env -i": None, b"#!": None,
+        b"echo hi\n#!/bin/sh": None, b"": None,
+    }
+    assert {h: interpreter_language(h) for h in heads} == heads
 
 
 def test_sections_are_chunks_with_the_heading_path_in_their_header() -> None:
@@ -465,3 +513,38 @@ def test_docs_do_not_change_how_code_ranks_and_old_indexes_move_their_rows(tmp_p
     finally:
         conn.close()
     assert moved > 0 and left == 0
+
+
+def test_scripts_are_indexed_by_their_shebang_and_follow_edits(tmp_path: Path) -> None:
+    """Suffix-less scripts (bin/deploy) are parsed in the language of their `#!` line; other
+    suffix-less files are still skipped as no_grammar. status, verify and incremental builds
+    decide the same way."""
+    root = make_repo(tmp_path / "scripts", {
+        "bin/deploy": "#!/usr/bin/env bash\nrollout_release() {\n  echo deploying\n}\n",
+        "tools/lint": "#!/usr/bin/env -S python3 -u\ndef lint_everything():\n    return 0\n",
+        "bin/report": "#!/usr/bin/perl\nprint 1;\n",
+        "data/NOTES": "no shebang here\n",
+        ".gitignore": "*.log\n",
+        "app.py": "def main():\n    return 1\n",
+    })
+    built = json.loads(run("index", "build", str(root), "-q", "--json", "--no-embed"))
+    assert built["by_language"] == {"bash": 1, "python": 2, "ignore": 1}
+    assert built["skipped"] == {"no_grammar": 2}
+    found = json.loads(run("symbol", "rollout_release", "-C", str(root), "--json"))
+    assert [(d["path"], d["kind"]) for d in found["symbols"]] == [("bin/deploy", "function")]
+    found = json.loads(run("symbol", "lint_everything", "-C", str(root), "--json"))
+    assert [d["path"] for d in found["symbols"]] == ["tools/lint"]
+    status = json.loads(run("index", "status", str(root), "--json"))
+    assert status["pending"] == {"changed": 0, "added": 0, "deleted": 0}
+    assert json.loads(run("index", "verify", str(root), "--json"))["ok"] is True
+
+    (root / "data" / "NOTES").write_text("#!/bin/sh\nrotate_logs() { :; }\n")
+    (root / "bin" / "deploy").write_text("#!/bin/bash\nrollback_release() {\n  :\n}\n")
+    status = json.loads(run("index", "status", str(root), "--json"))
+    assert status["pending"] == {"changed": 1, "added": 1, "deleted": 0}
+    again = json.loads(run("index", "build", str(root), "-q", "--json", "--no-embed"))
+    assert again["by_language"]["bash"] == 2 and again["skipped"] == {"no_grammar": 1}
+    for name, path in (("rotate_logs", "data/NOTES"), ("rollback_release", "bin/deploy")):
+        found = json.loads(run("symbol", name, "-C", str(root), "--json"))
+        assert [d["path"] for d in found["symbols"]] == [path]
+    assert json.loads(run("symbol", "rollout_release", "-C", str(root), "--json"))["symbols"] == []

@@ -211,6 +211,7 @@ def test_filter_rules(repo):
             ("pkg/a.py", False),
             ("notes.txt", False),  # plain text is docs: indexed, so watched
             ("notes.xyz", False),
+            ("bin/deploy", False),  # no suffix: its `#!` line may make it a script
             (".idx/graph.db-wal", False),
             (".git/index", False),
             (".git/objects/ab", True),
@@ -225,6 +226,7 @@ def test_filter_rules(repo):
         "pkg/a.py": 2,
         "notes.txt": 2,
         "notes.xyz": 0,
+        "bin/deploy": 2,
         ".idx/graph.db-wal": 0,
         ".git/index": 0,
         ".git/objects/ab": 0,
