@@ -7,7 +7,7 @@ from bisect import bisect_right
 
 import tree_sitter as ts
 
-from .lang_hooks import DOC_STRIP, LanguageHooks
+from .lang_hooks import COMMENT_TYPES, DOC_STRIP, LanguageHooks
 from .languages import hooks, is_text_format, ts_parser, ts_query
 from .models import CLASS_KINDS, Definition, Import, ParsedFile, Reference, Span
 from .modules import resolve_relative
@@ -18,6 +18,13 @@ _MAX_SIGNATURE = 240
 _MAX_DOC = 2000
 # Node types whose `body` field starts the part a signature leaves out.
 _BODY_FIELDS = ("body", "declarator_body")
+#: Bodies that are children but not a field (Kotlin's `function_body` and `class_body`, Swift's
+#: `enum_class_body`...): the signature ends where the first of them starts.
+_BODY_TYPES = frozenset({"function_body", "class_body", "enum_class_body", "protocol_body",
+                         "enum_body", "interface_body"})
+#: Comments are never part of a signature (Ruby's `class A # note` or the comment above a
+#: class's first statement, which its grammar puts before the body).
+_COMMENTS = COMMENT_TYPES
 _METHOD_OWNERS = CLASS_KINDS - {"namespace"}
 _WRAPPERS = frozenset({"decorated_definition", "export_statement", "template_declaration"})
 #: Definitions nested deeper than this are not symbols of their own: their code stays in the
@@ -222,9 +229,19 @@ def _signature(source: bytes, node: ts.Node) -> str:
             end = body.start_byte
             break
     else:
-        nl = source.find(b"\n", node.start_byte, end)
-        if nl != -1:
-            end = nl
+        body = next((c for c in node.named_children if c.type in _BODY_TYPES), None)
+        if body is not None:
+            end = body.start_byte
+        else:
+            nl = source.find(b"\n", node.start_byte, end)
+            if nl != -1:
+                end = nl
+    for child in node.children:  # a comment between the header and the body ends it
+        if child.start_byte >= end:
+            break
+        if child.type in _COMMENTS and child.start_byte > node.start_byte:
+            end = child.start_byte
+            break
     text = _WS.sub(" ", source[node.start_byte : end].decode("utf-8", "replace")).strip()
     return text[:_MAX_SIGNATURE]
 
@@ -241,11 +258,19 @@ def _doc(source: bytes, node: ts.Node, outer: ts.Node, lang: LanguageHooks) -> s
         return ""
     comments = []
     prev = outer.prev_named_sibling
+    up = outer
+    while prev is None and up.parent is not None and up.parent.start_byte == up.start_byte:
+        # the first statement of a body that starts with it (Ruby's `body_statement`): the
+        # comments above it are the body's previous siblings
+        up = up.parent
+        prev = up.prev_named_sibling
     line = outer.start_point[0]
     while prev is not None and prev.type == "attribute_item":  # Rust #[derive(...)]
         line = prev.start_point[0]
         prev = prev.prev_named_sibling
     while prev is not None and prev.type in lang.comment_types and prev.end_point[0] >= line - 1:
+        if source[source.rfind(b"\n", 0, prev.start_byte) + 1 : prev.start_byte].strip():
+            break  # a comment trailing code on its line (`module A # note`) is that code's
         comments.append(_text(source, prev))
         line = prev.start_point[0]
         prev = prev.prev_named_sibling

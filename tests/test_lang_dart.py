@@ -19,7 +19,7 @@ def test_definitions() -> None:
     check_def(pf, "Priced", "class", 13, "abstract class Priced", "Something that can be priced.")
     check_def(pf, "Priced.price", "method", 15, "int price()", "Price in cents.")
     check_def(pf, "Priced.cents", "method", 17, "int get cents")
-    check_def(pf, "Logging", "trait", 21, "mixin Logging on Object {", "Writes messages somewhere.")
+    check_def(pf, "Logging", "trait", 21, "mixin Logging on Object", "Writes messages somewhere.")
     check_def(pf, "Logging.log", "method", 23, "void log(String message)", "Logs one message.")
     check_def(pf, "Stock", "enum", 29, "enum Stock", "How an item is stocked.")
     check_def(pf, "Stock.backorder", "constant", 31, "backorder")

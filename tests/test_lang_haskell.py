@@ -26,7 +26,7 @@ def test_definitions() -> None:
     check_def(pf, "Cents", "type", 30, "newtype Cents = Cents Int", "Cents, never negative.")
     check_def(pf, "ItemName", "type", 33, "type ItemName = String", "Names of items.")
     check_def(pf, "Priced", "interface", 36, "class Priced a where", "Something that can be priced.")
-    check_def(pf, "Priced.price", "method", 38, "price :: a -> Cents")
+    check_def(pf, "Priced.price", "method", 38, "price :: a -> Cents", "Price in cents.")
     check_def(pf, "Item", "impl", 42, "instance Priced Item where")
     check_def(pf, "Item.price", "method", 43, "price item = Cents (itemPrice item)")
     check_def(

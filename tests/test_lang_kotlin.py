@@ -20,33 +20,34 @@ def test_definitions(pf) -> None:
     assert pf.doc == "Inventory of stocked items."
     check_def(pf, "MAX_ITEMS", "constant", 12, "const val MAX_ITEMS = 500",
               "Most items one inventory holds.")
-    # the grammar has no `body` field: a signature is the definition's first line
-    check_def(pf, "Priced", "interface", 15, "interface Priced {", "Something that can be priced.")
+    # the grammar has no `body` field: a signature ends where the `class_body` or
+    # `function_body` child starts (a multi-line parameter list included: test below)
+    check_def(pf, "Priced", "interface", 15, "interface Priced", "Something that can be priced.")
     check_def(pf, "Priced.price", "method", 17, "fun price(): Int", "Price in cents.")
-    check_def(pf, "Stock", "enum", 21, "enum class Stock {", "How an item is stocked.")
+    check_def(pf, "Stock", "enum", 21, "enum class Stock", "How an item is stocked.")
     check_def(pf, "Stock.IN_STOCK", "constant", 22, "IN_STOCK")
-    check_def(pf, "Stock.available", "method", 25, "fun available(): Boolean = this == IN_STOCK")
+    check_def(pf, "Stock.available", "method", 25, "fun available(): Boolean")
     check_def(pf, "Line", "class", 29, "data class Line(val sku: String, val cents: Int)",
               "A line of a receipt.")
     check_def(pf, "Line.sku", "field", 29, "val sku: String")  # constructor property
     check_def(pf, "Catalog", "type", 31, "typealias Catalog = Map<String, Item>")
     check_def(pf, "Inventory", "class", 34,
-              "class Inventory(val name: String) : BaseStore(name), Priced, Comparable<Inventory> {",
+              "class Inventory(val name: String) : BaseStore(name), Priced, Comparable<Inventory>",
               "Keeps the items of one shop.")
     check_def(pf, "Inventory.name", "field", 34, "val name: String")
     check_def(pf, "Inventory.items", "field", 35, "private val items = mutableListOf<Item>()")
     check_def(pf, "Inventory.label", "field", 37, 'var label: String = "main"')
-    check_def(pf, "Inventory.add", "method", 40, "fun add(item: Item): Boolean {",
+    check_def(pf, "Inventory.add", "method", 40, "fun add(item: Item): Boolean",
               "Adds an item unless the inventory is full.")
     check_def(pf, "Inventory.compareTo", "method", 57,
-              "override fun compareTo(other: Inventory): Int = price().compareTo(other.price())")
+              "override fun compareTo(other: Inventory): Int")
     # an unnamed companion object is not a definition: its members are the class's
-    check_def(pf, "Inventory.of", "method", 63, "fun of(vararg items: Item): Inventory {",
+    check_def(pf, "Inventory.of", "method", 63, "fun of(vararg items: Item): Inventory",
               "Builds an inventory from items.")
-    check_def(pf, "Registry", "class", 72, "object Registry {", "Shared registry of inventories.")
-    check_def(pf, "Registry.register", "method", 75, "fun register(inventory: Inventory) {")
+    check_def(pf, "Registry", "class", 72, "object Registry", "Shared registry of inventories.")
+    check_def(pf, "Registry.register", "method", 75, "fun register(inventory: Inventory)")
     check_def(pf, "emptyInventory", "function", 81,
-              "fun emptyInventory(name: String): Inventory = Inventory(name)", "Makes an empty inventory.")
+              "fun emptyInventory(name: String): Inventory", "Makes an empty inventory.")
     assert defn(pf, "Inventory.add").parent == pf.definitions.index(defn(pf, "Inventory"))
     # locals are not definitions; neither is the package
     assert not [d for d in pf.definitions if d.name in ("total", "inventory", "shop")]
@@ -125,3 +126,10 @@ def test_cross_file_resolution(graph) -> None:
     # within the file
     assert ref(57, "price", "call") == ("com.example.shop.Inventory.Inventory.price", "scope")
     assert ref(81, "Inventory", "call") == ("com.example.shop.Inventory.Inventory", "scope")
+
+
+def test_signature_spans_a_parameter_list_over_several_lines() -> None:
+    src = b"fun total(\n    a: Int,\n    b: Int,\n): Int {\n    return a + b\n}\n"
+    got = parse_source("Total.kt", src, "kotlin", "Total")
+    assert [(d.name, d.signature) for d in got.definitions] == [
+        ("total", "fun total( a: Int, b: Int, ): Int")]

@@ -19,12 +19,12 @@ def pf():
 def test_definitions(pf) -> None:
     # each `#` line is a comment node of its own: the file's doc is its first line
     assert pf.doc == "Inventory of stocked items."
-    check_def(pf, "Shop", "namespace", 9, "module Shop # Most items one inventory holds.")
-    check_def(pf, "Shop.MAX_ITEMS", "constant", 11, "MAX_ITEMS = 500")
-    check_def(pf, "Shop.Priced", "namespace", 14, "module Priced # Price in cents.",
+    check_def(pf, "Shop", "namespace", 9, "module Shop")
+    check_def(pf, "Shop.MAX_ITEMS", "constant", 11, "MAX_ITEMS = 500", "Most items one inventory holds.")
+    check_def(pf, "Shop.Priced", "namespace", 14, "module Priced",
               "Something that can be priced.")
     # `def` right inside a module is a mixin method
-    check_def(pf, "Shop.Priced.price", "method", 16, "def price")
+    check_def(pf, "Shop.Priced.price", "method", 16, "def price", "Price in cents.")
     check_def(pf, "Shop.Inventory", "class", 22, "class Inventory < BaseStore",
               "Keeps the items of one shop.")
     check_def(pf, "Shop.Inventory.DEFAULT_NAME", "constant", 28, 'DEFAULT_NAME = "main"')
@@ -43,13 +43,17 @@ def test_definitions(pf) -> None:
     assert not [d for d in pf.definitions if d.name in ("name", "items", ":name")]
 
 
-def test_first_statement_of_a_body_loses_its_doc_comment(pf) -> None:
-    # Gap in indexer/parser.py, strict so that it flags when fixed: tree-sitter-ruby puts a
-    # comment before the first statement of a body under the class/module node, not the body,
-    # so it is neither the statement's doc nor left out of the container's signature.
-    assert defn(pf, "Shop.MAX_ITEMS").doc == ""
-    assert defn(pf, "Shop.Priced.price").doc == ""
-    assert defn(pf, "Shop").signature == "module Shop # Most items one inventory holds."
+def test_first_statement_of_a_body_keeps_its_doc_comment(pf) -> None:
+    # tree-sitter-ruby puts a comment before the first statement of a body under the
+    # class/module node, not the body: it is still the statement's doc, and not part of the
+    # container's signature; a comment trailing code on its line is no one's doc.
+    assert defn(pf, "Shop.MAX_ITEMS").doc == "Most items one inventory holds."
+    assert defn(pf, "Shop.Priced.price").doc == "Price in cents."
+    assert defn(pf, "Shop").signature == "module Shop"
+    src = b"module Util # trailing\n  X = 1\nend\ny = 2 # about y\ndef z; end\n"
+    got = parse_source("util.rb", src, "ruby", "util")
+    assert [(d.name, d.signature, d.doc) for d in got.definitions] == [
+        ("Util", "module Util", ""), ("X", "X = 1", ""), ("z", "def z; end", "")]
 
 
 def test_references(pf) -> None:
