@@ -172,6 +172,15 @@ def interpreter_language(head: bytes) -> str | None:
     return INTERPRETERS.get(prog) or INTERPRETERS.get(_VERSION.sub("", prog))
 
 
+def language_for_content(path: str, head: bytes) -> str | None:
+    """`language_for_path`, and for a file without a suffix the language of the ``#!`` line
+    its content ``head`` starts with (the agent's syntax gate: the text before it is written)."""
+    lang = language_for_path(path)
+    if lang is None and extensionless(path):
+        return interpreter_language(head[: SHEBANG_BYTES + 2])
+    return lang
+
+
 def language_for_file(path: str, abs_path: str) -> str | None:
     """`language_for_path`, and for a file without a suffix the language its ``#!`` line
     names (two bytes read when it has none)."""

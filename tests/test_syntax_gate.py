@@ -229,3 +229,20 @@ def test_columns_count_characters_and_the_caret_keeps_tabs():
 def test_nul_bytes_are_reported_where_they_are():
     issue = compile_error("n.py", b"x = 1\ny = 2\x00\n")
     assert issue is not None and issue.line == 2 and "null bytes" in issue.message
+
+
+def test_a_script_without_a_suffix_is_checked_in_the_language_of_its_shebang(ctx, repo):
+    made = default_registry().call(
+        "create_file",
+        {"path": "bin/tool", "content": "#!/usr/bin/env python3\ndef g(x, x):\n    return x\n"},
+        ctx,
+    )
+    assert not made.ok and "bin/tool:2:" in made.error and "duplicate argument" in made.error
+    assert not (repo / "bin/tool").exists()
+    made = default_registry().call(
+        "create_file", {"path": "bin/tool", "content": "#!/bin/sh\nrun() {\n  echo (\n}\n"}, ctx
+    )
+    assert not made.ok and "bin/tool:" in made.error
+    good = "#!/usr/bin/env python3\ndef g(x, y):\n    return x\n"
+    assert default_registry().call("create_file", {"path": "bin/tool", "content": good}, ctx).ok
+    assert (repo / "bin/tool").read_text() == good

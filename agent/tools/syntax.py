@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from indexer.languages import is_text_format, language_for_path, ts_parser
+from indexer.languages import is_text_format, language_for_content, ts_parser
 
 #: Errors reported per file; the first one is usually the cause of the rest.
 MAX_REPORTED = 5
@@ -160,7 +160,7 @@ def introduced_issues(
     ``replacements`` (sorted, non-overlapping) say which regions of ``old`` were rewritten;
     without them the whole file counts as rewritten.
     """
-    language = language_for_path(path)
+    language = language_for_content(path, new)  # a suffix-less script by its `#!` line
     if language is None or is_text_format(language):  # docs and configs: no grammar to check
         return []
     if replacements is None:
@@ -203,7 +203,7 @@ def _tree_sitter_introduced(
 def still_broken(path: str, new: bytes) -> str:
     """For a Python file the gate let through although it does not compile (it did not
     before the edit either): one line saying so; "" otherwise."""
-    if language_for_path(path) != "python":
+    if language_for_content(path, new) != "python":
         return ""
     error = compile_error(path, new)
     if error is None:
