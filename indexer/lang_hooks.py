@@ -56,6 +56,10 @@ class LanguageHooks:
     #: node types a grammar puts beside a definition rather than inside it, that belong to it
     #: (Dart's `function_body` follows its `function_signature`): the definition ends with it
     body_siblings: frozenset[str] = frozenset()
+    #: whether `#if`/`#elif`/`#else`/`#endif` may split a construct the grammar cannot parse in
+    #: pieces (C#'s `class A : B\n#if NET\n, C\n#endif`): a file that parses with errors is
+    #: parsed again as its first branches alone (`parser.first_branches`)
+    conditional_compilation: bool = False
 
     def module_name(self, path: str, packages: frozenset[str]) -> str:
         """Dotted module name of a file: its path without the suffix."""
@@ -398,6 +402,7 @@ CSHARP_DOC_STRIP = re.compile(
 
 class CSharpHooks(LanguageHooks):
     doc_strip: re.Pattern[str] = CSHARP_DOC_STRIP
+    conditional_compilation: bool = True
     builtins: frozenset[str] = frozenset({
         "nameof", "typeof", "sizeof", "default", "Console", "Math", "String", "Object",
         "Exception", "ArgumentException", "ArgumentNullException", "InvalidOperationException",

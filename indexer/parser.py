@@ -44,6 +44,12 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         return parse_text(path, source, language, module)
     lang = hooks(language)
     tree = ts_parser(language).parse(source)
+    if tree.root_node.has_error and lang.conditional_compilation and b"#if" in source:
+        masked = first_branches(source)
+        again = ts_parser(language).parse(masked)
+        if not again.root_node.has_error:
+            # same bytes and lines, the other branches blank: every offset still holds
+            source, tree = masked, again
     root = tree.root_node
     raw_defs: dict[int, tuple[ts.Node, ts.Node, str]] = {}
     raw_refs: dict[tuple[int, str], tuple[ts.Node, str, ts.Node | None]] = {}
@@ -219,6 +225,44 @@ def _module_doc(source: bytes, root: ts.Node, lang: LanguageHooks) -> str:
                 return _clean_doc(_text(source, s))
         return ""
     return _clean_doc(_text(source, first), lang.doc_strip) if first.type in lang.comment_types else ""
+
+
+_DIRECTIVE = re.compile(rb"^[ \t]*#[ \t]*(if|elif|else|endif)\b", re.M)
+
+
+def first_branches(source: bytes) -> bytes:
+    """``source`` as one configuration of its conditional compilation: the directive lines and
+    every branch after an ``#if``'s first (``#elif``, ``#else``) blanked to spaces, newlines
+    kept — so byte offsets, lines and columns are those of ``source``. A branch inside a
+    blanked one is blank too."""
+    out = bytearray(source)
+    stack: list[bool] = []  # per open #if: whether its current branch is kept
+
+    def blank(a: int, b: int) -> None:
+        for i in range(a, b):
+            if out[i] not in (10, 13):
+                out[i] = 32
+
+    live_from = 0  # start of the text whose fate the current branch decides
+    for m in _DIRECTIVE.finditer(source):
+        kept = all(stack)
+        end = source.find(b"\n", m.start())
+        end = len(source) if end == -1 else end
+        if not kept:
+            blank(live_from, m.start())
+        word = m.group(1)
+        if word == b"if":
+            stack.append(True)
+        elif word in (b"elif", b"else"):
+            if stack:
+                stack[-1] = False
+        elif stack:
+            stack.pop()
+        blank(m.start(), end)
+        live_from = end
+    if not all(stack):
+        blank(live_from, len(source))
+    return bytes(out)
 
 
 def _signature(source: bytes, node: ts.Node) -> str:

@@ -96,6 +96,61 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
     assert [d.qualname for d in pf.definitions] == ["A", "A.Ok", "A.Broken", "A.After"]
 
 
+CONDITIONAL = b"""\
+public sealed class ConditionalSink : ILogEventSink, IDisposable
+#if FEATURE_ASYNCDISPOSABLE
+    , IAsyncDisposable
+#endif
+{
+#if FEATURE_SPAN
+    public void Process(ReadOnlySpan<object> values)
+#else
+    public void Process(object[] values)
+#endif
+    {
+        Emit(values);
+    }
+
+#if FEATURE_ASYNCDISPOSABLE
+    public ValueTask DisposeAsync() => default;
+#endif
+}
+"""
+
+
+def test_conditional_compilation_parses_as_its_first_branches() -> None:
+    # `#if` inside a base list or around a signature splits what the grammar can parse: the
+    # file is parsed again with the later branches blanked, offsets kept
+    pf = parse_source("ConditionalSink.cs", CONDITIONAL, "csharp", "Sinks")
+    assert not pf.has_errors
+    assert [(d.qualname, d.span.start_line, d.span.end_line) for d in pf.definitions] == [
+        ("ConditionalSink", 1, 18), ("ConditionalSink.Process", 7, 13),
+        ("ConditionalSink.DisposeAsync", 16, 16),
+    ]
+    assert pf.definitions[0].signature == (
+        "public sealed class ConditionalSink : ILogEventSink, IDisposable , IAsyncDisposable")
+    assert pf.definitions[1].signature == "public void Process(ReadOnlySpan<object> values)"
+    assert refs(pf, "Emit", "call") == [(12, "", "ConditionalSink.Process")]
+    assert refs(pf, "IAsyncDisposable", "inherit") == [(3, "", "ConditionalSink")]
+
+
+def test_first_branches_keeps_offsets_and_blanks_later_and_nested_branches() -> None:
+    from indexer.parser import first_branches
+
+    src = b"a\n#if X\n  #if Y\nb\n  #else\nc\n  #endif\n#elif Z\nd\n#else\ne\n#endif\nf\n"
+    got = first_branches(src)
+    assert len(got) == len(src) and got.count(b"\n") == src.count(b"\n")
+    assert got.split() == [b"a", b"b", b"f"]
+    # an #if that is never closed: what follows its #else is blank to the end
+    assert first_branches(b"x\n#if A\ny\n#else\nz\n").split() == [b"x", b"y"]
+
+
+def test_a_file_the_first_branches_do_not_mend_keeps_its_own_parse() -> None:
+    src = b"class A {\n#if X\n  void Ok() {}\n#endif\n  void Broken() { int x = ; }\n}\n"
+    pf = parse_source("broken.cs", src, "csharp", "broken")
+    assert pf.has_errors and [d.qualname for d in pf.definitions] == ["A", "A.Ok", "A.Broken"]
+
+
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
     yield from graph_of(tmp_path_factory, "csharp", {
