@@ -82,6 +82,9 @@ _SPECS = (
     LanguageSpec("ocaml", "tree_sitter_ocaml", "language_ocaml", (".ml",), "ocaml.scm", OCAML),
     LanguageSpec("ocaml_interface", "tree_sitter_ocaml", "language_ocaml_interface", (".mli",),
                  "ocaml_interface.scm", OCAML),
+    # Terraform and the other HashiCorp configuration files: infrastructure, searched as config
+    LanguageSpec("hcl", "tree_sitter_hcl", "language", (".tf", ".tfvars", ".hcl"), "hcl.scm",
+                 kind="config"),
 )
 
 LANGUAGES: dict[str, LanguageSpec] = {spec.name: spec for spec in _SPECS}

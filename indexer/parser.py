@@ -21,7 +21,7 @@ _BODY_FIELDS = ("body", "declarator_body")
 #: Bodies that are children but not a field (Kotlin's `function_body` and `class_body`, Swift's
 #: `enum_class_body`...): the signature ends where the first of them starts.
 _BODY_TYPES = frozenset({"function_body", "class_body", "enum_class_body", "protocol_body",
-                         "enum_body", "interface_body"})
+                         "enum_body", "interface_body", "block_start"})  # HCL's `{`
 #: Comments are never part of a signature (Ruby's `class A # note` or the comment above a
 #: class's first statement, which its grammar puts before the body).
 _COMMENTS = COMMENT_TYPES
@@ -54,6 +54,9 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
     raw_defs: dict[int, tuple[ts.Node, ts.Node, str]] = {}
     raw_refs: dict[tuple[int, str], tuple[ts.Node, str, ts.Node | None]] = {}
     raw_imports: list[dict[str, ts.Node]] = []
+    #: a `@qualifier` capture prefixes the name it is matched with (name start byte -> text):
+    #: HCL's `resource "aws_instance" "web"` and `aws_instance.web.id` are `aws_instance.web`
+    qualifiers: dict[int, str] = {}
     import_nodes: list[ts.Node] = []
     # matches() yields in completion order; sorting by pattern index makes the earlier
     # (more specific) pattern win when two patterns capture the same node.
@@ -62,6 +65,8 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         matches.sort(key=lambda m: m[0])
     for _, caps in matches:
         name_nodes = caps.get("name")
+        if name_nodes and "qualifier" in caps:
+            qualifiers[name_nodes[0].start_byte] = _text(source, caps["qualifier"][0])
         for key, nodes in caps.items():
             if key == "import.statement":
                 import_nodes.append(nodes[0])
@@ -80,7 +85,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
             elif key == "import":
                 raw_imports.append({k: v[0] for k, v in caps.items()})
 
-    definitions, def_nodes, def_ends = _definitions(source, lang, raw_defs)
+    definitions, def_nodes, def_ends = _definitions(source, lang, raw_defs, qualifiers)
     starts = [n.start_byte for n in def_nodes]
     ends = [n.end_byte for n in def_ends]
 
@@ -106,7 +111,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
                 receiver = "?"
         references.append(
             Reference(
-                name=_text(source, name_node),
+                name=_qualified(source, name_node, qualifiers),
                 kind=kind,
                 line=name_node.start_point[0] + 1,
                 col=name_node.start_point[1],
@@ -148,8 +153,17 @@ def _text(source: bytes, node: ts.Node) -> str:
     return source[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
 
+def _qualified(source: bytes, name_node: ts.Node, qualifiers: dict[int, str]) -> str:
+    name = _text(source, name_node)
+    qual = qualifiers.get(name_node.start_byte) if qualifiers else None
+    return f"{qual}.{name}" if qual else name
+
+
 def _definitions(
-    source: bytes, lang: LanguageHooks, raw: dict[int, tuple[ts.Node, ts.Node, str]]
+    source: bytes,
+    lang: LanguageHooks,
+    raw: dict[int, tuple[ts.Node, ts.Node, str]],
+    qualifiers: dict[int, str] | None = None,
 ) -> tuple[list[Definition], list[ts.Node], list[ts.Node]]:
     """The definitions, their nodes, and the node each ends with: itself, or the body a
     grammar puts beside it (`LanguageHooks.body_siblings`: Dart's `function_body`)."""
@@ -173,7 +187,7 @@ def _definitions(
         if len(stack) >= MAX_DEFINITION_DEPTH:
             continue
         parent = stack[-1] if stack else -1
-        name = _text(source, name_node)
+        name = _qualified(source, name_node, qualifiers or {})
         if parent >= 0 and out[parent].kind in _METHOD_OWNERS and kind == "function":
             kind = "method"
         if kind == "constant" and lang.constants_upper_only and not name.isupper():

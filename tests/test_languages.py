@@ -35,6 +35,7 @@ FILES = {
     "haskell": "haskell/Inventory.hs",
     "ocaml": "ocaml/inventory.ml",
     "ocaml_interface": "ocaml/inventory.mli",
+    "hcl": "hcl/main.tf",
 }
 
 
