@@ -484,3 +484,31 @@ class OCamlHooks(LanguageHooks):
 
 
 OCAML = OCamlHooks()
+
+
+# ---- hcl ----
+class HclHooks(LanguageHooks):
+    #: Terraform's built-in functions: a call to one is `builtin`, never a guess at a
+    #: repository definition of the same name (a Python `def file()` elsewhere)
+    builtins: frozenset[str] = frozenset({
+        "abs", "ceil", "floor", "log", "max", "min", "parseint", "pow", "signum", "chomp",
+        "endswith", "format", "formatlist", "indent", "join", "lower", "regex", "regexall",
+        "replace", "split", "startswith", "strcontains", "strrev", "substr", "templatestring",
+        "title", "trim", "trimprefix", "trimsuffix", "trimspace", "upper", "alltrue", "anytrue",
+        "chunklist", "coalesce", "coalescelist", "compact", "concat", "contains", "distinct",
+        "element", "flatten", "index", "keys", "length", "list", "lookup", "map", "matchkeys",
+        "merge", "one", "range", "reverse", "setintersection", "setproduct", "setsubtract",
+        "setunion", "slice", "sort", "sum", "transpose", "values", "zipmap", "base64decode",
+        "base64encode", "base64gzip", "csvdecode", "jsondecode", "jsonencode", "textdecodebase64",
+        "textencodebase64", "urlencode", "yamldecode", "yamlencode", "abspath", "dirname",
+        "pathexpand", "basename", "file", "fileexists", "fileset", "filebase64", "templatefile",
+        "formatdate", "plantimestamp", "timeadd", "timecmp", "timestamp", "base64sha256",
+        "base64sha512", "bcrypt", "filebase64sha256", "filebase64sha512", "filemd5", "filesha1",
+        "filesha256", "filesha512", "md5", "rsadecrypt", "sha1", "sha256", "sha512", "uuid",
+        "uuidv5", "cidrhost", "cidrnetmask", "cidrsubnet", "cidrsubnets", "can", "issensitive",
+        "nonsensitive", "sensitive", "tobool", "tolist", "tomap", "tonumber", "toset", "tostring",
+        "try", "type", "ephemeralasnull"
+    })
+
+
+HCL = HclHooks()

@@ -21,6 +21,7 @@ from .lang_hooks import (
     DEFAULT,
     ELIXIR,
     HASKELL,
+    HCL,
     KOTLIN,
     LUA,
     OCAML,
@@ -84,7 +85,7 @@ _SPECS = (
                  "ocaml_interface.scm", OCAML),
     # Terraform and the other HashiCorp configuration files: infrastructure, searched as config
     LanguageSpec("hcl", "tree_sitter_hcl", "language", (".tf", ".tfvars", ".hcl"), "hcl.scm",
-                 kind="config"),
+                 HCL, kind="config"),
 )
 
 LANGUAGES: dict[str, LanguageSpec] = {spec.name: spec for spec in _SPECS}

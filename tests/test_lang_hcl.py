@@ -79,6 +79,8 @@ def graph(tmp_path_factory):
         # another module declares a `region` of its own: the directory decides
         "infra/dns/variables.tf": 'variable "region" {\n  type = string\n}\n',
         "infra/dns/main.tf": 'output "zone_region" {\n  value = var.region\n}\n',
+        # a definition that shares a name with a Terraform function
+        "tools/file.py": "def file(path):\n    return open(path)\n",
     })
 
 
@@ -99,3 +101,8 @@ WEB_VARS, WEB_MAIN = "infra.web.variables", "infra.web.main"
 ])
 def test_cross_file_resolution(graph, path, line, name, target, how) -> None:
     assert resolved(graph, path, line, name, "attribute") == (target, how)
+
+
+def test_terraform_functions_are_builtins(graph) -> None:
+    assert resolved(graph, "infra/web/main.tf", 35, "file", "call") == (None, "builtin")
+    assert resolved(graph, "infra/web/main.tf", 20, "merge", "call") == (None, "builtin")
