@@ -3,6 +3,10 @@
 The parser, the module namer and the resolver ask a language's hooks instead of testing
 ``language == "python"``: adding a language is a `LanguageSpec` in `languages.py`, a `.scm`
 query, and — only where its defaults do not fit — a `LanguageHooks` here.
+
+Size: one small class per language (13 besides the base, most 5-30 lines of data: builtins, comment
+markers, module naming) over one base; a module per language would scatter what a reader
+compares across languages, and every build imports them all anyway.
 """
 
 from __future__ import annotations
