@@ -4,7 +4,7 @@ The parser, the module namer and the resolver ask a language's hooks instead of 
 ``language == "python"``: adding a language is a `LanguageSpec` in `languages.py`, a `.scm`
 query, and — only where its defaults do not fit — a `LanguageHooks` here.
 
-Size: one small class per language (13 besides the base, most 5-30 lines of data: builtins, comment
+Size: one small class per language (14 besides the base, most 5-30 lines of data: builtins, comment
 markers, module naming) over one base; a module per language would scatter what a reader
 compares across languages, and every build imports them all anyway.
 """
@@ -516,3 +516,19 @@ class HclHooks(LanguageHooks):
 
 
 HCL = HclHooks()
+
+
+# ---- zig ----
+class ZigHooks(LanguageHooks):
+    builtins: frozenset[str] = frozenset({"std", "builtin", "root"})
+
+    def import_module(self, text: str, path: str) -> str:
+        """`@import("item.zig")` names a file beside the importing one: `./item` for the
+        resolver; `@import("std")` and other package names stay as they are (external)."""
+        if text.endswith(".zig"):
+            stem = text[: -len(".zig")]
+            return stem if stem.startswith(("./", "../")) else f"./{stem}"
+        return text
+
+
+ZIG = ZigHooks()

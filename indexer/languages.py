@@ -29,6 +29,7 @@ from .lang_hooks import (
     PYTHON,
     RUBY,
     SCALA,
+    ZIG,
     LanguageHooks,
 )
 
@@ -83,6 +84,7 @@ _SPECS = (
     LanguageSpec("ocaml", "tree_sitter_ocaml", "language_ocaml", (".ml",), "ocaml.scm", OCAML),
     LanguageSpec("ocaml_interface", "tree_sitter_ocaml", "language_ocaml_interface", (".mli",),
                  "ocaml_interface.scm", OCAML),
+    LanguageSpec("zig", "tree_sitter_zig", "language", (".zig",), "zig.scm", ZIG),
     # Terraform and the other HashiCorp configuration files: infrastructure, searched as config
     LanguageSpec("hcl", "tree_sitter_hcl", "language", (".tf", ".tfvars", ".hcl"), "hcl.scm",
                  HCL, kind="config"),

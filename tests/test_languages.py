@@ -36,6 +36,7 @@ FILES = {
     "ocaml": "ocaml/inventory.ml",
     "ocaml_interface": "ocaml/inventory.mli",
     "hcl": "hcl/main.tf",
+    "zig": "zig/inventory.zig",
 }
 
 
