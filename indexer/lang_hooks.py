@@ -4,7 +4,7 @@ The parser, the module namer and the resolver ask a language's hooks instead of 
 ``language == "python"``: adding a language is a `LanguageSpec` in `languages.py`, a `.scm`
 query, and — only where its defaults do not fit — a `LanguageHooks` here.
 
-Size: one small class per language (14 besides the base, most 5-30 lines of data: builtins, comment
+Size: one small class per language (15 besides the base, most 5-30 lines of data: builtins, comment
 markers, module naming) over one base; a module per language would scatter what a reader
 compares across languages, and every build imports them all anyway.
 """
@@ -532,3 +532,28 @@ class ZigHooks(LanguageHooks):
 
 
 ZIG = ZigHooks()
+
+
+# ---- julia ----
+class JuliaHooks(LanguageHooks):
+    #: a docstring is the string literal just above a definition
+    comment_types: frozenset[str] = COMMENT_TYPES | {"string_literal", "line_comment"}
+    #: `include("item.jl")` pastes the file in: its names are in scope
+    bare_imports_bind_all: bool = True
+    builtins: frozenset[str] = frozenset({
+        "println", "print", "push!", "pop!", "append!", "length", "size", "sum", "map",
+        "filter", "error", "throw", "string", "isempty", "haskey", "get", "collect", "zeros",
+        "ones", "Vector", "Dict", "Int", "Float64", "String", "Any", "Nothing", "Bool", "IO",
+        "include", "typeof", "convert", "show", "eltype", "first", "last", "sort", "unique",
+    })
+
+    def import_module(self, text: str, path: str) -> str:
+        """`include("item.jl")` names a file beside the including one: `./item`; `using X`
+        and `import X` name packages and stay as they are."""
+        if text.endswith(".jl"):
+            stem = text[: -len(".jl")]
+            return stem if stem.startswith(("./", "../")) else f"./{stem}"
+        return text
+
+
+JULIA = JuliaHooks()

@@ -22,6 +22,7 @@ from .lang_hooks import (
     ELIXIR,
     HASKELL,
     HCL,
+    JULIA,
     KOTLIN,
     LUA,
     OCAML,
@@ -85,6 +86,7 @@ _SPECS = (
     LanguageSpec("ocaml_interface", "tree_sitter_ocaml", "language_ocaml_interface", (".mli",),
                  "ocaml_interface.scm", OCAML),
     LanguageSpec("zig", "tree_sitter_zig", "language", (".zig",), "zig.scm", ZIG),
+    LanguageSpec("julia", "tree_sitter_julia", "language", (".jl",), "julia.scm", JULIA),
     # Terraform and the other HashiCorp configuration files: infrastructure, searched as config
     LanguageSpec("hcl", "tree_sitter_hcl", "language", (".tf", ".tfvars", ".hcl"), "hcl.scm",
                  HCL, kind="config"),
@@ -146,7 +148,7 @@ INTERPRETERS = {
     "sh": "bash", "bash": "bash", "zsh": "bash", "dash": "bash", "ksh": "bash", "bats": "bash",
     "python": "python", "pypy": "python", "ruby": "ruby", "node": "javascript",
     "nodejs": "javascript", "php": "php", "lua": "lua", "luajit": "lua", "elixir": "elixir",
-    "runhaskell": "haskell", "runghc": "haskell", "ocaml": "ocaml", "scala": "scala",
+    "runhaskell": "haskell", "runghc": "haskell", "julia": "julia", "ocaml": "ocaml", "scala": "scala",
     "dart": "dart", "make": "make",
 }
 #: Bytes of a script read for its ``#!`` line.

@@ -98,8 +98,8 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
     references: list[Reference] = []
     def_name_bytes = {nm.start_byte for _, nm, _ in raw_defs.values()}
     for (start, kind), (name_node, _, recv) in sorted(raw_refs.items(), key=lambda kv: kv[0][0]):
-        if kind == "type" and start in def_name_bytes:
-            continue
+        if kind in ("type", "call") and start in def_name_bytes:
+            continue  # a definition's own name (Julia's `function f(x)` signature is a call)
         receiver = ""
         if recv is not None:
             text = _text(source, recv)

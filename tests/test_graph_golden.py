@@ -2,7 +2,7 @@
 build-speed work (the symbols, references and their resolutions, imports, chunks and the rows
 of both lexical indexes, compared row for row with a committed digest).
 
-The corpus is every language fixture (tests/fixtures/languages/, 23 languages) plus a README, a
+The corpus is every language fixture (tests/fixtures/languages/, 24 languages) plus a README, a
 config and a Makefile. When a change is meant to alter the graph, rewrite the digest with
 REPOCTX_UPDATE_GOLDEN=1 and say why in the commit; a speed change must leave it alone.
 """

@@ -37,6 +37,7 @@ FILES = {
     "ocaml_interface": "ocaml/inventory.mli",
     "hcl": "hcl/main.tf",
     "zig": "zig/inventory.zig",
+    "julia": "julia/Shop.jl",
 }
 
 
