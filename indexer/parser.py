@@ -242,6 +242,8 @@ def _module_doc(source: bytes, root: ts.Node, lang: LanguageHooks) -> str:
 
 
 _DIRECTIVE = re.compile(rb"^[ \t]*#[ \t]*(if|elif|else|endif)\b", re.M)
+#: every byte but a line break -> a space
+_BLANK = bytes(c if c in (10, 13) else 32 for c in range(256))
 
 
 def first_branches(source: bytes) -> bytes:
@@ -253,9 +255,8 @@ def first_branches(source: bytes) -> bytes:
     stack: list[bool] = []  # per open #if: whether its current branch is kept
 
     def blank(a: int, b: int) -> None:
-        for i in range(a, b):
-            if out[i] not in (10, 13):
-                out[i] = 32
+        if a < b:
+            out[a:b] = bytes(out[a:b]).translate(_BLANK)
 
     live_from = 0  # start of the text whose fate the current branch decides
     for m in _DIRECTIVE.finditer(source):
