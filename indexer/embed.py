@@ -189,20 +189,39 @@ def _import_openvino() -> Any:
 class _OpenVinoRuntime:
     kind = "openvino"
 
-    def __init__(self, model: Any, tokenizer: ModelTokenizer, inputs: list[str], dim: int) -> None:
-        """``model``: an ``openvino.Model`` or the path of its saved ``.xml``."""
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: ModelTokenizer,
+        inputs: list[str],
+        dim: int,
+        hint: str = "THROUGHPUT",
+    ) -> None:
+        """``model``: an ``openvino.Model`` or the path of its saved ``.xml``. ``hint``:
+        OpenVINO's performance hint; ``LATENCY`` runs one batch at a time on all cores (the
+        runtime before throughput streams, kept for `benchmarks/embed_batching.py`)."""
         ov = _import_openvino()
         core = ov.Core()
-        # One request at a time with all cores: THROUGHPUT mode was 2x slower measured.
-        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        # Throughput streams (one per core on a small machine, each with its own threads) and
+        # as many batches in flight: a batch of 16 short chunks cannot keep two threads busy,
+        # two such batches side by side can (benchmarks/embed_batching.py: ~1.1x chunks/s on
+        # two cores, vectors equal). A single query runs on one stream (~2 ms either way).
+        config: dict[str, Any] = {"PERFORMANCE_HINT": hint}
         threads = os.environ.get("REPOCTX_EMBED_THREADS")  # set per actor by the Ray engine
         if threads:
-            config["INFERENCE_NUM_THREADS"] = int(threads)
+            # Several such processes share the machine: one stream of the given threads each.
+            config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": int(threads)}
             # Pinning would put every such process's threads on the same first cores.
             config["ENABLE_CPU_PINNING"] = False
         self._compiled = core.compile_model(model, "CPU", config)
         self._request = self._compiled.create_infer_request()
         self._output = self._compiled.output(0)
+        self._in_flight = max(
+            1, int(self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        )
+        self._queue: Any = None  # an AsyncInferQueue, made on the first multi-batch submission
+        #: The runtime's settings, for benchmarks and ``index status``.
+        self.streams = int(self._compiled.get_property("NUM_STREAMS"))
         self._tokenizer = tokenizer
         self._inputs = inputs
         self.dim = dim
@@ -225,15 +244,42 @@ class _OpenVinoRuntime:
         lengths = mask.sum(axis=1)
         right = bool((mask == (np.arange(mask.shape[1]) < lengths[:, None])).all())
         order = np.argsort(-lengths, kind="stable")
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            if right:
-                width = int(lengths[idx[0]])
-                batch = {name: feats[name][idx, :width] for name in self._inputs}
-            else:
-                part = self._tokenizer.encode([texts[i] for i in idx])
-                batch = {name: part[name] for name in self._inputs}
-            out[idx] = self._request.infer(batch)[self._output]
+
+        def batches() -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                if right:
+                    width = int(lengths[idx[0]])
+                    yield idx, {name: feats[name][idx, :width] for name in self._inputs}
+                else:
+                    part = self._tokenizer.encode([texts[i] for i in idx])
+                    yield idx, {name: part[name] for name in self._inputs}
+
+        if self._in_flight == 1 or len(order) <= batch_size:
+            for idx, batch in batches():
+                out[idx] = self._request.infer(batch)[self._output]
+            return out
+        return self._encode_async(batches(), out)
+
+    def _encode_async(
+        self, batches: Iterator[tuple[np.ndarray, dict[str, np.ndarray]]], out: np.ndarray
+    ) -> np.ndarray:
+        """Keep ``self._in_flight`` batches running; each callback copies its rows into ``out``.
+        A failed request raises from ``wait_all`` (or the next ``start_async``)."""
+        if self._queue is None:
+            ov = _import_openvino()
+            self._queue = ov.AsyncInferQueue(self._compiled, self._in_flight)
+        queue = self._queue
+
+        def done(request: Any, idx: np.ndarray) -> None:
+            out[idx] = request.get_output_tensor(0).data
+
+        queue.set_callback(done)
+        try:
+            for idx, batch in batches:
+                queue.start_async(batch, idx)
+        finally:
+            queue.wait_all()
         return out
 
 

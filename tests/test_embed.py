@@ -244,3 +244,30 @@ def test_batches_sorted_by_tokens_keep_each_text_its_own_vector(default_embedder
     finally:
         e.batch_size = before
     assert before == 0 and e._runtime.auto_batch == embed.AUTO_BATCH_CPU
+
+
+@pytest.mark.skipif(not have_openvino(), reason="the OpenVINO runtime is not installed")
+def test_batches_in_flight_give_the_vectors_of_one_batch_at_a_time(default_embedder):
+    """The runtime keeps several batches running at once (throughput streams); each finished
+    batch must land in its own rows, exactly what a runtime running one batch at a time on all
+    cores (the LATENCY hint, as before) gives — for every batch size, however many in flight."""
+    e = default_embedder
+    assert e.backend == "openvino", e.fallback_reason
+    rt = e._runtime
+    one_at_a_time = embed._OpenVinoRuntime(
+        e._key_dir() / "model.xml", rt._tokenizer, rt._inputs, rt.dim, hint="LATENCY"
+    )
+    assert one_at_a_time._in_flight == 1
+    texts = [*TEXTS, *(f"def f{i}(x):\n" + "    x += 1\n" * (i % 13) for i in range(37))]
+    want = one_at_a_time.encode(texts, 4)
+    before = rt._in_flight
+    try:
+        for in_flight in (2, 3):  # also on a one-core machine, where the hint gives one stream
+            rt._in_flight = in_flight
+            for size in (1, 4, 16):
+                got = rt.encode(texts, size)
+                cos = (embed.normalise(got) * embed.normalise(want)).sum(axis=1)
+                assert np.isfinite(got).all() and float(cos.min()) >= 0.99999, (in_flight, size)
+    finally:
+        rt._in_flight = before
+    assert rt._queue is not None  # the batches really went through the async queue
