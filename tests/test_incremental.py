@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -133,6 +134,74 @@ def test_unchanged_package_set_computes_no_module_names(repo_factory, monkeypatc
     write_files(root, {"pkg/sub/__init__.py": ""})  # a new package: every module is checked
     build(cfg)
     assert len(seen) == 6
+
+
+REEXPORTS = {
+    "lib/__init__.py": "from .impl import sin\n",
+    "lib/impl.py": "def sin():\n    return 1\n\n\ndef cos():\n    return 2\n",
+    "lib/other.py": "def sin():\n    return 3\n",
+    "api.py": "from lib import sin as s\n",
+    "app.py": "from api import s\n\n\ndef main():\n    return s()\n",
+    "star.py": "from lib import *\n\n\ndef run():\n    return sin() + cos()\n",
+    "attr.py": "import lib\n\n\ndef run():\n    return lib.sin() + lib.cos()\n",
+    **{
+        f"use{i}.py": f"from lib.impl import cos\n\n\ndef f{i}():\n    return cos()\n"
+        for i in range(4)
+    },
+    "local.py": "def cos():\n    return 0\n\n\ndef g():\n    return cos()\n",
+}
+
+
+def test_import_changes_re_resolve_what_sees_them_and_nothing_else(
+    repo_factory, tmp_path, monkeypatch
+):
+    """A changed import re-resolves the references that can see it — through re-exports under
+    another alias, star imports and attributes — and leaves alone other references of the
+    same name (a consumer's import of `cos` cannot change another consumer's `cos()`)."""
+    import indexer.graph_write as gw
+
+    root = repo_factory(REEXPORTS)
+    cfg = index(root)
+    resolved: list[tuple[str, int, str]] = []  # (name, file id, receiver) of each resolved
+    mine: list[tuple[str, int, str]] = []  # those of the last incremental build
+    real = gw.resolve_refs
+
+    def spy(conn, table, rows):
+        resolved.extend((r[2], r[1], r[4]) for r in rows)
+        return real(conn, table, rows)
+
+    monkeypatch.setattr(gw, "resolve_refs", spy)
+
+    def step(files: dict[str, str]) -> dict:
+        resolved.clear()
+        write_files(root, files)
+        build(cfg)
+        mine[:] = resolved  # (the clean build below resolves everything)
+        graph = dump_graph(cfg)
+        assert graph == clean_dump(root, tmp_path), files
+        return {(r[0], r[3]): (r[7], r[8]) for r in graph["refs"]}
+
+    # lib also exports cos: the star import's and the attribute's cos() now reach impl.cos
+    refs = step({"lib/__init__.py": "from .impl import sin, cos\n"})
+    assert refs[("star.py", "cos")][0] == refs[("attr.py", "cos")][0] == "lib.impl.cos"
+    # sin is redirected: seen under the alias s in api.py, and on in app.py
+    refs = step({"lib/__init__.py": "from .other import sin\nfrom .impl import cos\n"})
+    assert refs[("app.py", "s")][0] == refs[("star.py", "sin")][0] == "lib.other.sin"
+    assert refs[("attr.py", "sin")][0] == "lib.other.sin"
+    # a consumer imports cos from elsewhere: only its own references are resolved again,
+    # and cos() references with a receiver (lib.cos could be the binding that changed)
+    use0 = "from lib import cos\n\n\ndef f0():\n    return cos()\n"
+    refs = step({"use0.py": use0})
+    conn = sqlite3.connect(cfg.index_path / "graph.db")
+    use0_id = conn.execute("SELECT id FROM files WHERE path = 'use0.py'").fetchone()[0]
+    conn.close()
+    elsewhere = [(n, recv) for n, fid, recv in mine if fid != use0_id]
+    assert {n for n, _, _ in mine} == {"cos"} and all(recv for _, recv in elsewhere), mine
+    assert len(mine) - len(elsewhere) == 2  # use0's import and call
+    assert refs[("use1.py", "cos")][0] == "lib.impl.cos" and refs[("local.py", "cos")][0] == "local.cos"
+    # the re-export is removed: nothing reaches sin through lib any more
+    refs = step({"lib/__init__.py": "from .impl import cos\n"})
+    assert refs[("app.py", "s")][0] is None and refs[("star.py", "sin")][0] is None
 
 
 _BUILD_SCRIPT = """
