@@ -162,6 +162,7 @@ def _insert_rows(conn, fid: int, rows: FileRows) -> None:
         "INSERT INTO imports(module, name, alias, line, level, file_id) VALUES (?,?,?,?,?,?)",
         [(*i, fid) for i in rows.imports],
     )
+    store.count_inserts(conn, len(rows.refs), sum(s[3] != "module" for s in rows.symbols))
 
 
 def _replace_chunks(conn, fid: int, rows: FileRows | None) -> None:

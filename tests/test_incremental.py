@@ -204,6 +204,42 @@ def test_import_changes_re_resolve_what_sees_them_and_nothing_else(
     assert refs[("app.py", "s")][0] is None and refs[("star.py", "sin")][0] is None
 
 
+OLD_INSERT_TRIGGERS = {
+    "refs_count_ins": """AFTER INSERT ON refs BEGIN
+        UPDATE counts SET n = n + 1 WHERE key = 'refs';
+        UPDATE counts SET n = n + 1 WHERE key = 'resolved' AND NEW.target_id IS NOT NULL;
+        UPDATE counts SET n = n + 1 WHERE key = 'ambiguous' AND NEW.resolution = 'ambiguous';
+    END""",
+    "symbols_count_ins": """AFTER INSERT ON symbols WHEN NEW.kind != 'module' BEGIN
+        UPDATE counts SET n = n + 1 WHERE key = 'symbols';
+    END""",
+}
+
+
+def test_totals_stay_exact_when_an_index_with_insert_triggers_is_built_again(
+    repo_factory, tmp_path
+):
+    """Inserts are counted by their writer, not by triggers. An index from before (with the
+    insert triggers) loses them on its next build without counting anything twice."""
+    root = repo_factory(BASE)
+    cfg = index(root)
+    conn = sqlite3.connect(cfg.index_path / "graph.db")
+    with conn:
+        for name, body in OLD_INSERT_TRIGGERS.items():
+            conn.execute(f"CREATE TRIGGER {name} {body}")
+    conn.close()
+    write_files(root, {"pkg/d.py": "from pkg.a import alpha\n\n\ndef delta():\n    return alpha()\n"})
+    stats = build(cfg)
+    clean, clean_stats = clean_dump(root, tmp_path, with_stats=True)
+    assert totals(stats) == totals(clean_stats) and dump_graph(cfg) == clean
+    conn = sqlite3.connect(cfg.index_path / "graph.db")
+    triggers = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    conn.close()
+    assert triggers and not triggers & OLD_INSERT_TRIGGERS.keys()
+    write_files(root, {"pkg/a.py": "def alpha():\n    return 0\n"})  # counted once, by the writer
+    assert totals(build(cfg)) == totals(clean_dump(root, tmp_path, with_stats=True)[1])
+
+
 _BUILD_SCRIPT = """
 import sys
 from indexer.build import build
