@@ -29,7 +29,7 @@ _PARTIAL = {"symbol": ("parse",), "refs": ("parse", "resolve")}
 def building(config, conn, what: str) -> dict | None:
     """A build running on this index in a phase where ``what`` may be incomplete: said once on
     stderr (results stay on stdout) and returned for --json."""
-    from retrieval.status import build_progress
+    from retrieval.freshness import build_progress
 
     b = build_progress(config.index_path, conn)
     if b is None or not b["running"] or b["phase"] not in _PARTIAL[what]:

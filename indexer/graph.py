@@ -745,3 +745,16 @@ def resolved_in_edges(
         "AND enclosing_id IS NOT NULL LIMIT ?",
         [*ids, limit],
     ).fetchall()
+
+
+#: meta key of a build in progress: {"phase", "pid", "since"}; absent when no build is running
+#: (or the last one finished). Readers use it to say what is ready while a first build runs.
+BUILD_PHASE = "build_phase"
+#: What a reader can rely on in each phase of a build that writes in place.
+PHASES = {
+    "parse": "definitions and lexical search fill in as files are written; references follow",
+    "resolve": "definitions and lexical search are ready; references are being resolved",
+    "finalize": "definitions, lexical search and references are ready; indexes are being built",
+    "history": "the graph is ready; the commit history is being indexed",
+    "embed": "the graph is ready; chunks are being embedded for semantic search",
+}

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from . import store
+from .graph import BUILD_PHASE, PHASES  # noqa: F401  (re-exported for the builder)
 from .languages import language_for_path
 from .lexical import CHUNK_TABLES, FILE_TABLES, fts_table, index_files
 from .models import Progress
@@ -293,19 +294,6 @@ def resolution_pending(conn) -> bool:
         "SELECT EXISTS(SELECT 1 FROM pending_names) "
         "OR EXISTS(SELECT 1 FROM refs WHERE resolution = 'pending')"
     ).fetchone()[0])
-
-
-#: meta key of a build in progress: {"phase", "pid", "since"}; absent when no build is running
-#: (or the last one finished). Readers use it to say what is ready while a first build runs.
-BUILD_PHASE = "build_phase"
-#: What a reader can rely on in each phase of a build that writes in place.
-PHASES = {
-    "parse": "definitions and lexical search fill in as files are written; references follow",
-    "resolve": "definitions and lexical search are ready; references are being resolved",
-    "finalize": "definitions, lexical search and references are ready; indexes are being built",
-    "history": "the graph is ready; the commit history is being indexed",
-    "embed": "the graph is ready; chunks are being embedded for semantic search",
-}
 
 
 def set_build_phase(conn, phase: str | None) -> None:

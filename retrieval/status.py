@@ -11,6 +11,8 @@ from indexer.config import Config
 from indexer.discovery import discover
 from indexer.languages import kind_of, language_for_file
 
+from .freshness import build_progress
+
 
 def pending_changes(config: Config, conn) -> dict[str, int]:
     """Files changed, added or deleted on disk since the last build (stat only)."""
@@ -37,42 +39,6 @@ def files_by_language(conn) -> dict[str, dict[str, int]]:
     for lang, n in rows:
         kinds[kind_of(lang)] = kinds.get(kind_of(lang), 0) + n
     return {"by_language": dict(rows), "by_kind": dict(sorted(kinds.items()))}
-
-
-def build_progress(index_dir, conn) -> dict[str, Any] | None:
-    """A build running on this index (or one that stopped before its end), from the phase it
-    records in the graph and the pid in the write lock: ``phase``, ``pid``, ``running``,
-    ``ready`` (what can be relied on meanwhile) and, when it stopped, ``fix``. None when no
-    build is running and the last one finished."""
-    import os
-
-    from indexer.graph_write import BUILD_PHASE, PHASES
-    from indexer.lock import WriteLock
-
-    pid = WriteLock(index_dir).holder()
-    alive = False
-    if pid:
-        try:
-            os.kill(pid, 0)
-            alive = True
-        except ProcessLookupError:
-            alive = False
-        except PermissionError:  # another user's live process
-            alive = True
-    raw = graph.meta_value(conn, BUILD_PHASE)
-    state = json.loads(raw) if raw else None
-    if state is None:
-        if not alive:
-            return None
-        # writing a new generation (readers keep this one until it is complete) or starting
-        return {"phase": "rebuild", "pid": pid, "running": True,
-                "ready": "this index stays as it is until the new one replaces it"}
-    running = alive and state.get("pid") == pid
-    out = {"phase": state["phase"], "pid": state.get("pid"), "running": running,
-           "since": state.get("since"), "ready": PHASES.get(state["phase"], "")}
-    if not running:
-        out["fix"] = "the build stopped before its end: run `repoctx index build` to finish it"
-    return out
 
 
 def _vectors(config: Config, db) -> dict[str, Any] | None:

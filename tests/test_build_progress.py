@@ -12,7 +12,8 @@ from cli.main import cli
 from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from retrieval.status import build_progress, index_status
+from retrieval.freshness import build_progress
+from retrieval.status import index_status
 from retrieval.symbols import find_symbols
 from tests.conftest import make_repo
 
