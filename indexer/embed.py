@@ -28,6 +28,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -220,6 +221,9 @@ class _OpenVinoRuntime:
             1, int(self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         )
         self._queue: Any = None  # an AsyncInferQueue, made on the first multi-batch submission
+        # One submission at a time: the request and the queue (whose callback writes into the
+        # running submission's array) are shared by every caller of this runtime.
+        self._lock = threading.Lock()
         #: The runtime's settings, for benchmarks and ``index status``.
         self.streams = int(self._compiled.get_property("NUM_STREAMS"))
         self._tokenizer = tokenizer
@@ -229,6 +233,10 @@ class _OpenVinoRuntime:
         self.auto_batch = AUTO_BATCH_CPU
 
     def encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
+        with self._lock:
+            return self._encode(texts, batch_size)
+
+    def _encode(self, texts: Sequence[str], batch_size: int) -> np.ndarray:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not out.shape[0]:
             return out

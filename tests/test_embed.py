@@ -271,3 +271,38 @@ def test_batches_in_flight_give_the_vectors_of_one_batch_at_a_time(default_embed
     finally:
         rt._in_flight = before
     assert rt._queue is not None  # the batches really went through the async queue
+
+
+@pytest.mark.skipif(not have_openvino(), reason="the OpenVINO runtime is not installed")
+def test_one_runtime_used_from_two_threads_gives_each_its_own_vectors(default_embedder):
+    """Batches in flight share one queue whose callback writes into the running submission:
+    two threads embedding at once (a watcher and a search in one process) must each get
+    their own texts' vectors."""
+    import threading
+
+    e = default_embedder
+    rt = e._runtime
+    a = [f"def alpha_{i}(x):\n    return x + {i}\n" * (1 + i % 5) for i in range(48)]
+    b = [f"SELECT name FROM table_{i} WHERE id = {i};" for i in range(48)]
+    want = {"a": rt.encode(a, 4), "b": rt.encode(b, 4)}
+    got: dict[str, list[np.ndarray]] = {"a": [], "b": []}
+
+    def run(key: str, texts: list[str]) -> None:
+        for _ in range(6):
+            got[key].append(rt.encode(texts, 4))
+
+    before = rt._in_flight
+    rt._in_flight = max(2, before)
+    try:
+        threads = [threading.Thread(target=run, args=(k, t)) for k, t in (("a", a), ("b", b))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        rt._in_flight = before
+    for key in ("a", "b"):
+        assert len(got[key]) == 6
+        for vectors in got[key]:
+            cos = (embed.normalise(vectors) * embed.normalise(want[key])).sum(axis=1)
+            assert float(cos.min()) >= 0.99999, key
