@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 
-from . import graph_write, store
+from . import graph, graph_write, store
 from .blake2 import blake2b
 from .config import Config
 from .discovery import discover
@@ -169,7 +169,7 @@ def build(
             stats = _build_locked(db, config, full, progress, t0, chunks, engine)
             from .history import build_phase  # commit history: history.db, its own store
 
-            phase_set = store.get_meta(db, graph_write.BUILD_PHASE) is not None
+            phase_set = store.get_meta(db, graph.BUILD_PHASE) is not None
             if phase_set:
                 graph_write.set_build_phase(db.conn, "history")
             stats = build_phase(config, stats, progress)

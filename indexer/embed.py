@@ -224,7 +224,7 @@ class _OpenVinoRuntime:
         # One submission at a time: the request and the queue (whose callback writes into the
         # running submission's array) are shared by every caller of this runtime.
         self._lock = threading.Lock()
-        #: The runtime's settings, for benchmarks and ``index status``.
+        #: Streams the hint gave (benchmarks/embed_batching.py reports them).
         self.streams = int(self._compiled.get_property("NUM_STREAMS"))
         self._tokenizer = tokenizer
         self._inputs = inputs
@@ -274,7 +274,7 @@ class _OpenVinoRuntime:
     ) -> np.ndarray:
         """Keep ``self._in_flight`` batches running; each callback copies its rows into ``out``.
         A failed request raises from ``wait_all`` (or the next ``start_async``)."""
-        if self._queue is None:
+        if self._queue is None or len(self._queue) != self._in_flight:
             ov = _import_openvino()
             self._queue = ov.AsyncInferQueue(self._compiled, self._in_flight)
         queue = self._queue

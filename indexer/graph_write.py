@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from . import store
-from .graph import BUILD_PHASE, PHASES  # noqa: F401  (re-exported for the builder)
+from .graph import BUILD_PHASE
 from .languages import language_for_path
 from .lexical import CHUNK_TABLES, FILE_TABLES, fts_table, index_files
 from .models import Progress

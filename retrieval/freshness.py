@@ -47,8 +47,6 @@ def build_progress(index_dir, conn) -> dict[str, Any] | None:
     records in the graph and the pid in the write lock: ``phase``, ``pid``, ``running``,
     ``ready`` (what can be relied on meanwhile) and, when it stopped, ``fix``. None when no
     build is running and the last one finished."""
-    import os
-
     from indexer.lock import WriteLock
 
     pid = WriteLock(index_dir).holder()
