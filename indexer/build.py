@@ -12,6 +12,7 @@ graph_write.py, shared reads in graph.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -29,20 +30,17 @@ from .languages import kind_of, language_for_file
 from .lock import WriteLock
 from .models import BuildStats, Progress
 from .modules import module_name, package_dirs
-from .parse_worker import FileResult, learned_counts, parse_file
+from .parse_helper import parse_batch, parse_beside
+from .parse_worker import FileResult, learned_counts
 from .store import WriteDB
 
 #: Below this many changed files, parse in-process: a pool costs more than it saves.
 POOL_THRESHOLD = 48
+#: From this many, one helper process parses beside this one (`indexer.parse_helper`).
+HELPER_THRESHOLD = 16
 
 
 ProgressFn = Callable[[Progress], None]
-
-
-def _parse_batch(
-    root: str, model: str | None, items: list[tuple[str, str, str, str | None]], counter=None
-) -> list[FileResult]:
-    return [parse_file(root, *item, model=model, counter=counter) for item in items]
 
 
 def _parse_batch_in_worker(
@@ -50,7 +48,7 @@ def _parse_batch_in_worker(
 ) -> tuple[list[FileResult], tuple[int, list[tuple[str, int]]] | None]:
     """A pool worker's batch: its results, and the word counts its tokenizer learned meanwhile
     (kept beside the index so that later small builds need not load the tokenizer)."""
-    return _parse_batch(root, model, items), learned_counts(model) if model is not None else None
+    return parse_batch(root, model, items), learned_counts(model) if model is not None else None
 
 
 def _batches(items: list, size: int) -> Iterator[list]:
@@ -77,8 +75,11 @@ def _parse_all(
 
             counter = open_counter(config.index_path, model)
         try:
-            for batch in _batches(work, config.batch_size):
-                results = _parse_batch(root, model, batch, counter)
+            if jobs > 1 and len(work) >= HELPER_THRESHOLD:
+                batches = parse_beside(root, model, str(config.index_path), work, counter)
+            else:
+                batches = (parse_batch(root, model, b, counter) for b in _batches(work, config.batch_size))
+            for results in batches:
                 done += len(results)
                 if progress:
                     progress(Progress("parse", done, len(work)))
@@ -355,18 +356,23 @@ def _build_locked(
     else:
         batches = _parse_all(config, work, progress, model)
     write_s = 0.0
-    for results in batches:
-        tw = time.perf_counter()
-        with conn:
-            graph_write.write_results(db, results, existing, gen, bulk or full)
-        write_s += time.perf_counter() - tw
-        for r in results:
-            if r.status == "unchanged":
-                touched += 1
-            elif r.status in ("ok", "syntax_error"):  # skipped and failed files are counted
-                parsed += 1  # by reason in `skipped`, not as parsed
-            if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
-                failed[r.path] = r.error
+    # A few dozen files are written in one transaction: committing each small batch of the
+    # parse helper's would rewrite the same index pages many times.
+    whole = conn if len(work) < POOL_THRESHOLD else contextlib.nullcontext()
+    each = contextlib.nullcontext() if len(work) < POOL_THRESHOLD else conn
+    with whole:
+        for results in batches:
+            tw = time.perf_counter()
+            with each:
+                graph_write.write_results(db, results, existing, gen, bulk or full)
+            write_s += time.perf_counter() - tw
+            for r in results:
+                if r.status == "unchanged":
+                    touched += 1
+                elif r.status in ("ok", "syntax_error"):  # skipped and failed files are counted
+                    parsed += 1  # by reason in `skipped`, not as parsed
+                if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
+                    failed[r.path] = r.error
     if chunks and store.get_meta(db, "files_fts_pending") == "1":  # an index from before m004
         with conn:
             graph_write.index_all_files(conn)

@@ -103,13 +103,26 @@ class CachedCounter:
 
     def save(self) -> None:
         """Store the words counted by the tokenizer in this build (one transaction)."""
-        if self._tokenizer is not None:
+        if self._tokenizer is not None or self._new:
             self._write()
+
+    def take_learned(self) -> tuple[int, dict[str, int]] | None:
+        """(tokens of an empty text, the words the tokenizer counted since the last call) when
+        it counts by words, for another process's counter to `merge`; None otherwise."""
+        if self._tokenizer is None or not self._bert or not self._new:
+            return None
+        new, self._new = self._new, {}
+        return self._overhead, new
+
+    def merge(self, overhead: int, words: dict[str, int]) -> None:
+        """Take what another process's counter learned (`take_learned`); `save` stores it."""
+        self._overhead, self._bert = overhead, True
+        self._counts.update(words)
+        self._new.update(words)
 
     def keep(self, overhead: int, words: dict[str, int]) -> None:
         """Store what another process's BERT-style tokenizer counted (a pool worker's)."""
-        self._overhead, self._bert = overhead, True
-        self._new.update(words)
+        self.merge(overhead, words)
         self._write()
 
     def _write(self) -> None:
