@@ -302,7 +302,7 @@ def _build_locked(
         with conn:
             store.drop_counters(db)  # recounted at the end, not incremented row by row
     marks = {"start": time.perf_counter()}
-    disc = discover(config)
+    disc = discover(config, skip_unparsable=True)
     skipped = Counter(disc.skipped)
     candidates = []
     root = os.path.join(str(config.root), "")

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import NamedTuple
@@ -43,6 +43,11 @@ LOCK_SUFFIXES = (".lock", ".lockfile")
 #: per directory: nothing below it is listed).
 VENDORED_DIRS = frozenset({"vendor", "node_modules", "third_party", "third-party", "bower_components"})
 _VENDORED = re.compile(r"(?:^|/)(?:" + "|".join(re.escape(d) for d in sorted(VENDORED_DIRS)) + r")/")
+#: Directories tools write caches to (bytecode, type checkers, test runners), never source
+#: (reason ``cache``, counted once per directory: a plain tree of installed packages has one
+#: ``__pycache__`` per package, a third of its files).
+CACHE_DIRS = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+_CACHE = re.compile(r"(?:^|/)(?:" + "|".join(re.escape(d) for d in sorted(CACHE_DIRS)) + r")/")
 #: Data formats: above this size a JSON/YAML file is data (fixtures, dumps, API captures), not
 #: configuration (reason ``large_data``). Other files go up to ``Config.max_file_bytes``.
 DATA_SUFFIXES = (".json", ".yaml", ".yml")
@@ -108,10 +113,13 @@ def name_skip(name: str) -> str | None:
     return None
 
 
-def vendored_dir(path: str) -> str | None:
-    """The vendored directory (``vendor``, ``node_modules``...) ``path`` lies in, or None."""
-    m = _VENDORED.search(path)
-    return path[: m.end() - 1] if m else None
+def _skipped_dir(path: str) -> tuple[str, str] | None:
+    """(reason, directory) when ``path`` lies in a vendored or cache directory."""
+    for reason, pattern in (("vendored", _VENDORED), ("cache", _CACHE)):
+        m = pattern.search(path)
+        if m:
+            return reason, path[: m.end() - 1]
+    return None
 
 #: Skip reason of a name that is not valid UTF-8 (see ``decodable``).
 UNDECODABLE_NAME = "undecodable_name"
@@ -342,10 +350,14 @@ def _add_layers(groups: _Groups, gitignore: _Layer | None, repoctx: _Layer | Non
 # --------------------------------------------------------------------------- the walk
 
 
+def _never(name: str) -> bool:
+    return False
+
+
 class _Scan:
     """State shared by both discovery modes."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, skip_unparsable: bool = False) -> None:
         self.root = os.path.abspath(config.root)
         self.root_real = os.path.realpath(self.root)
         self.max_bytes = config.max_file_bytes
@@ -360,6 +372,13 @@ class _Scan:
         self.files: list[DiscoveredFile] = []
         self.skipped: dict[str, list[str]] = {}
         self.vendored: set[str] = set()
+        #: The test for a file name no language or text format takes (``x.pyc``, ``logo.png``)
+        #: when such files are skipped as ``no_grammar`` without a stat.
+        self.unparsable: Callable[[str], bool] = _never
+        if skip_unparsable:
+            from .languages import unparsable_name  # loads tree-sitter: only when asked
+
+            self.unparsable = unparsable_name
 
     def skip(self, reason: str, rel: str) -> None:
         self.skipped.setdefault(reason, []).append(rel)
@@ -458,6 +477,7 @@ def _scan_dirs(
     sep = os.sep
     max_bytes = scan.max_bytes
     files = scan.files
+    unparsable = scan.unparsable
     while pending:
         rel_dir, abs_dir, real_dir, groups = pending.pop()
         visited.add(real_dir)
@@ -493,6 +513,9 @@ def _scan_dirs(
                     if name in VENDORED_DIRS:
                         scan.skip("vendored", rel)
                         continue
+                    if name in CACHE_DIRS:
+                        scan.skip("cache", rel)
+                        continue
                     pending.append((rel, entry.path, real_dir + sep + name, groups))
                     continue
                 if entry.is_file(follow_symlinks=False):
@@ -500,7 +523,7 @@ def _scan_dirs(
                         continue
                     if not rel.isascii() and scan.undecodable(rel):
                         continue
-                    reason = name_skip(name)
+                    reason = name_skip(name) or ("no_grammar" if unparsable(name) else None)
                     if reason:
                         scan.skip(reason, rel)
                         continue
@@ -542,8 +565,8 @@ def _walk_symlink(
         return
     if scan.undecodable(rel):
         return
-    if is_dir and name in VENDORED_DIRS:
-        scan.skip("vendored", rel)
+    if is_dir and (name in VENDORED_DIRS or name in CACHE_DIRS):
+        scan.skip("vendored" if name in VENDORED_DIRS else "cache", rel)
         return
     reason = None if is_dir else name_skip(name)
     if reason:
@@ -609,6 +632,7 @@ def _git_ls_files(root: str) -> list[str] | None:
 
 
 def _from_git(scan: _Scan, paths: list[str]) -> None:
+    unparsable = scan.unparsable
     root_groups = scan.root_groups(with_gitignore=False)
     nested = {p[: -len(REPOCTXIGNORE) - 1] for p in paths if p.endswith("/" + REPOCTXIGNORE)}
     check = any(root_groups) or bool(nested)
@@ -644,13 +668,13 @@ def _from_git(scan: _Scan, paths: list[str]) -> None:
                 continue
         if scan.undecodable(path):
             continue
-        vendored = vendored_dir(path) if "/" in path else None
-        if vendored is not None:
-            if vendored not in scan.vendored:  # counted once per directory, as the walk does
-                scan.vendored.add(vendored)
-                scan.skip("vendored", vendored)
+        skipped_dir = _skipped_dir(path) if "/" in path else None
+        if skipped_dir is not None:
+            if skipped_dir[1] not in scan.vendored:  # counted once per directory, as the walk does
+                scan.vendored.add(skipped_dir[1])
+                scan.skip(*skipped_dir)
             continue
-        reason = name_skip(name)
+        reason = name_skip(name) or ("no_grammar" if unparsable(name) else None)
         if reason:
             scan.skip(reason, path)
             continue
@@ -682,9 +706,11 @@ def _from_git(scan: _Scan, paths: list[str]) -> None:
 # --------------------------------------------------------------------------- public API
 
 
-def discover(config: Config) -> Discovery:
-    """List the files to index under ``config.root``. Stats files; never reads their content."""
-    scan = _Scan(config)
+def discover(config: Config, skip_unparsable: bool = False) -> Discovery:
+    """List the files to index under ``config.root``. Stats files; never reads their content.
+    With ``skip_unparsable`` (what builds want), a file whose name says no language takes it
+    is counted as ``no_grammar`` without a stat instead of listed."""
+    scan = _Scan(config, skip_unparsable)
     paths = _git_ls_files(scan.root)
     if paths is not None:
         _from_git(scan, paths)
@@ -715,7 +741,7 @@ def is_ignored_path(config: Config, rel_path: str) -> bool:
     name = rel.rpartition("/")[2]
     if not is_dir and name_skip(name):
         return True
-    if vendored_dir(rel + "/" if is_dir else rel) is not None:
+    if _skipped_dir(rel + "/" if is_dir else rel) is not None:
         return True
     git_ignored = _git_ignored(scan.root, [".", rel])
     use_git = git_ignored is not None and "." not in git_ignored

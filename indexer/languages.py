@@ -142,6 +142,17 @@ def language_for_path(path: str) -> str | None:
     return lang
 
 
+def unparsable_name(name: str) -> bool:
+    """Whether a file name has a suffix that no language or text format takes: known from the
+    name alone, so discovery skips it without a stat. A name without a suffix may be a script
+    whose ``#!`` line decides (`language_for_file`), so it is never unparsable here."""
+    dot = name.rfind(".")
+    if dot <= 0 or not name[:dot].strip("."):
+        return False  # no suffix to go by
+    return (name[dot:].lower() not in _BY_EXT and name not in _BY_NAME
+            and not name.startswith(("Dockerfile.", "Containerfile.")))
+
+
 #: Programs of a ``#!`` line -> language, for scripts without an extension (``bin/deploy``).
 #: Version suffixes are dropped first (python3.11, lua5.4).
 INTERPRETERS = {

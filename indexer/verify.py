@@ -200,7 +200,7 @@ def _audit(config: Config) -> tuple[VerifyReport, _Findings]:
 
 
 def _check_files(config: Config, conn, found: _Findings, checked: dict) -> None:
-    disc = discover(config)
+    disc = discover(config, skip_unparsable=True)
     root = os.path.join(str(config.root), "")
     candidates = [(f, lang) for f in disc.files if (lang := language_for_file(f.path, root + f.path))]
     packages = package_dirs(f.path for f, _ in candidates)

@@ -20,7 +20,7 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
     changed = added = 0
     seen = set()
     root = os.path.join(str(config.root), "")
-    for f in discover(config).files:
+    for f in discover(config, skip_unparsable=True).files:
         if language_for_file(f.path, root + f.path) is None:
             continue
         seen.add(f.path)

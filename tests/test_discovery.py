@@ -573,3 +573,45 @@ def test_is_ignored_path_agrees_with_git(tmp_path: Path) -> None:
     config = Config(root=repo, index_dir=repo / "custom/idx")
 
     _assert_agrees(repo, config, candidates)
+
+
+# --------------------------------------------------------------------------- caches, names
+
+
+@pytest.mark.parametrize("use_git", [False, pytest.param(True, marks=needs_git)])
+def test_cache_directories_are_counted_once_and_not_listed(tmp_path: Path, use_git: bool) -> None:
+    root = git_repo(tmp_path / "r") if use_git else tmp_path / "r"
+    write(root, "pkg/m.py", "x = 1\n")
+    write(root, "pkg/__pycache__/m.cpython-311.pyc", "\x00bytecode")
+    write(root, "pkg/__pycache__/n.cpython-311.pyc", "\x00bytecode")
+    write(root, ".mypy_cache/3.11/pkg/m.data.json", "{}\n")
+    write(root, "docs/__pycache__.md", "a file, not a directory\n")
+    if use_git:  # caches committed by mistake are skipped the same way
+        git(root, "add", "-A")
+    d = run(root)
+    assert paths(d) == ["docs/__pycache__.md", "pkg/m.py"]
+    assert d.skipped == {"cache": 2}
+    assert d.skipped_paths == {"cache": (".mypy_cache", "pkg/__pycache__")}
+    cfg = Config(root=root)
+    assert is_ignored_path(cfg, "pkg/__pycache__/m.cpython-311.pyc")
+    assert is_ignored_path(cfg, ".mypy_cache")
+    assert not is_ignored_path(cfg, "docs/__pycache__.md")
+
+
+@pytest.mark.parametrize("use_git", [False, pytest.param(True, marks=needs_git)])
+def test_names_no_language_takes_are_counted_without_being_listed(tmp_path: Path, use_git: bool) -> None:
+    root = git_repo(tmp_path / "r") if use_git else tmp_path / "r"
+    write(root, "app.py", "x = 1\n")
+    write(root, "logo.png", "not really a png\n")
+    write(root, "notes.unknownext", "text\n")
+    write(root, "bin/deploy", "#!/bin/sh\necho hi\n")  # no suffix: its #! line decides later
+    write(root, "Dockerfile.prod", "FROM scratch\n")
+    if use_git:
+        git(root, "add", "-A")
+    everything = discover(Config(root=root))
+    assert paths(everything) == ["Dockerfile.prod", "app.py", "bin/deploy", "logo.png", "notes.unknownext"]
+    assert everything.skipped == {}
+    d = discover(Config(root=root), skip_unparsable=True)
+    assert paths(d) == ["Dockerfile.prod", "app.py", "bin/deploy"]
+    assert d.skipped == {"no_grammar": 2}
+    assert d.skipped_paths == {"no_grammar": ("logo.png", "notes.unknownext")}
