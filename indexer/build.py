@@ -1,8 +1,9 @@
 """Incremental build of the SQLite graph.
 
 A no-op build only stats files. Changed files are re-parsed (in a process pool when there
-are many), written one transaction per batch, and only references whose target names were
-added or removed are re-resolved. Names awaiting re-resolution are stored in the same
+are many, with one helper process beside this one when there are a few dozen), written one
+transaction per batch (all in one below the pool's threshold), and only references whose
+target names were added or removed are re-resolved. Names awaiting re-resolution are stored in the same
 transaction as the change, so a build killed at any moment is finished by the next one.
 
 Size: the serial driver of a build (write, delete, resolve, finalize) keeps one transaction
