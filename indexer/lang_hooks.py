@@ -64,6 +64,12 @@ class LanguageHooks:
     #: pieces (C#'s `class A : B\n#if NET\n, C\n#endif`): a file that parses with errors is
     #: parsed again as its first branches alone (`parser.first_branches`)
     conditional_compilation: bool = False
+    #: how the language writes a package path in names (Perl's `A::B::f`, `A::B->new`): a
+    #: reference written so is a reference to `f` on the receiver `A.B`, a module's name
+    path_sep: str = ""
+    #: receivers that name the package of the file they are written in, whose methods are
+    #: its top-level functions (Perl's `$self->m`, `$class->new`, `__PACKAGE__->m`)
+    module_receivers: frozenset[str] = frozenset()
 
     def module_name(self, path: str, packages: frozenset[str]) -> str:
         """Dotted module name of a file: its path without the suffix."""
@@ -251,6 +257,52 @@ class RubyHooks(LanguageHooks):
 
 
 RUBY = RubyHooks()
+
+
+# ---- perl ----
+
+#: Perl comments (and POD's `=pod`/`=head`/`=cut` lines, which never start a doc comment).
+PERL_DOC_STRIP = re.compile(r"^\s*#+\s?", re.M)
+
+
+class PerlHooks(LanguageHooks):
+    #: `use A::B;` exports its default names (`@EXPORT`) into the package
+    bare_imports_bind_all: bool = True
+    doc_strip: re.Pattern[str] = PERL_DOC_STRIP
+    path_sep: str = "::"
+    module_receivers: frozenset[str] = frozenset({"$self", "$class", "__PACKAGE__", "shift"})
+    builtins: frozenset[str] = frozenset({
+        "abs", "bless", "binmode", "caller", "chdir", "chmod", "chomp", "chop", "chr", "close",
+        "closedir", "croak", "confess", "carp", "cluck", "defined", "delete", "die", "do", "each",
+        "eof", "eval", "exec", "exists", "exit", "exp", "fileno", "flock", "fork", "getc", "glob",
+        "grep", "hex", "index", "int", "join", "keys", "kill", "last", "lc", "lcfirst", "length",
+        "local", "localtime", "lock", "log", "lstat", "map", "mkdir", "my", "next", "oct", "open",
+        "opendir", "ord", "our", "pack", "pop", "pos", "print", "printf", "push", "quotemeta",
+        "rand", "read", "readdir", "readline", "redo", "ref", "rename", "require", "return",
+        "reverse", "rindex", "rmdir", "say", "scalar", "seek", "select", "shift", "sleep",
+        "sort", "splice", "split", "sprintf", "sqrt", "srand", "stat", "substr", "system",
+        "time", "uc", "ucfirst", "umask", "undef", "unlink", "unpack", "unshift", "untie",
+        "utime", "values", "wait", "waitpid", "wantarray", "warn", "write", "tie", "tied",
+        "SUPER", "__PACKAGE__", "new",
+    })
+
+    def module_name(self, path: str, packages: frozenset[str]) -> str:
+        """What `use` names the file by: `lib/Shop/Cart.pm` is `Shop::Cart` (`lib/` is on
+        every distribution's include path), written `Shop.Cart`; a script keeps its path."""
+        parts = list(PurePosixPath(path).with_suffix("").parts)
+        if len(parts) > 1 and parts[0] == "lib":
+            parts = parts[1:]
+        return ".".join(parts)
+
+    def import_module(self, text: str, path: str) -> str:
+        return text.replace("::", ".")
+
+    def import_alias(self, text: str, module: str) -> str:
+        """`use A::B;` binds the package path itself: `A::B::f()` and `A::B->new` name it."""
+        return module
+
+
+PERL = PerlHooks()
 
 
 # ---- bash ----

@@ -26,6 +26,7 @@ from .lang_hooks import (
     KOTLIN,
     LUA,
     OCAML,
+    PERL,
     PHP,
     PYTHON,
     RUBY,
@@ -87,6 +88,7 @@ _SPECS = (
                  "ocaml_interface.scm", OCAML),
     LanguageSpec("zig", "tree_sitter_zig", "language", (".zig",), "zig.scm", ZIG),
     LanguageSpec("julia", "tree_sitter_julia", "language", (".jl",), "julia.scm", JULIA),
+    LanguageSpec("perl", "tree_sitter_perl", "language", (".pl", ".pm", ".t"), "perl.scm", PERL),
     # Terraform and the other HashiCorp configuration files: infrastructure, searched as config
     LanguageSpec("hcl", "tree_sitter_hcl", "language", (".tf", ".tfvars", ".hcl"), "hcl.scm",
                  HCL, kind="config"),
@@ -160,7 +162,7 @@ INTERPRETERS = {
     "python": "python", "pypy": "python", "ruby": "ruby", "node": "javascript",
     "nodejs": "javascript", "php": "php", "lua": "lua", "luajit": "lua", "elixir": "elixir",
     "runhaskell": "haskell", "runghc": "haskell", "julia": "julia", "ocaml": "ocaml", "scala": "scala",
-    "dart": "dart", "make": "make",
+    "dart": "dart", "make": "make", "perl": "perl",
 }
 #: Bytes of a script read for its ``#!`` line.
 SHEBANG_BYTES = 256
@@ -246,7 +248,21 @@ def languages_of_kind(kinds) -> tuple[str, ...]:
 def ts_language(name: str) -> ts.Language:
     spec = LANGUAGES[name]
     mod = importlib.import_module(spec.module)
-    return ts.Language(getattr(mod, spec.function)())
+    ptr = getattr(mod, spec.function)()
+    if isinstance(ptr, int):  # an older binding (tree-sitter-perl 2.0) returns the address
+        ptr = _capsule(ptr)
+    return ts.Language(ptr)
+
+
+def _capsule(address: int) -> object:
+    """The ``tree_sitter.Language`` capsule that current bindings return, around the language
+    pointer an older binding gives as an int (which tree-sitter takes only with a warning)."""
+    import ctypes
+
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(address, b"tree_sitter.Language", None)
 
 
 #: `; @include other.scm` on a line of its own: that query's text in its place, so languages

@@ -101,8 +101,15 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         if kind in ("type", "call") and start in def_name_bytes:
             continue  # a definition's own name (Julia's `function f(x)` signature is a call)
         receiver = ""
+        name = _qualified(source, name_node, qualifiers)
+        sep = lang.path_sep
+        if sep and sep in name and kind != "inherit":  # Perl's A::B::f(): `f` on the module A.B
+            head, _, name = name.rpartition(sep)
+            receiver = head.replace(sep, ".")
         if recv is not None:
             text = _text(source, recv)
+            if sep:
+                text = text.replace(sep, ".")
             if len(text) < 120 and _DOTTED.match(text):
                 receiver = text
             elif text.startswith("super("):
@@ -111,7 +118,7 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
                 receiver = "?"
         references.append(
             Reference(
-                name=_qualified(source, name_node, qualifiers),
+                name=name,
                 kind=kind,
                 line=name_node.start_point[0] + 1,
                 col=name_node.start_point[1],

@@ -271,6 +271,12 @@ class Resolver:
             return self._resolve_link(info, receiver)
         if not receiver:
             return self._bare(file_id, name, kind, enclosing_id, lang)
+        if receiver in hooks(lang).module_receivers and info is not None:
+            # Perl's `$self->m` / `__PACKAGE__->m`: m among the subs of this file's package
+            hit = self._lookup_in_module(info.module, name, 0)
+            if hit is not None:
+                return Resolution(hit, "self", 0.9)
+            return self._attribute_guess(name, kind)
         if receiver in SELF_NAMES or receiver == "super":
             cls = self._enclosing_class(enclosing_id)
             if cls is not None:

@@ -38,6 +38,7 @@ FILES = {
     "hcl": "hcl/main.tf",
     "zig": "zig/inventory.zig",
     "julia": "julia/Shop.jl",
+    "perl": "perl/Cart.pm",
 }
 
 

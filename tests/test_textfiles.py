@@ -307,7 +307,8 @@ def test_scripts_without_a_suffix_by_their_shebang_line() -> None:
         b"#!/bin/sh\nset -e\n": "bash", b"#!/usr/bin/env bash": "bash",
         b"#!/usr/bin/env -S python3 -u\n": "python", b"#!/usr/local/bin/python3.12": "python",
         b"#! /usr/bin/env NODE_ENV=prod node": "javascript", b"#!/usr/bin/env lua5.4": "lua",
-        b"#!/usr/bin/perl -w": None, b"#!/usr/bin/env -i": None, b"#!": None,
+        b"#!/usr/bin/perl -w": "perl", b"#!/usr/bin/awk -f": None, b"#!/usr/bin/env -i": None,
+        b"#!": None,
         b"echo hi\n#!/bin/sh": None, b"": None,
     }
     assert {h: interpreter_language(h) for h in heads} == heads
@@ -522,7 +523,7 @@ def test_scripts_are_indexed_by_their_shebang_and_follow_edits(tmp_path: Path) -
     root = make_repo(tmp_path / "scripts", {
         "bin/deploy": "#!/usr/bin/env bash\nrollout_release() {\n  echo deploying\n}\n",
         "tools/lint": "#!/usr/bin/env -S python3 -u\ndef lint_everything():\n    return 0\n",
-        "bin/report": "#!/usr/bin/perl\nprint 1;\n",
+        "bin/report": "#!/usr/bin/awk -f\n{ print $1 }\n",
         "data/NOTES": "no shebang here\n",
         ".gitignore": "*.log\n",
         "app.py": "def main():\n    return 1\n",
