@@ -615,3 +615,18 @@ def test_names_no_language_takes_are_counted_without_being_listed(tmp_path: Path
     assert paths(d) == ["Dockerfile.prod", "app.py", "bin/deploy"]
     assert d.skipped == {"no_grammar": 2}
     assert d.skipped_paths == {"no_grammar": ("logo.png", "notes.unknownext")}
+
+
+def test_unparsable_names_are_exactly_those_no_language_takes_by_name() -> None:
+    """Discovery's stat-free test must agree with the build's own decision by name."""
+    from indexer.languages import FORMATS, extensionless, language_for_path, unparsable_name
+
+    names = {"Dockerfile.dev", "Containerfile.x", ".gitignore", ".x", "..", "a.", "Makefile",
+             "Makefile.am", "x.PY", "README", ".bashrc", "a.b.c.py", "...py", "logo.png",
+             "m.cpython-311.pyc", "notes.unknownext", "bin"}
+    names |= {f"f{ext}" for spec in FORMATS.values() for ext in spec.extensions}
+    names |= {f"f{ext.upper()}" for spec in FORMATS.values() for ext in spec.extensions}
+    names |= {name for spec in FORMATS.values() for name in spec.filenames}
+    for name in sorted(names):
+        expected = language_for_path(name) is None and not extensionless(name)
+        assert unparsable_name(name) is expected, name
