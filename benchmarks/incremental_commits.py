@@ -43,9 +43,9 @@ from benchmarks.loc_repos import DEFAULT_CACHE, _git, materialize
 DEFAULTS = {"sympy/sympy": ("253955e719", "9aa740f1b33ad095bb913870f0b41fc4cff1f8fd")}
 
 
-def _build(tree: Path, index_dir: Path, src: Path | None, full: bool = False) -> dict:
+def _build(tree: Path, index_dir: Path, src: Path | None) -> dict:
     use_source(src)
-    res = run_cmd(build_argv(tree, index_dir, full=full), env=with_source(dict(os.environ)))
+    res = run_cmd(build_argv(tree, index_dir, full=False), env=with_source(dict(os.environ)))
     if res.returncode != 0:
         raise SystemExit(f"index build failed ({res.returncode}): {res.stderr[-2000:]}")
     stats = json.loads(res.stdout)

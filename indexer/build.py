@@ -359,9 +359,9 @@ def _build_locked(
     write_s = 0.0
     # A few dozen files are written in one transaction: committing each small batch of the
     # parse helper's would rewrite the same index pages many times.
-    whole = conn if len(work) < POOL_THRESHOLD else contextlib.nullcontext()
-    each = contextlib.nullcontext() if len(work) < POOL_THRESHOLD else conn
-    with whole:
+    one = len(work) < POOL_THRESHOLD
+    each = contextlib.nullcontext() if one else conn
+    with conn if one else contextlib.nullcontext():
         for results in batches:
             tw = time.perf_counter()
             with each:

@@ -42,12 +42,13 @@ LOCK_SUFFIXES = (".lock", ".lockfile")
 #: Directories of third-party code checked into the tree (reason ``vendored``, counted once
 #: per directory: nothing below it is listed).
 VENDORED_DIRS = frozenset({"vendor", "node_modules", "third_party", "third-party", "bower_components"})
-_VENDORED = re.compile(r"(?:^|/)(?:" + "|".join(re.escape(d) for d in sorted(VENDORED_DIRS)) + r")/")
 #: Directories tools write caches to (bytecode, type checkers, test runners), never source
 #: (reason ``cache``, counted once per directory: a plain tree of installed packages has one
 #: ``__pycache__`` per package, a third of its files).
 CACHE_DIRS = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
-_CACHE = re.compile(r"(?:^|/)(?:" + "|".join(re.escape(d) for d in sorted(CACHE_DIRS)) + r")/")
+#: Directory name -> the reason nothing below it is listed.
+SKIPPED_DIRS = {**dict.fromkeys(VENDORED_DIRS, "vendored"), **dict.fromkeys(CACHE_DIRS, "cache")}
+_SKIPPED_DIR = re.compile(r"(?:^|/)(" + "|".join(re.escape(d) for d in sorted(SKIPPED_DIRS)) + r")/")
 #: Data formats: above this size a JSON/YAML file is data (fixtures, dumps, API captures), not
 #: configuration (reason ``large_data``). Other files go up to ``Config.max_file_bytes``.
 DATA_SUFFIXES = (".json", ".yaml", ".yml")
@@ -114,12 +115,9 @@ def name_skip(name: str) -> str | None:
 
 
 def _skipped_dir(path: str) -> tuple[str, str] | None:
-    """(reason, directory) when ``path`` lies in a vendored or cache directory."""
-    for reason, pattern in (("vendored", _VENDORED), ("cache", _CACHE)):
-        m = pattern.search(path)
-        if m:
-            return reason, path[: m.end() - 1]
-    return None
+    """(reason, directory) of the outermost vendored or cache directory ``path`` lies in."""
+    m = _SKIPPED_DIR.search(path)
+    return (SKIPPED_DIRS[m.group(1)], path[: m.end() - 1]) if m else None
 
 #: Skip reason of a name that is not valid UTF-8 (see ``decodable``).
 UNDECODABLE_NAME = "undecodable_name"
@@ -371,7 +369,8 @@ class _Scan:
         self.exclude: tuple[_Layer, ...] = (_Layer("", exclude),) if exclude else ()
         self.files: list[DiscoveredFile] = []
         self.skipped: dict[str, list[str]] = {}
-        self.vendored: set[str] = set()
+        #: Vendored and cache directories already counted (git mode lists their files).
+        self.skipped_dirs: set[str] = set()
         #: The test for a file name no language or text format takes (``x.pyc``, ``logo.png``)
         #: when such files are skipped as ``no_grammar`` without a stat.
         self.unparsable: Callable[[str], bool] = _never
@@ -510,11 +509,9 @@ def _scan_dirs(
                         continue
                     if scan.undecodable(rel):  # counted once; nothing below it is readable
                         continue
-                    if name in VENDORED_DIRS:
-                        scan.skip("vendored", rel)
-                        continue
-                    if name in CACHE_DIRS:
-                        scan.skip("cache", rel)
+                    reason = SKIPPED_DIRS.get(name)
+                    if reason:
+                        scan.skip(reason, rel)
                         continue
                     pending.append((rel, entry.path, real_dir + sep + name, groups))
                     continue
@@ -565,8 +562,8 @@ def _walk_symlink(
         return
     if scan.undecodable(rel):
         return
-    if is_dir and (name in VENDORED_DIRS or name in CACHE_DIRS):
-        scan.skip("vendored" if name in VENDORED_DIRS else "cache", rel)
+    if is_dir and name in SKIPPED_DIRS:
+        scan.skip(SKIPPED_DIRS[name], rel)
         return
     reason = None if is_dir else name_skip(name)
     if reason:
@@ -670,8 +667,8 @@ def _from_git(scan: _Scan, paths: list[str]) -> None:
             continue
         skipped_dir = _skipped_dir(path) if "/" in path else None
         if skipped_dir is not None:
-            if skipped_dir[1] not in scan.vendored:  # counted once per directory, as the walk does
-                scan.vendored.add(skipped_dir[1])
+            if skipped_dir[1] not in scan.skipped_dirs:  # counted once per directory, as the walk does
+                scan.skipped_dirs.add(skipped_dir[1])
                 scan.skip(*skipped_dir)
             continue
         reason = name_skip(name) or ("no_grammar" if unparsable(name) else None)

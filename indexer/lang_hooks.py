@@ -207,6 +207,16 @@ DART = DartHooks()
 
 
 # ---- ruby ----
+
+
+def _below_lib(path: str) -> str:
+    """A file's dotted path without its suffix, and without a leading `lib/` (on the load path
+    of every Ruby gem and the include path of every Perl distribution)."""
+    parts = list(PurePosixPath(path).with_suffix("").parts)
+    if len(parts) > 1 and parts[0] == "lib":
+        parts = parts[1:]
+    return ".".join(parts)
+
 _RUBY_REQUIRE = re.compile(r"^(require_relative|require|load)\b\s*\(?\s*[\"']?([^\"']*)")
 
 
@@ -232,10 +242,7 @@ class RubyHooks(LanguageHooks):
     def module_name(self, path: str, packages: frozenset[str]) -> str:
         """What `require` names the file by: `lib/shop/item.rb` is `shop.item` (`lib/` is on
         the load path of every gem), anything else its path without the suffix."""
-        parts = list(PurePosixPath(path).with_suffix("").parts)
-        if len(parts) > 1 and parts[0] == "lib":
-            parts = parts[1:]
-        return ".".join(parts)
+        return _below_lib(path)
 
     def import_module(self, text: str, path: str) -> str:
         """The whole `require "x"` / `require_relative "x"` / `load "x.rb"` call is captured:
@@ -261,14 +268,14 @@ RUBY = RubyHooks()
 
 # ---- perl ----
 
-#: Perl comments (and POD's `=pod`/`=head`/`=cut` lines, which never start a doc comment).
-PERL_DOC_STRIP = re.compile(r"^\s*#+\s?", re.M)
+#: Shell and Perl comments; a `#!` line is no documentation.
+HASH_DOC_STRIP = re.compile(r"^\s*(?:#!.*|#+)\s?", re.M)
 
 
 class PerlHooks(LanguageHooks):
     #: `use A::B;` exports its default names (`@EXPORT`) into the package
     bare_imports_bind_all: bool = True
-    doc_strip: re.Pattern[str] = PERL_DOC_STRIP
+    doc_strip: re.Pattern[str] = HASH_DOC_STRIP
     path_sep: str = "::"
     module_receivers: frozenset[str] = frozenset({"$self", "$class", "__PACKAGE__", "shift"})
     builtins: frozenset[str] = frozenset({
@@ -289,10 +296,7 @@ class PerlHooks(LanguageHooks):
     def module_name(self, path: str, packages: frozenset[str]) -> str:
         """What `use` names the file by: `lib/Shop/Cart.pm` is `Shop::Cart` (`lib/` is on
         every distribution's include path), written `Shop.Cart`; a script keeps its path."""
-        parts = list(PurePosixPath(path).with_suffix("").parts)
-        if len(parts) > 1 and parts[0] == "lib":
-            parts = parts[1:]
-        return ".".join(parts)
+        return _below_lib(path)
 
     def import_module(self, text: str, path: str) -> str:
         return text.replace("::", ".")
@@ -307,8 +311,6 @@ PERL = PerlHooks()
 
 # ---- bash ----
 
-#: Shell comments; a `#!` line is no documentation.
-BASH_DOC_STRIP = re.compile(r"^\s*(?:#!.*|#+)\s?", re.M)
 #: `$DIR/x.sh`, `${DIR}/x.sh`, `${BASH_SOURCE%/*}/x.sh`, `$(dirname "$0")/x.sh`: the directory
 #: of the sourcing script, as scripts find their siblings.
 _SCRIPT_DIR_PREFIX = re.compile(r"^(?:\$\w+|\$\{[^}]*\}|\$\(.*\))/+")
@@ -316,7 +318,7 @@ _SCRIPT_DIR_PREFIX = re.compile(r"^(?:\$\w+|\$\{[^}]*\}|\$\(.*\))/+")
 
 class BashHooks(LanguageHooks):
     bare_imports_bind_all: bool = True
-    doc_strip: re.Pattern[str] = BASH_DOC_STRIP
+    doc_strip: re.Pattern[str] = HASH_DOC_STRIP
     builtins: frozenset[str] = frozenset({
         # bash builtins and keywords-as-commands
         ".", ":", "[", "alias", "bg", "bind", "break", "builtin", "caller", "cd", "command",
