@@ -80,6 +80,17 @@ class FakeProvider:
     def reply(self, *replies: Reply) -> None:
         self.replies.extend(replies)
 
+    def seen(self, count: int, within: float = 10.0) -> int:
+        """How many requests arrived, waiting up to ``within`` seconds for ``count`` of them.
+
+        A client that timed out has sent its request, but on a busy machine the server's
+        handler thread may not have read it yet when the client gives up.
+        """
+        deadline = time.monotonic() + within
+        while len(self.requests) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(self.requests)
+
 
 def _handler(fake: FakeProvider) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -519,7 +530,7 @@ def test_openai_timeout_is_retried_then_raised(server: FakeProvider, sleeps: lis
     client = openai_client(server, sleeps, timeout=0.3, retry=RetryPolicy(max_retries=1))
     with pytest.raises(ModelTimeoutError, match="0.3s"):
         client.complete([Message.user("Hi")])
-    assert len(server.requests) == 2 and len(sleeps) == 1
+    assert server.seen(2) == 2 and len(sleeps) == 1
 
 
 def test_unreachable_server_is_a_connection_error(sleeps: list[float]) -> None:
@@ -718,7 +729,7 @@ def test_create_model_takes_timeouts_and_retries_and_says_which_flag_is_wrong(
     server.reply(Reply(delay=5, body=chat_reply()))
     with pytest.raises(ModelTimeoutError, match="sent nothing for 0.3s"):
         client.complete([Message.user("Hi")])
-    assert len(server.requests) == 1  # max_retries=0
+    assert server.seen(1) == 1  # max_retries=0
     for kw, flag in [
         ({"timeout": 0}, "--model-timeout"),
         ({"connect_timeout": -1}, "--connect-timeout"),
