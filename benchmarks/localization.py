@@ -80,7 +80,9 @@ def lists(ranking) -> tuple[list[str], list[str]]:
 def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: Path, cache,
                    policy=None, suffix: str = "") -> dict | None:
     """Share of gold units whose whole definition lies inside one full block of the context
-    assembled for the task, per budget; None without gold units."""
+    assembled for the task, per budget; None without gold units. For the default policy also
+    ``gold``: each gold unit's rank in the ranking the pack was seeded from (1-based, None when
+    unranked) and whether each budget's pack holds it (see `context_by_rank`)."""
     if assemble is None or not task["gold_functions"]:
         return None
     gold = []
@@ -88,16 +90,52 @@ def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: 
         path = g.split("::", 1)[0]
         span = next(((u.start, u.end) for u in cache.of(path) if unit_name(u) == g), None)
         gold.append((path, span))
-    out = {}
+    out: dict = {}
+    held: list[list[bool]] = [[] for _ in gold]
     ranking = None  # the same ranking serves every budget
     for budget in CONTEXT_BUDGETS:
         pack = assemble(conn, root, task["problem_statement"], budget, searcher=searcher,
                         index_dir=index_dir, policy=policy, ranking=ranking)
         ranking = pack.ranking
-        hit = sum(span is not None and pack.covers(path, *span) for path, span in gold)
-        out[f"ctx@{budget // 1000}k{suffix}"] = hit / len(gold)
+        covered = [span is not None and pack.covers(path, *span) for path, span in gold]
+        for h, c in zip(held, covered, strict=True):
+            h.append(c)
+        out[f"ctx@{budget // 1000}k{suffix}"] = sum(covered) / len(gold)
         out[f"ctx@{budget // 1000}k{suffix}_ms"] = pack.timings.get("total")
+    if not suffix and ranking is not None:
+        rank = {}
+        for i, r in enumerate(ranking.units, 1):
+            rank.setdefault(unit_name(r.unit), i)
+        out["gold"] = [{"unit": g, "rank": rank.get(g), "held": h}
+                       for g, h in zip(task["gold_functions"], held, strict=True)]
     return out
+
+
+#: Rank ranges of `context_by_rank`, by the rank of a gold unit in the seeding ranking.
+RANK_BUCKETS = ((1, 10), (11, 30), (31, 50), (51, 100), (101, None))
+
+
+def context_by_rank(rows: list[dict]) -> dict | None:
+    """Per source, per budget: of the gold units ranked in each range of the ranking the pack
+    was seeded from (and of those it does not rank), how many the pack holds — whether context
+    recall is lost in packing or in ranking."""
+    out: dict = {}
+    for r in rows:
+        for g in (r.get("context") or {}).get("gold", ()):
+            rank = g["rank"]
+            if rank is None:
+                bucket = "unranked"
+            else:
+                lo, hi = next(b for b in RANK_BUCKETS if b[1] is None or rank <= b[1])
+                bucket = f"{lo}-{hi}" if hi else f"{lo}+"
+            for budget, held in zip(CONTEXT_BUDGETS, g["held"], strict=True):
+                cell = out.setdefault(r["source"], {}).setdefault(f"{budget // 1000}k", {})
+                got = cell.setdefault(bucket, {"gold": 0, "held": 0})
+                got["gold"] += 1
+                got["held"] += int(held)
+    order = [f"{lo}-{hi}" if hi else f"{lo}+" for lo, hi in RANK_BUCKETS] + ["unranked"]
+    return {src: {b: {k: cells[k] for k in order if k in cells} for b, cells in per.items()}
+            for src, per in sorted(out.items())} or None
 
 
 def parse_policy(spec: str):
@@ -398,6 +436,7 @@ def summarize(rows, args, embed, model_name, models, skipped, builds, latencies,
         }
     crows = _metric_rows(rows, lambda r: r.get("context"))
     metrics["context"] = by_source(crows, ctx_keys) if crows else None
+    metrics["context_by_rank"] = context_by_rank(rows)
     for pname in context_policies(args):
         if any(f"ctx@8k_{pname}" in r for r in crows):
             metrics[f"context_{pname}"] = by_source(crows, [f"{k}_{pname}" for k in ctx_keys])

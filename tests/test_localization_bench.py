@@ -157,3 +157,41 @@ def test_context_policy_specs_and_their_cross_validated_choice(tmp_path, capsys)
     assert got["chosen_by_held_out_repository"] == {"r1": "default", "r2": "default", "r3": "a"}
     assert got["cross_validated"]["overall"]["ctx@8k"] == 0.0 + round(100 * (0.5 + 0.5 + 0.0) / 3, 1)
     assert got["in_sample"]["a"]["overall"]["ctx@8k"] == round(100 * 2 / 3, 1)
+
+
+def test_context_rows_say_where_each_gold_unit_ranked_and_which_packs_hold_it(tmp_path, capsys):
+    mirrors, first, _ = _mirror(tmp_path)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(
+        _task("ok-1", first, "The tax rate for a region is wrong: rate_for raises KeyError")) + "\n")
+    out = tmp_path / "rows.jsonl"
+    localization.main(["--tasks", str(tasks), "--no-vectors", "--no-history", "--models", "rrf",
+                       "--cache", str(tmp_path / "cache"), "--mirrors", str(mirrors),
+                       "--out", str(out)])
+    summary = json.loads(capsys.readouterr().out)
+    (gold,) = json.loads(out.read_text())["context"]["gold"]
+    # named in the task: the seeding ranking has it first, and every budget's pack holds it
+    assert gold == {"unit": "pkg/tax.py::rate_for", "rank": 1, "held": [True, True, True]}
+    assert summary["metrics"]["context_by_rank"] == {
+        "git_history": {b: {"1-10": {"gold": 1, "held": 1}} for b in ("4k", "8k", "16k")}}
+
+
+def test_context_by_rank_counts_held_gold_units_per_rank_range():
+    def row(source, *gold):
+        return {"source": source, "context": {"gold": [
+            {"unit": f"u{i}", "rank": rank, "held": held} for i, (rank, held) in enumerate(gold)]}}
+
+    rows = [
+        row("a", (3, [False, True, True]), (30, [False, False, True]), (None, [False] * 3)),
+        row("a", (31, [False, False, False]), (250, [False, False, True])),
+        row("b", (10, [True, True, True])),
+        {"source": "b", "context": None},  # a task without gold units
+    ]
+    got = localization.context_by_rank(rows)
+    assert got["a"]["8k"] == {"1-10": {"gold": 1, "held": 1}, "11-30": {"gold": 1, "held": 0},
+                              "31-50": {"gold": 1, "held": 0}, "101+": {"gold": 1, "held": 0},
+                              "unranked": {"gold": 1, "held": 0}}
+    assert got["a"]["16k"]["11-30"] == {"gold": 1, "held": 1}
+    assert got["a"]["4k"]["1-10"] == {"gold": 1, "held": 0}
+    assert got["b"] == {b: {"1-10": {"gold": 1, "held": 1}} for b in ("4k", "8k", "16k")}
+    assert localization.context_by_rank([{"source": "a", "context": None}]) is None
