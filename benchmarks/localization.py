@@ -113,6 +113,7 @@ def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: 
 
 #: Rank ranges of `context_by_rank`, by the rank of a gold unit in the seeding ranking.
 RANK_BUCKETS = ((1, 10), (11, 30), (31, 50), (51, 100), (101, None))
+_BUCKET_NAMES = [f"{lo}-{hi}" if hi else f"{lo}+" for lo, hi in RANK_BUCKETS]
 
 
 def context_by_rank(rows: list[dict]) -> dict | None:
@@ -123,17 +124,15 @@ def context_by_rank(rows: list[dict]) -> dict | None:
     for r in rows:
         for g in (r.get("context") or {}).get("gold", ()):
             rank = g["rank"]
-            if rank is None:
-                bucket = "unranked"
-            else:
-                lo, hi = next(b for b in RANK_BUCKETS if b[1] is None or rank <= b[1])
-                bucket = f"{lo}-{hi}" if hi else f"{lo}+"
+            bucket = "unranked" if rank is None else next(
+                name for (_, hi), name in zip(RANK_BUCKETS, _BUCKET_NAMES, strict=True)
+                if hi is None or rank <= hi)
             for budget, held in zip(CONTEXT_BUDGETS, g["held"], strict=True):
                 cell = out.setdefault(r["source"], {}).setdefault(f"{budget // 1000}k", {})
                 got = cell.setdefault(bucket, {"gold": 0, "held": 0})
                 got["gold"] += 1
                 got["held"] += int(held)
-    order = [f"{lo}-{hi}" if hi else f"{lo}+" for lo, hi in RANK_BUCKETS] + ["unranked"]
+    order = [*_BUCKET_NAMES, "unranked"]
     return {src: {b: {k: cells[k] for k in order if k in cells} for b, cells in per.items()}
             for src, per in sorted(out.items())} or None
 
