@@ -13,16 +13,18 @@ Nothing is lost when the helper fails: the batch it held is parsed here.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import queue
 import threading
 from collections import deque
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .parse_worker import FileResult, parse_file
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 Item = tuple[str, str, str, str | None]
 
@@ -57,6 +59,9 @@ def _helper_main(conn: Connection, root: str, model: str | None, index_dir: str,
 
 class _Helper:
     def __init__(self, root: str, model: str | None, index_dir: str) -> None:
+        # Imported here: ~10 ms of every build, most of which (one edit) never start a helper.
+        import multiprocessing
+
         # spawn, not fork: LanceDB (used by the same process for vectors) is not fork-safe.
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
