@@ -19,7 +19,7 @@ import os
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 
 from . import graph, graph_write, store
@@ -27,7 +27,7 @@ from .blake2 import blake2b
 from .config import Config
 from .discovery import discover
 from .errors import IndexDamagedError
-from .languages import kind_of, language_for_file
+from .languages import formats_key, kind_of, language_for_file
 from .lock import WriteLock
 from .models import BuildStats, Progress
 from .modules import module_name, package_dirs
@@ -278,6 +278,48 @@ def _packages_key(packages: frozenset[str]) -> str:
     return blake2b("\n".join(sorted(packages)).encode(), digest_size=16).hexdigest()
 
 
+#: Entries `unmatched` compares at once (in C) before it looks one by one.
+_MATCH_STEP = 128
+
+
+def unmatched(
+    files: Sequence[tuple[str, int, int]], rows: Sequence[tuple[str, int, int]]
+) -> tuple[list, list[str]]:
+    """The ``files`` no row equals, and the paths of the ``rows`` no file equals; both are
+    ``(path, size, mtime_ns)`` sorted by path. A merge that compares _MATCH_STEP entries at
+    once where the two agree, which is nearly everywhere: ~2 ms for 25k files where building
+    and subtracting sets of them took ~25."""
+    files, rows = list(files), list(rows)
+    nf, nr = len(files), len(rows)
+    others: list = []
+    gone: list[str] = []
+    i = j = 0
+    step = _MATCH_STEP
+    while i < nf and j < nr:
+        if files[i : i + step] == rows[j : j + step]:
+            i += step
+            j += step
+            continue
+        f, r = files[i], rows[j]
+        if f == r:
+            i += 1
+            j += 1
+        elif f[0] == r[0]:  # changed
+            others.append(f)
+            gone.append(r[0])
+            i += 1
+            j += 1
+        elif f[0] < r[0]:  # new
+            others.append(f)
+            i += 1
+        else:  # deleted
+            gone.append(r[0])
+            j += 1
+    others.extend(files[i:])
+    gone.extend(r[0] for r in rows[j:])
+    return others, gone
+
+
 _FILE_ROW = "SELECT id, path, size, mtime_ns, hash, module FROM files"
 
 
@@ -305,25 +347,43 @@ def _build_locked(
     marks = {"start": time.perf_counter()}
     disc = discover(config, skip_unparsable=True)
     skipped = Counter(disc.skipped)
-    candidates = []
+    indexed = conn.execute("SELECT path, size, mtime_ns FROM files ORDER BY path").fetchall()
+    # A file the index holds with the same size and mtime was given its language by the same
+    # name tables (formats_key) when it was indexed: only the others are named one by one (the
+    # no-op and one-edit path of a 25k-file tree). Rows no file matches are the changed and the
+    # deleted files.
+    formats = formats_key()
+    if indexed and store.get_meta(db, "formats_key") == formats:
+        others, gone = unmatched(disc.files, indexed)
+    else:
+        others, gone = list(disc.files), [row[0] for row in indexed]
+    n_kept = len(disc.files) - len(others)
     root = os.path.join(str(config.root), "")
-    for f in disc.files:
+    fresh = []
+    for f in others:
         lang = language_for_file(f.path, root + f.path)
         if lang is None:
             skipped["no_grammar"] += 1
         else:
-            candidates.append((f, lang))
-    packages = package_dirs(f.path for f, _ in candidates)
+            fresh.append((f, lang))
+    # Every package marker (__init__.py) has a language: the package set of all files found
+    # is that of the files indexed.
+    packages = package_dirs(f.path for f in disc.files)
     # Module names follow from the path and the package directories alone: with the same
     # package set as the last complete build, a file whose size and mtime did not change
-    # keeps its module, so only the changed files are looked at one by one (the no-op and
-    # one-edit path of a 25k-file tree: set membership in C instead of a loop in Python).
+    # keeps its module, so only the changed files are looked at one by one.
     packages_key = _packages_key(packages)
     same_packages = store.get_meta(db, "packages_key") == packages_key
-    indexed = set(conn.execute("SELECT path, size, mtime_ns FROM files"))
-    look_at = [(f, lang) for f, lang in candidates if not same_packages or f not in indexed]
-    current = {f.path for f, _ in candidates}
-    deleted = sorted({p for p, _, _ in indexed} - current)
+    if same_packages or not n_kept:
+        look_at = fresh
+    else:  # every module name may have changed: the kept files are looked at too
+        looked_at = set(others)
+        look_at = sorted(
+            [(f, language_for_file(f.path, root + f.path)) for f in disc.files if f not in looked_at]
+            + fresh,
+            key=lambda item: item[0].path,
+        )
+    deleted = sorted(set(gone).difference(f.path for f, _ in fresh)) if gone else []
     n_indexed = len(indexed)
     existing = _file_rows(conn, [f.path for f, _ in look_at] + deleted, n_indexed)
     work: list[tuple[str, str, str, str | None]] = []
@@ -397,9 +457,10 @@ def _build_locked(
     phases["write"] = round(write_s, 3)
     changed = bool(work or deleted or pending)
     last = store.get_meta(db, "last_build")
-    if not same_packages:
-        with conn:  # every file's module now follows this package set (see above)
+    if not same_packages or store.get_meta(db, "formats_key") != formats:
+        with conn:  # every file's module and language now follow these tables (see above)
             store.set_meta(db, "packages_key", packages_key)
+            store.set_meta(db, "formats_key", formats)
     if not changed and last and not full:
         prev = json.loads(last)
         prev.pop("resolved_pct", None)
@@ -437,9 +498,17 @@ def collect_stats(db, **kw) -> BuildStats:
     ``files_parsed`` (indexed by this build) + ``files_unchanged`` (indexed before, kept);
     every other file found is in ``skipped`` by reason (``failed`` among them)."""
     conn = db.conn
-    by_lang = dict(conn.execute(
-        "SELECT language, count(*) FROM files WHERE status IN ('ok', 'syntax_error') GROUP BY language"
-    ).fetchall())
+    by_lang: Counter = Counter()
+    with_errors = lines = 0
+    # One pass over `files` (a one-file edit of a 25k-file tree pays for each).
+    for language, indexed, n, errors, n_lines in conn.execute(
+        "SELECT language, status IN ('ok', 'syntax_error'), count(*), "
+        "sum(status = 'syntax_error'), coalesce(sum(lines), 0) FROM files GROUP BY 1, 2"
+    ):
+        if indexed:
+            by_lang[language] += n
+        with_errors += errors
+        lines += n_lines
     skipped = Counter(kw.pop("discovery_skipped", {})) + _skipped_in_index(conn)
     totals = store.counts(db)
     refs, resolved, ambiguous = totals["refs"], totals["resolved"], totals["ambiguous"]
@@ -447,13 +516,13 @@ def collect_stats(db, **kw) -> BuildStats:
     return BuildStats(
         files_total=files_total,
         files_unchanged=files_total - kw.get("files_parsed", 0),
-        files_with_errors=conn.execute("SELECT count(*) FROM files WHERE status = 'syntax_error'").fetchone()[0],
-        lines=conn.execute("SELECT coalesce(sum(lines), 0) FROM files").fetchone()[0],
+        files_with_errors=with_errors,
+        lines=lines,
         symbols=totals["symbols"],
         references=refs,
         resolved=resolved,
         ambiguous=ambiguous or 0,
-        by_language=by_lang,
+        by_language=dict(by_lang),
         by_kind=by_kind(by_lang),
         skipped=dict(skipped),
         **kw,

@@ -114,6 +114,13 @@ def name_skip(name: str) -> str | None:
     return None
 
 
+def _plain_suffixes(parsable: Iterable[str]) -> frozenset[str]:
+    """The ``parsable`` suffixes no name that ends with them is skipped for (no minified or
+    lock-file suffix or name ends with them): ``.py`` is one, ``.js`` (``x.min.js``) is not."""
+    named = (*MINIFIED_SUFFIXES, *LOCK_SUFFIXES, *LOCK_FILES)
+    return frozenset(s for s in parsable if not any(n.endswith(s) for n in named))
+
+
 def _skipped_dir(path: str) -> tuple[str, str] | None:
     """(reason, directory) of the outermost vendored or cache directory ``path`` lies in."""
     m = _SKIPPED_DIR.search(path)
@@ -374,10 +381,14 @@ class _Scan:
         #: The test for a file name no language or text format takes (``x.pyc``, ``logo.png``)
         #: when such files are skipped as ``no_grammar`` without a stat.
         self.unparsable: Callable[[str], bool] = _never
+        #: Suffixes (``.py``) for which both tests pass whatever comes before them: the walk
+        #: skips the two calls for those names, most of a tree.
+        self.plain_suffixes: frozenset[str] = frozenset()
         if skip_unparsable:
-            from .languages import unparsable_name  # loads tree-sitter: only when asked
+            from .languages import parsable_suffixes, unparsable_name  # loads tree-sitter
 
             self.unparsable = unparsable_name
+            self.plain_suffixes = _plain_suffixes(parsable_suffixes())
 
     def skip(self, reason: str, rel: str) -> None:
         self.skipped.setdefault(reason, []).append(rel)
@@ -477,6 +488,7 @@ def _scan_dirs(
     max_bytes = scan.max_bytes
     files = scan.files
     unparsable = scan.unparsable
+    plain = scan.plain_suffixes
     while pending:
         rel_dir, abs_dir, real_dir, groups = pending.pop()
         visited.add(real_dir)
@@ -520,10 +532,11 @@ def _scan_dirs(
                         continue
                     if not rel.isascii() and scan.undecodable(rel):
                         continue
-                    reason = name_skip(name) or ("no_grammar" if unparsable(name) else None)
-                    if reason:
-                        scan.skip(reason, rel)
-                        continue
+                    if name[name.rfind(".") :] not in plain:
+                        reason = name_skip(name) or ("no_grammar" if unparsable(name) else None)
+                        if reason:
+                            scan.skip(reason, rel)
+                            continue
                     st = entry.stat(follow_symlinks=False)
                     # Inlined add_regular: this line runs once per file of the tree.
                     if st.st_size > max_bytes:

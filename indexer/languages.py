@@ -14,6 +14,7 @@ from functools import cache
 
 import tree_sitter as ts
 
+from .blake2 import blake2b
 from .lang_hooks import (
     BASH,
     CSHARP,
@@ -130,6 +131,14 @@ _BY_EXT = {ext: spec.name for spec in FORMATS.values() for ext in spec.extension
 _BY_NAME = {fn: spec.name for spec in FORMATS.values() for fn in spec.filenames}
 
 
+@cache
+def formats_key() -> str:
+    """A digest of the tables that name a file's language: a file's language can differ from
+    the one it was indexed with only when this does."""
+    tables = (sorted(_BY_EXT.items()), sorted(_BY_NAME.items()), sorted(INTERPRETERS.items()))
+    return blake2b(repr(tables).encode(), digest_size=16).hexdigest()
+
+
 def language_for_path(path: str) -> str | None:
     """The language (or text format) name for a path, or None when repoctx cannot parse it."""
     # String operations, not PurePosixPath or os.path.splitext: every file of every build.
@@ -142,6 +151,12 @@ def language_for_path(path: str) -> str | None:
         if lang is None and name.startswith(("Dockerfile.", "Containerfile.")):
             lang = "dockerfile"  # Dockerfile.dev, Dockerfile.prod
     return lang
+
+
+def parsable_suffixes() -> frozenset[str]:
+    """The suffixes (with the dot) some language or text format takes, as written in lower
+    case (what `unparsable_name` compares)."""
+    return frozenset(e for e in _BY_EXT if e == e.lower())
 
 
 def unparsable_name(name: str) -> bool:

@@ -14,9 +14,10 @@ def package_dirs(paths: Iterable[str]) -> frozenset[str]:
     """Directories (relative POSIX, "" for the root) that hold an ``__init__.py``."""
     out = set()
     for p in paths:  # string operations, not PurePosixPath: every path of every build
-        head, _, name = p.rpartition("/")
-        if name in _INIT_NAMES:
-            out.add(head)
+        if p.endswith(_INIT_NAMES):
+            head, _, name = p.rpartition("/")
+            if name in _INIT_NAMES:
+                out.add(head)
     return frozenset(out)
 
 

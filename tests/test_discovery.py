@@ -630,3 +630,17 @@ def test_unparsable_names_are_exactly_those_no_language_takes_by_name() -> None:
     for name in sorted(names):
         expected = language_for_path(name) is None and not extensionless(name)
         assert unparsable_name(name) is expected, name
+
+
+def test_a_build_walk_skips_by_name_as_the_full_tests_do(tmp_path: Path) -> None:
+    # Builds pass skip_unparsable, and the walk then takes most names (x.py) on their suffix
+    # alone: the names a suffix does not settle must still meet every test.
+    root = tmp_path / "tree"
+    for rel in ("a.py", "b.min.js", "c.js", "package-lock.json", "data.json", "yarn.lock",
+                "X.PY", ".py", "Makefile", "notes.xyz", "pnpm-lock.yaml", "conf.yaml", "m.min.py"):
+        write(root, rel)
+    d = discover(Config(root=root), skip_unparsable=True)
+    assert paths(d) == [".py", "Makefile", "X.PY", "a.py", "c.js", "conf.yaml", "data.json", "m.min.py"]
+    assert d.skipped == {"lockfile": 3, "minified": 1, "no_grammar": 1}
+    plain = discover(Config(root=root))
+    assert set(paths(d)) < set(paths(plain)) and "notes.xyz" in paths(plain)

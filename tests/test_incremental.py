@@ -136,6 +136,50 @@ def test_unchanged_package_set_computes_no_module_names(repo_factory, monkeypatc
     assert len(seen) == 6
 
 
+def test_unchanged_files_are_not_named_again_unless_the_name_tables_changed(repo_factory, monkeypatch, tmp_path):
+    root = repo_factory({**BASE, "notes.txt": "alpha beta\n"})
+    cfg = index(root)
+    import indexer.build as build_mod
+
+    seen = []
+    real = build_mod.language_for_file
+    monkeypatch.setattr(build_mod, "language_for_file", lambda p, a: seen.append(p) or real(p, a))
+    write_files(root, {"pkg/a.py": "def alpha():\n    return 0\n"})
+    build(cfg)
+    assert seen == ["pkg/a.py"]  # only the edited file is named again
+    # A repoctx whose tables no longer take .txt: every file is named again, and notes.txt,
+    # unchanged on disk, leaves the index as a clean build would leave it out.
+    seen.clear()
+    monkeypatch.setattr(build_mod, "formats_key", lambda: "other tables")
+    monkeypatch.setattr(build_mod, "language_for_file",
+                        lambda p, a: seen.append(p) or (None if p.endswith(".txt") else real(p, a)))
+    stats = build(cfg)
+    assert sorted(seen) == sorted([*BASE, "notes.txt"])
+    assert stats.files_deleted == 1
+    assert "notes.txt" not in {r[0] for r in dump_graph(cfg)["files"]}
+    seen.clear()
+    build(cfg)  # the new tables are the index's now: only what the index does not hold
+    assert seen == ["notes.txt"]  # (named on every build, to count it as no_grammar)
+
+
+def test_unmatched_agrees_with_set_difference():
+    from indexer.build import unmatched
+    from indexer.discovery import DiscoveredFile
+
+    rng = random.Random(7)
+    for _ in range(300):
+        paths = sorted({f"d{rng.randint(0, 30)}/f{rng.randint(0, 400)}.py" for _ in range(rng.randint(0, 700))})
+        rows = [(p, rng.randint(1, 3), 5) for p in paths if rng.random() < 0.9]
+        indexed = {r[0] for r in rows}
+        files = [DiscoveredFile(p, s + (rng.random() < 0.03), m) for p, s, m in rows if rng.random() < 0.97]
+        files += [DiscoveredFile(p, 1, 5) for p in paths if p not in indexed and rng.random() < 0.5]
+        files.sort()
+        others, gone = unmatched(files, rows)
+        assert others == sorted(set(files) - set(rows))
+        assert sorted(gone) == sorted(r[0] for r in set(rows) - set(files))
+        assert gone == sorted(gone)
+
+
 REEXPORTS = {
     "lib/__init__.py": "from .impl import sin\n",
     "lib/impl.py": "def sin():\n    return 1\n\n\ndef cos():\n    return 2\n",
