@@ -489,6 +489,7 @@ def _scan_dirs(
     files = scan.files
     unparsable = scan.unparsable
     plain = scan.plain_suffixes
+    new_tuple = tuple.__new__
     while pending:
         rel_dir, abs_dir, real_dir, groups = pending.pop()
         visited.add(real_dir)
@@ -543,8 +544,8 @@ def _scan_dirs(
                         scan.skip("too_large", rel)
                     elif st.st_size > MAX_DATA_BYTES and name.endswith(DATA_SUFFIXES):
                         scan.skip("large_data", rel)
-                    else:
-                        files.append(DiscoveredFile(rel, st.st_size, st.st_mtime_ns))
+                    else:  # tuple.__new__: a NamedTuple's own __new__ is a Python call
+                        files.append(new_tuple(DiscoveredFile, (rel, st.st_size, st.st_mtime_ns)))
                     continue
                 is_link = entry.is_symlink()
             except FileNotFoundError:
