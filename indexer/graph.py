@@ -350,9 +350,69 @@ def chunk_locations(
     }
 
 
-def file_stats(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
-    """path -> (size, mtime_ns) of every indexed file, as the index saw it."""
-    return {p: (size, mtime) for p, size, mtime in conn.execute("SELECT path, size, mtime_ns FROM files")}
+def file_stats(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+    """``(path, size, mtime_ns)`` of every indexed file as the index saw it, sorted by path
+    (the order of discovery's files: SQLite's BINARY order of UTF-8 is code point order)."""
+    return conn.execute("SELECT path, size, mtime_ns FROM files ORDER BY path").fetchall()
+
+
+#: Entries `unmatched` compares at once (in C) before it looks one by one.
+_MATCH_STEP = 128
+
+
+def unmatched(
+    files: Sequence[tuple[str, int, int]], rows: Sequence[tuple[str, int, int]]
+) -> tuple[list, list[str]]:
+    """The ``files`` no row equals, and the paths of the ``rows`` no file equals; both are
+    ``(path, size, mtime_ns)`` sorted by path. A merge that compares _MATCH_STEP entries at
+    once where the two agree, which is nearly everywhere: ~2 ms for 25k files where building
+    and subtracting sets of them took ~25."""
+    files, rows = list(files), list(rows)
+    nf, nr = len(files), len(rows)
+    others: list = []
+    gone: list[str] = []
+    i = j = 0
+    step = _MATCH_STEP
+    while i < nf and j < nr:
+        if files[i : i + step] == rows[j : j + step]:
+            i += step
+            j += step
+            continue
+        f, r = files[i], rows[j]
+        if f == r:
+            i += 1
+            j += 1
+        elif f[0] == r[0]:  # changed
+            others.append(f)
+            gone.append(r[0])
+            i += 1
+            j += 1
+        elif f[0] < r[0]:  # new
+            others.append(f)
+            i += 1
+        else:  # deleted
+            gone.append(r[0])
+            j += 1
+    others.extend(files[i:])
+    gone.extend(r[0] for r in rows[j:])
+    return others, gone
+
+
+def files_not_indexed(conn: sqlite3.Connection, files: Sequence) -> tuple[list, list[str], int]:
+    """Of ``files`` (discovery's, sorted by path): those the index does not hold with the same
+    size and mtime, the paths of its rows no file matches (changed or deleted), and how many
+    rows it has. A file the index holds unchanged got its language from the same name tables
+    (meta ``formats_key``, written by the build): when the tables differ, every file and row
+    is returned, to be looked at again."""
+    from .languages import formats_key
+
+    rows = file_stats(conn)
+    meta = conn.execute("SELECT value FROM meta WHERE key = 'formats_key'").fetchone()
+    if rows and meta is not None and meta[0] == formats_key():
+        others, gone = unmatched(files, rows)
+    else:
+        others, gone = list(files), [r[0] for r in rows]
+    return others, gone, len(rows)
 
 
 def parsed_files_by_language(conn: sqlite3.Connection) -> list[tuple[str, int]]:

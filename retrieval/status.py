@@ -15,21 +15,15 @@ from .freshness import build_progress
 
 
 def pending_changes(config: Config, conn) -> dict[str, int]:
-    """Files changed, added or deleted on disk since the last build (stat only)."""
-    indexed = graph.file_stats(conn)
-    changed = added = 0
-    seen = set()
+    """Files changed, added or deleted on disk since the last build (stat only). Only the
+    files the index does not hold as they are are looked at one by one, as a build does."""
+    found = discover(config, skip_unparsable=True).files
+    others, gone = graph.unmatched(found, graph.file_stats(conn))
     root = os.path.join(str(config.root), "")
-    for f in discover(config, skip_unparsable=True).files:
-        if language_for_file(f.path, root + f.path) is None:
-            continue
-        seen.add(f.path)
-        old = indexed.get(f.path)
-        if old is None:
-            added += 1
-        elif old != (f.size, f.mtime_ns):
-            changed += 1
-    return {"changed": changed, "added": added, "deleted": len(indexed.keys() - seen)}
+    fresh = {f.path for f in others if language_for_file(f.path, root + f.path) is not None}
+    gone_set = set(gone)
+    changed = len(fresh & gone_set)
+    return {"changed": changed, "added": len(fresh) - changed, "deleted": len(gone_set) - changed}
 
 
 def files_by_language(conn) -> dict[str, dict[str, int]]:

@@ -96,6 +96,12 @@ def test_status_reports_pending_changes(repo):
     (repo / "shop" / "api.py").write_text("def checkout():\n    return 2\n")
     st = json.loads(run("index", "status", repo, "--json").stdout)
     assert st["pending"] == {"changed": 1, "added": 1, "deleted": 0}
+    # A deletion, and files no build indexes (no language, no #! line): not pending.
+    (repo / "shop" / "cart.py").unlink()
+    (repo / "shop" / "blob.xyz").write_text("x\n")
+    (repo / "shop" / "NOTES").write_text("no shebang\n")
+    st = json.loads(run("index", "status", repo, "--json").stdout)
+    assert st["pending"] == {"changed": 1, "added": 1, "deleted": 1}
 
 
 def test_read_commands_without_index_name_the_build_command(tmp_path):

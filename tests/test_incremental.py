@@ -150,7 +150,10 @@ def test_unchanged_files_are_not_named_again_unless_the_name_tables_changed(repo
     # A repoctx whose tables no longer take .txt: every file is named again, and notes.txt,
     # unchanged on disk, leaves the index as a clean build would leave it out.
     seen.clear()
-    monkeypatch.setattr(build_mod, "formats_key", lambda: "other tables")
+    import indexer.languages as languages_mod
+
+    for module in (build_mod, languages_mod):
+        monkeypatch.setattr(module, "formats_key", lambda: "other tables")
     monkeypatch.setattr(build_mod, "language_for_file",
                         lambda p, a: seen.append(p) or (None if p.endswith(".txt") else real(p, a)))
     stats = build(cfg)
@@ -163,8 +166,8 @@ def test_unchanged_files_are_not_named_again_unless_the_name_tables_changed(repo
 
 
 def test_unmatched_agrees_with_set_difference():
-    from indexer.build import unmatched
     from indexer.discovery import DiscoveredFile
+    from indexer.graph import unmatched
 
     rng = random.Random(7)
     for _ in range(300):
