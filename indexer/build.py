@@ -307,7 +307,16 @@ def _build_locked(
     skipped = Counter(disc.skipped)
     # Only the files the index does not hold as they are are named one by one (the no-op and
     # one-edit path of a 25k-file tree); rows no file matches are the changed and deleted ones.
-    others, gone, n_indexed = graph.files_not_indexed(conn, disc.files)
+    # A file held unchanged got its language from the same name tables (meta formats_key):
+    # when they differ, every file and row is looked at again.
+    rows = graph.file_stats(conn)
+    n_indexed = len(rows)
+    formats = formats_key()
+    same_formats = store.get_meta(db, "formats_key") == formats
+    if rows and same_formats:
+        others, gone = graph.unmatched(disc.files, rows)
+    else:
+        others, gone = list(disc.files), [r[0] for r in rows]
     n_kept = len(disc.files) - len(others)
     root = os.path.join(str(config.root), "")
     fresh = []
@@ -407,8 +416,7 @@ def _build_locked(
     phases["write"] = round(write_s, 3)
     changed = bool(work or deleted or pending)
     last = store.get_meta(db, "last_build")
-    formats = formats_key()
-    if not same_packages or store.get_meta(db, "formats_key") != formats:
+    if not same_packages or not same_formats:
         with conn:  # every file's module and language now follow these tables (see above)
             store.set_meta(db, "packages_key", packages_key)
             store.set_meta(db, "formats_key", formats)

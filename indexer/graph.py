@@ -398,23 +398,6 @@ def unmatched(
     return others, gone
 
 
-def files_not_indexed(conn: sqlite3.Connection, files: Sequence) -> tuple[list, list[str], int]:
-    """Of ``files`` (discovery's, sorted by path): those the index does not hold with the same
-    size and mtime, the paths of its rows no file matches (changed or deleted), and how many
-    rows it has. A file the index holds unchanged got its language from the same name tables
-    (meta ``formats_key``, written by the build): when the tables differ, every file and row
-    is returned, to be looked at again."""
-    from .languages import formats_key
-
-    rows = file_stats(conn)
-    meta = conn.execute("SELECT value FROM meta WHERE key = 'formats_key'").fetchone()
-    if rows and meta is not None and meta[0] == formats_key():
-        others, gone = unmatched(files, rows)
-    else:
-        others, gone = list(files), [r[0] for r in rows]
-    return others, gone, len(rows)
-
-
 def parsed_files_by_language(conn: sqlite3.Connection) -> list[tuple[str, int]]:
     """(language, files) of the files parsed (with or without syntax errors), most first."""
     return conn.execute(

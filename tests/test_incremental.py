@@ -150,10 +150,7 @@ def test_unchanged_files_are_not_named_again_unless_the_name_tables_changed(repo
     # A repoctx whose tables no longer take .txt: every file is named again, and notes.txt,
     # unchanged on disk, leaves the index as a clean build would leave it out.
     seen.clear()
-    import indexer.languages as languages_mod
-
-    for module in (build_mod, languages_mod):
-        monkeypatch.setattr(module, "formats_key", lambda: "other tables")
+    monkeypatch.setattr(build_mod, "formats_key", lambda: "other tables")
     monkeypatch.setattr(build_mod, "language_for_file",
                         lambda p, a: seen.append(p) or (None if p.endswith(".txt") else real(p, a)))
     stats = build(cfg)
