@@ -403,7 +403,8 @@ def _build_locked(
         if bulk:
             with conn:
                 store.ensure_ref_indexes(db, store.RESOLVE_INDEXES)
-        graph_write.resolve_pending(db, full or bulk, progress)
+        graph_write.resolve_pending(db, full or bulk, progress,
+                                    jobs=config.jobs or os.cpu_count() or 1)
     marks["resolve"] = time.perf_counter()
     if bulk or full:
         graph_write.set_build_phase(conn, "finalize")

@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 
 from indexer import store
+from indexer.build import build
+from indexer.config import load_config
 from indexer.lexical import CHUNK_TABLES, FILE_TABLES
 from tests.conftest import dump_graph, index, make_repo
 
@@ -58,7 +60,7 @@ def _snapshot(cfg) -> dict:
     }
 
 
-def test_full_build_graph_is_unchanged(tmp_path):
+def _corpus(tmp_path) -> Path:
     files = {
         f"languages/{p.relative_to(FIXTURES / 'languages')}": p.read_text()
         for p in sorted((FIXTURES / "languages").rglob("*"))
@@ -66,9 +68,40 @@ def test_full_build_graph_is_unchanged(tmp_path):
     }
     root = make_repo(tmp_path / "corpus", {**files, **EXTRA})
     shutil.rmtree(root / ".git")  # the history index is not part of the graph
-    got = _snapshot(index(root, full=True))  # chunks sized by the default model's tokenizer
+    return root
+
+
+def test_full_build_graph_is_unchanged(tmp_path):
+    got = _snapshot(index(_corpus(tmp_path), full=True))  # chunks sized by the default model's tokenizer
     if os.environ.get(UPDATE_ENV) == "1":
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    _assert_golden(got)
+
+
+def test_resolution_in_worker_processes_gives_the_same_graph(tmp_path, monkeypatch):
+    """A full build with many references resolves them in worker processes
+    (`graph_write.resolve_pending`): forced here on the small corpus, in small pages, with two
+    parse processes too, it writes the graph of the serial build."""
+    import indexer.graph_write as gw
+
+    monkeypatch.setattr(gw, "PARALLEL_MIN", 0)
+    monkeypatch.setattr(gw, "PARALLEL_PAGE", 40)
+    pages: list[int] = []
+    real = gw._WorkerPool.run
+
+    def run(self, rows):
+        for page in real(self, rows):
+            pages.append(len(page))
+            yield page
+
+    monkeypatch.setattr(gw._WorkerPool, "run", run)
+    cfg = load_config(_corpus(tmp_path), env={}, jobs=2)
+    build(cfg, full=True)
+    assert len(pages) > 3 and max(pages) == 40  # the workers resolved it, page by page
+    _assert_golden(_snapshot(cfg))
+
+
+def _assert_golden(got: dict) -> None:
     want = json.loads(GOLDEN.read_text())
     assert got["counts"] == want["counts"]
     changed = sorted(k for k in want["digests"] if got["digests"].get(k) != want["digests"][k])

@@ -201,3 +201,42 @@ def test_definitions_carry_signature_doc_and_kind(graph):
     assert rows["app.models.local_helper"][0] == "function"
     assert rows["app.util.text.slug"][1] == "def slug(value: str) -> str:"
     assert rows["app.models"][0] == "module" and rows["app.models"][2] == "Data models."
+
+
+def test_worker_page_loads_base_classes_after_its_warm_up(tmp_path):
+    """A resolution worker (`resolve.resolve_page`) loads the symbols on a warm-up page, sent
+    before the build has committed the inherit edges, and the edges on its first real page:
+    a method found through a base class resolves as the serial build resolved it."""
+    import sqlite3
+
+    from indexer import resolve
+    from tests.conftest import make_repo
+
+    root = make_repo(tmp_path / "inherit", {
+        "m.py": "class Base:\n    def describe(self):\n        return 1\n\n\n"
+                "class User(Base):\n    def run(self):\n        return self.describe()\n",
+    })
+    db_file = str(store.graph_file(index(root).index_path))
+    conn = sqlite3.connect(db_file)
+    qual, how, _, _ = ref(conn, "m.py", 8, "describe")
+    assert (qual, how) == ("m.Base.describe", "self")  # found through the base class
+    cols = "id, file_id, name, kind, receiver, enclosing_id"
+    rows = conn.execute(f"SELECT {cols} FROM refs WHERE kind != 'inherit' ORDER BY id").fetchall()
+    want = conn.execute("SELECT id, target_id, resolution, confidence FROM refs "
+                        "WHERE kind != 'inherit' ORDER BY id").fetchall()
+    edges = conn.execute("SELECT target_id, resolution, confidence, id FROM refs "
+                         "WHERE kind = 'inherit'").fetchall()
+    assert edges and all(e[0] is not None for e in edges)
+    try:
+        with conn:  # the build's state when the warm-up arrives: inherit edges not yet resolved
+            conn.execute("UPDATE refs SET target_id = NULL, resolution = 'pending' "
+                         "WHERE kind = 'inherit'")
+        assert resolve.resolve_page(db_file, "build-1", []) == []
+        with conn:
+            conn.executemany("UPDATE refs SET target_id = ?, resolution = ?, confidence = ? "
+                             "WHERE id = ?", edges)
+        got = resolve.resolve_page(db_file, "build-1", rows)
+    finally:
+        resolve._WORKER_TABLE.clear()
+        conn.close()
+    assert [g[:4] for g in got] == want
