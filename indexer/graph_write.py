@@ -31,6 +31,10 @@ RESOLVE_PAGE = 50_000
 PARALLEL_MIN = 100_000
 #: References per worker task: small enough that the last ones end together.
 PARALLEL_PAGE = 20_000
+#: The most resolution workers, whatever --jobs says: each holds every symbol in memory, and
+#: the single writer writes a page in about half the time a worker takes to resolve it (on
+#: the stdlib), so past two or three workers the writer sets the pace.
+MAX_RESOLVE_WORKERS = 3
 #: Above this share of references needing resolution, load every symbol up front.
 PRELOAD_SHARE = 0.05
 
@@ -278,7 +282,7 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
             here((True, False))
             conn.execute("DELETE FROM pending_names")
         return
-    with _WorkerPool(db.file, jobs) as workers:  # first: they load the symbols meanwhile
+    with _WorkerPool(db.file, min(jobs, MAX_RESOLVE_WORKERS)) as workers:  # first: they load the symbols meanwhile
         with conn:
             here((True,))
         with conn:  # the inherit edges are committed: the workers read them
