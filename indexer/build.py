@@ -26,7 +26,7 @@ from . import graph, graph_write, store
 from .blake2 import blake2b
 from .config import Config
 from .discovery import discover
-from .errors import IndexDamagedError
+from .errors import BuildWorkerError, IndexDamagedError
 from .languages import formats_key, kind_of, language_for_file
 from .lock import WriteLock
 from .models import BuildStats, Progress
@@ -94,20 +94,16 @@ def _parse_all(
     # Small batches at first keep every worker busy while results stream back.
     size = max(8, min(config.batch_size, len(work) // (jobs * 4) or 8))
     # Imported here: ~25 ms that a one-file edit (parsed in-process) does not need.
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, Future, wait
 
-    # spawn, not fork: LanceDB (used by the same process for vectors) is not fork-safe.
-    ctx = multiprocessing.get_context("spawn")
+    from .lifetime import spawn_pool
+
     pending = list(_batches(work, size))
     pending.reverse()
-    from .lifetime import die_with_parent
-
     # Workers (and so the resource tracker, which waits for them) exit if this process is
     # killed: a kill -9 of `index build` leaves no orphans.
     overhead, words = None, {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
-                             initargs=(os.getpid(),)) as pool:
+    with spawn_pool(jobs) as pool:
         inflight: set[Future] = set()
         while pending or inflight:
             while pending and len(inflight) < jobs * 2:
@@ -168,7 +164,14 @@ def build(
 
                 name = embedder.name if embedder else canonical_model_name(config.embed_model)
                 check_model(db, name, reembed)
-            stats = _build_locked(db, config, full, progress, t0, chunks, engine)
+            try:
+                stats = _build_locked(db, config, full, progress, t0, chunks, engine)
+            except Exception as exc:
+                from concurrent.futures import BrokenExecutor  # only a pool raises it
+
+                if isinstance(exc, BrokenExecutor):  # a parse or resolution worker died
+                    raise BuildWorkerError() from exc
+                raise
             from .history import build_phase  # commit history: history.db, its own store
 
             phase_set = store.get_meta(db, graph.BUILD_PHASE) is not None

@@ -7,7 +7,8 @@ class RepoctxError(Exception):
     """repoctx failed."""
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (self.__doc__ or "").strip())
+        # a docstring's line breaks and indentation are not the message's: one line
+        super().__init__(message or " ".join((self.__doc__ or "").split()))
 
 
 class NoIndexError(RepoctxError):
@@ -28,6 +29,12 @@ class SchemaError(RepoctxError):
 
 class IndexLockedError(RepoctxError):
     """Another process is writing this index — wait for it or stop it."""
+
+
+class BuildWorkerError(RepoctxError):
+    """A worker process of the build stopped abruptly (killed, or out of memory) — run the
+    build again: it keeps what was written and finishes the rest (`--jobs 1` builds in one
+    process)."""
 
 
 class IndexDamagedError(RepoctxError):

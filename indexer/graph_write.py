@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import store
 from .graph import BUILD_PHASE
@@ -23,6 +24,9 @@ from .parse_worker import FileResult
 from .resolve import SymbolTable, resolution_rows, resolve_page, resolve_refs
 from .rows import FileRows
 from .store import WriteDB
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
 
 #: References resolved per page.
 RESOLVE_PAGE = 50_000
@@ -282,7 +286,11 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
             here((True, False))
             conn.execute("DELETE FROM pending_names")
         return
-    with _WorkerPool(db.file, min(jobs, MAX_RESOLVE_WORKERS)) as workers:  # first: they load the symbols meanwhile
+    from .lifetime import spawn_pool  # only a full build of many references needs it
+
+    workers_n = min(jobs, MAX_RESOLVE_WORKERS)
+    with spawn_pool(workers_n) as pool:  # first: they load the symbols meanwhile
+        workers = _Resolvers(pool, db.file, workers_n)
         with conn:
             here((True,))
         with conn:  # the inherit edges are committed: the workers read them
@@ -303,29 +311,15 @@ def _pages(conn, sql: str, size: int) -> Iterator[list[tuple]]:
         yield rows
 
 
-class _WorkerPool:
-    """Worker processes resolving pages of references (`resolve.resolve_page`) for one build;
-    each loads the symbols as soon as it starts."""
+class _Resolvers:
+    """Worker processes of ``pool`` resolving pages of references (`resolve.resolve_page`)
+    for one build; each is sent a warm-up first, to load the symbols."""
 
-    def __init__(self, db_file: Path, jobs: int) -> None:
-        self.db_file, self.jobs = str(db_file), jobs
+    def __init__(self, pool: Executor, db_file: Path, jobs: int) -> None:
+        self.pool, self.db_file, self.jobs = pool, str(db_file), jobs
         self.key = f"{db_file}:{os.getpid()}:{time.time_ns()}"  # this build's symbols
-
-    def __enter__(self) -> _WorkerPool:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        from .lifetime import die_with_parent
-
-        ctx = multiprocessing.get_context("spawn")  # as the parse pool: see `build._parse_all`
-        self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx,
-                                        initializer=die_with_parent, initargs=(os.getpid(),))
-        for _ in range(self.jobs):
-            self.pool.submit(resolve_page, self.db_file, self.key, [])
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        for _ in range(jobs):
+            pool.submit(resolve_page, self.db_file, self.key, [])
 
     def run(self, pages: Iterator[list[tuple]]) -> Iterator[list[tuple]]:
         """Resolve ``pages``, at most two per worker in flight; yields each page's rows (as

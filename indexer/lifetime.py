@@ -20,6 +20,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 PR_SET_PDEATHSIG = 1
 #: How often the fallback watchdog looks at the parent (seconds), where prctl is missing.
@@ -47,6 +52,36 @@ def die_with_parent(parent_pid: int) -> str:
         threading.Thread(target=_poll_parent, args=(parent_pid,), daemon=True,
                          name="repoctx-parent-watch").start()
     return how
+
+
+@contextlib.contextmanager
+def spawn_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``jobs`` spawned worker processes that die with this one (`die_with_parent`;
+    spawn, not fork: LanceDB, used by the same process for vectors, is not fork-safe).
+
+    Left by an exception (a worker that died, the caller's error, an interrupt), it kills its
+    workers instead of waiting for them: when a worker dies while the pool is starting another,
+    CPython's executor (3.11) can wait forever for the new one to exit, and so would the build
+    and, at exit, the interpreter."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=die_with_parent, initargs=(os.getpid(),))
+    try:
+        # Every worker started now, not on a later submit: a worker that dies while the pool
+        # starts another breaks CPython's executor (its thread iterating the process table
+        # as it grows, or waiting for the new worker forever).
+        for _ in range(jobs):
+            pool.submit(os.getpid)
+        yield pool
+    except BaseException:
+        for proc in list((pool._processes or {}).values()):  # no public way to reach them
+            with contextlib.suppress(OSError, ValueError):
+                proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _poll_parent(parent_pid: int) -> None:

@@ -87,14 +87,14 @@ def test_resolution_in_worker_processes_gives_the_same_graph(tmp_path, monkeypat
     monkeypatch.setattr(gw, "PARALLEL_MIN", 0)
     monkeypatch.setattr(gw, "PARALLEL_PAGE", 40)
     pages: list[int] = []
-    real = gw._WorkerPool.run
+    real = gw._Resolvers.run
 
     def run(self, rows):
         for page in real(self, rows):
             pages.append(len(page))
             yield page
 
-    monkeypatch.setattr(gw._WorkerPool, "run", run)
+    monkeypatch.setattr(gw._Resolvers, "run", run)
     cfg = load_config(_corpus(tmp_path), env={}, jobs=2)
     build(cfg, full=True)
     assert len(pages) > 3 and max(pages) == 40  # the workers resolved it, page by page

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from indexer.build import build
 from indexer.config import load_config
@@ -321,3 +322,39 @@ def test_kill_during_build_is_repaired(tmp_path):
         assert dump_graph(cfg) == reference, f"seed {seed}"
         if seed % 2 == 0:
             shutil.rmtree(cfg.index_path)  # start the next round from nothing
+
+
+def test_a_killed_pool_worker_stops_the_build_with_one_line_and_the_next_build_repairs(tmp_path):
+    """A parse worker killed mid-build (out of memory, a signal) fails the build with one line
+    that says what to do, not a traceback; the next build finishes what it left."""
+    lib = os.path.dirname(os.__file__)
+    root = tmp_path / "tree"
+    for pkg in ("email", "xml", "json"):  # 56 files: a pool parses them
+        shutil.copytree(f"{lib}/{pkg}", root / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "REPOCTX_BATCH_SIZE": "1"}
+    cmd = [sys.executable, "-c", "from cli.main import main; main()", "index", "build", str(root),
+           "--jobs", "2", "--no-embed", "-q"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    workers: list[str] = []
+    deadline = time.monotonic() + 30
+    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        workers = []
+        for child in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    workers.append(child)
+        time.sleep(0.01)
+    killed = None
+    if len(workers) == 2:  # both started, as a worker killed by the kernel would be
+        time.sleep(0.2)
+        os.kill(int(workers[0]), signal.SIGKILL)
+        killed = workers[0]
+    out, err = proc.communicate(timeout=60)
+    assert killed is not None, "no pool worker seen"
+    assert proc.returncode == 1, (out, err)
+    assert "Traceback" not in err
+    assert "worker process of the build stopped abruptly" in err and "run the build again" in err
+    cfg = load_config(root, env={}, jobs=1)
+    build(cfg)
+    assert dump_graph(cfg) == clean_dump(root, tmp_path)
