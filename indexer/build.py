@@ -94,30 +94,21 @@ def _parse_all(
     # Small batches at first keep every worker busy while results stream back.
     size = max(8, min(config.batch_size, len(work) // (jobs * 4) or 8))
     # Imported here: ~25 ms that a one-file edit (parsed in-process) does not need.
-    from concurrent.futures import FIRST_COMPLETED, Future, wait
+    from .lifetime import in_flight, spawn_pool
 
-    from .lifetime import spawn_pool
-
-    pending = list(_batches(work, size))
-    pending.reverse()
     # Workers (and so the resource tracker, which waits for them) exit if this process is
     # killed: a kill -9 of `index build` leaves no orphans.
     overhead, words = None, {}
     with spawn_pool(jobs) as pool:
-        inflight: set[Future] = set()
-        while pending or inflight:
-            while pending and len(inflight) < jobs * 2:
-                inflight.add(pool.submit(_parse_batch_in_worker, root, model, pending.pop()))
-            finished, inflight = wait(inflight, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                results, learned = fut.result()
-                if learned is not None:
-                    overhead = learned[0]
-                    words.update(learned[1])
-                done += len(results)
-                if progress:
-                    progress(Progress("parse", done, len(work)))
-                yield results
+        calls = ((root, model, batch) for batch in _batches(work, size))
+        for results, learned in in_flight(pool, _parse_batch_in_worker, calls, jobs * 2):
+            if learned is not None:
+                overhead = learned[0]
+                words.update(learned[1])
+            done += len(results)
+            if progress:
+                progress(Progress("parse", done, len(work)))
+            yield results
     if words:
         from .token_counts import store_counts
 

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import store
 from .graph import BUILD_PHASE
@@ -21,12 +20,9 @@ from .languages import language_for_path
 from .lexical import CHUNK_TABLES, FILE_TABLES, fts_table, index_files
 from .models import Progress
 from .parse_worker import FileResult
-from .resolve import SymbolTable, resolution_rows, resolve_page, resolve_refs
+from .resolve import SymbolTable, resolution_rows, resolve_refs
 from .rows import FileRows
 from .store import WriteDB
-
-if TYPE_CHECKING:
-    from concurrent.futures import Executor
 
 #: References resolved per page.
 RESOLVE_PAGE = 50_000
@@ -244,7 +240,7 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
     (member lookups through base classes need them).
 
     A full build with many references resolves the others in ``jobs`` worker processes
-    (`resolve.resolve_page`, each with every symbol in memory) while this process writes what
+    (`resolve_page`, each with every symbol in memory) while this process writes what
     they return: resolution is the build's longest serial phase otherwise (~4 s of the
     stdlib's ~20). The workers read the committed inherit edges; what they return is what
     this process would have computed (the same table, the same resolver)."""
@@ -286,16 +282,19 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
             here((True, False))
             conn.execute("DELETE FROM pending_names")
         return
-    from .lifetime import spawn_pool  # only a full build of many references needs it
+    from .lifetime import in_flight, spawn_pool  # only a full build of many references
 
-    workers_n = min(jobs, MAX_RESOLVE_WORKERS)
-    with spawn_pool(workers_n) as pool:  # first: they load the symbols meanwhile
-        workers = _Resolvers(pool, db.file, workers_n)
+    n = min(jobs, MAX_RESOLVE_WORKERS)
+    db_file, key = str(db.file), f"{db.file}:{os.getpid()}:{time.time_ns()}"  # this build's
+    with spawn_pool(n) as pool:  # first: the workers load the symbols meanwhile
+        for _ in range(n):
+            pool.submit(resolve_page, db_file, key, [])
         with conn:
             here((True,))
         with conn:  # the inherit edges are committed: the workers read them
             pages = _pages(conn, select + " WHERE kind != 'inherit'", PARALLEL_PAGE)
-            for resolved in workers.run(pages):
+            calls = ((db_file, key, rows) for rows in pages)
+            for resolved in in_flight(pool, resolve_page, calls, n * 2):
                 _apply(conn, resolved)
                 step(len(resolved))
             conn.execute("DELETE FROM pending_names")
@@ -311,30 +310,26 @@ def _pages(conn, sql: str, size: int) -> Iterator[list[tuple]]:
         yield rows
 
 
-class _Resolvers:
-    """Worker processes of ``pool`` resolving pages of references (`resolve.resolve_page`)
-    for one build; each is sent a warm-up first, to load the symbols."""
+#: A resolution worker's table (`resolve_page`): [key, table, whether its bases are loaded].
+_WORKER_TABLE: list = []
 
-    def __init__(self, pool: Executor, db_file: Path, jobs: int) -> None:
-        self.pool, self.db_file, self.jobs = pool, str(db_file), jobs
-        self.key = f"{db_file}:{os.getpid()}:{time.time_ns()}"  # this build's symbols
-        for _ in range(jobs):
-            pool.submit(resolve_page, self.db_file, self.key, [])
 
-    def run(self, pages: Iterator[list[tuple]]) -> Iterator[list[tuple]]:
-        """Resolve ``pages``, at most two per worker in flight; yields each page's rows (as
-        `resolve.resolution_rows` makes them) in the order they finish."""
-        from concurrent.futures import FIRST_COMPLETED, Future, wait
-
-        inflight: set[Future] = set()
-        while True:
-            while len(inflight) < self.jobs * 2 and (rows := next(pages, None)) is not None:
-                inflight.add(self.pool.submit(resolve_page, self.db_file, self.key, rows))
-            if not inflight:
-                return
-            finished, inflight = wait(inflight, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                yield fut.result()
+def resolve_page(db_file: str, key: str, rows: list[tuple]) -> list[tuple]:
+    """A worker process's page of a full build's resolution (`resolve_pending`): ``rows`` as
+    `resolve.resolve_refs` takes them, resolved against every symbol of ``db_file`` (read once
+    per ``key``, one build's resolution); returns `resolve.resolution_rows`. An empty page
+    only loads the symbols: a warm-up sent while the inherit edges, which the first real page
+    loads, are still being resolved."""
+    if not _WORKER_TABLE or _WORKER_TABLE[0] != key:
+        _WORKER_TABLE.clear()
+        table = SymbolTable(store.read_file(Path(db_file)).conn)
+        table.preload()
+        _WORKER_TABLE.extend((key, table, False))
+    table = _WORKER_TABLE[1]
+    if rows and not _WORKER_TABLE[2]:
+        table.load_bases()
+        _WORKER_TABLE[2] = True
+    return list(resolution_rows(resolve_refs(table.conn, table, rows)))
 
 
 def _apply(conn, resolved: Iterable[tuple]) -> None:

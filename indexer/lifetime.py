@@ -20,11 +20,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Executor, ProcessPoolExecutor
 
 PR_SET_PDEATHSIG = 1
 #: How often the fallback watchdog looks at the parent (seconds), where prctl is missing.
@@ -82,6 +82,23 @@ def spawn_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def in_flight(pool: Executor, fn: Callable, calls: Iterable[tuple], most: int) -> Iterator:
+    """``fn(*args)`` on ``pool`` for each ``args`` of ``calls``, at most ``most`` submitted at
+    once (so memory follows them, not all the calls); yields the results as they finish."""
+    from concurrent.futures import FIRST_COMPLETED, Future, wait
+
+    calls = iter(calls)
+    pending: set[Future] = set()
+    while True:
+        while len(pending) < most and (args := next(calls, None)) is not None:
+            pending.add(pool.submit(fn, *args))
+        if not pending:
+            return
+        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for fut in finished:
+            yield fut.result()
 
 
 def _poll_parent(parent_pid: int) -> None:

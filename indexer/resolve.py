@@ -17,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
-from urllib.parse import quote
 
 from .languages import TEXT_FORMATS, hooks, is_text_format
 from .models import CLASS_KINDS
@@ -527,28 +526,6 @@ def _pick(cands: list[Sym], how: str, conf: float) -> Resolution:
         return Resolution(None, "unresolved", 0.0)
     share = round(conf / len(cands), 3)
     return Resolution(None, "ambiguous", share, tuple((c.id, share) for c in cands))
-
-
-#: A worker's table for `resolve_page`: [key, table, whether its bases are loaded].
-_WORKER_TABLE: list = []
-
-
-def resolve_page(db_file: str, key: str, rows: list[tuple]) -> list[tuple]:
-    """A worker process's page of a full build's resolution (`graph_write.resolve_pending`):
-    ``rows`` as `resolve_refs` takes them, resolved against every symbol of ``db_file`` (read
-    once per ``key``, one build's resolution); returns (ref id, target id, resolution,
-    confidence, candidates) rows. An empty page only loads the symbols: a warm-up sent while
-    the inherit edges, which the first real page loads, are still being resolved."""
-    if not _WORKER_TABLE or _WORKER_TABLE[0] != key:
-        _WORKER_TABLE.clear()
-        table = SymbolTable(sqlite3.connect(f"file:{quote(db_file)}?mode=ro", uri=True))
-        table.preload()
-        _WORKER_TABLE.extend((key, table, False))
-    table = _WORKER_TABLE[1]
-    if rows and not _WORKER_TABLE[2]:
-        table.load_bases()
-        _WORKER_TABLE[2] = True
-    return list(resolution_rows(resolve_refs(table.conn, table, rows)))
 
 
 def resolution_rows(resolved: Iterable[tuple[int, Resolution]]) -> Iterator[tuple]:

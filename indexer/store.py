@@ -721,6 +721,12 @@ def _connect(path: Path, readonly: bool = False):
     return ReadDB(conn, Path(path)) if readonly else WriteDB(conn, Path(path))
 
 
+def read_file(path: Path) -> ReadDB:
+    """A reader of the graph file at ``path`` itself: a generation a full rebuild is still
+    writing, which `graph.db` does not name yet (`open_for_read` follows the link)."""
+    return _connect(path, readonly=True)
+
+
 def schema_version(db: ReadDB) -> int:
     if "meta" not in db.table_names():
         return 0

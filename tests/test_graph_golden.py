@@ -83,18 +83,20 @@ def test_resolution_in_worker_processes_gives_the_same_graph(tmp_path, monkeypat
     (`graph_write.resolve_pending`): forced here on the small corpus, in small pages, with two
     parse processes too, it writes the graph of the serial build."""
     import indexer.graph_write as gw
+    import indexer.lifetime as lifetime
 
     monkeypatch.setattr(gw, "PARALLEL_MIN", 0)
     monkeypatch.setattr(gw, "PARALLEL_PAGE", 40)
     pages: list[int] = []
-    real = gw._Resolvers.run
+    real = lifetime.in_flight
 
-    def run(self, rows):
-        for page in real(self, rows):
-            pages.append(len(page))
-            yield page
+    def in_flight(pool, fn, calls, most):
+        for result in real(pool, fn, calls, most):
+            if fn is gw.resolve_page:
+                pages.append(len(result))
+            yield result
 
-    monkeypatch.setattr(gw._Resolvers, "run", run)
+    monkeypatch.setattr(lifetime, "in_flight", in_flight)
     cfg = load_config(_corpus(tmp_path), env={}, jobs=2)
     build(cfg, full=True)
     assert len(pages) > 3 and max(pages) == 40  # the workers resolved it, page by page

@@ -204,12 +204,12 @@ def test_definitions_carry_signature_doc_and_kind(graph):
 
 
 def test_worker_page_loads_base_classes_after_its_warm_up(tmp_path):
-    """A resolution worker (`resolve.resolve_page`) loads the symbols on a warm-up page, sent
+    """A resolution worker (`graph_write.resolve_page`) loads the symbols on a warm-up page, sent
     before the build has committed the inherit edges, and the edges on its first real page:
     a method found through a base class resolves as the serial build resolved it."""
     import sqlite3
 
-    from indexer import resolve
+    from indexer import graph_write
     from tests.conftest import make_repo
 
     root = make_repo(tmp_path / "inherit", {
@@ -231,12 +231,12 @@ def test_worker_page_loads_base_classes_after_its_warm_up(tmp_path):
         with conn:  # the build's state when the warm-up arrives: inherit edges not yet resolved
             conn.execute("UPDATE refs SET target_id = NULL, resolution = 'pending' "
                          "WHERE kind = 'inherit'")
-        assert resolve.resolve_page(db_file, "build-1", []) == []
+        assert graph_write.resolve_page(db_file, "build-1", []) == []
         with conn:
             conn.executemany("UPDATE refs SET target_id = ?, resolution = ?, confidence = ? "
                              "WHERE id = ?", edges)
-        got = resolve.resolve_page(db_file, "build-1", rows)
+        got = graph_write.resolve_page(db_file, "build-1", rows)
     finally:
-        resolve._WORKER_TABLE.clear()
+        graph_write._WORKER_TABLE.clear()
         conn.close()
     assert [g[:4] for g in got] == want
