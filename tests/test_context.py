@@ -241,7 +241,13 @@ def test_full_items_are_whole_definitions_with_headers(shop):
 
 def test_a_member_grows_to_its_small_class(shop):
     pack = assemble(shop, task="Item.total multiplies the price by the quantity", budget=600)
-    item = next(i for i in pack.items if i.path == "shop/models.py" and i.kind == FULL)
+
+    def holding_total(pack):
+        return next(
+            i for i in pack.items if i.kind == FULL and "def total(" in i.text
+        )
+
+    item = holding_total(pack)
     assert item.symbol == "shop.models.Item"  # the whole class, not only Item.total
     lines = (shop[0] / "shop/models.py").read_text().splitlines()
     assert lines[item.start_line - 1] == "@dataclass" or lines[item.start_line - 1].startswith(
@@ -251,7 +257,7 @@ def test_a_member_grows_to_its_small_class(shop):
     pack = assemble(
         shop, task="Item.total multiplies the price by the quantity", budget=600, policy=policy
     )
-    item = next(i for i in pack.items if i.path == "shop/models.py" and i.kind == FULL)
+    item = holding_total(pack)
     assert item.symbol == "shop.models.Item.total"
 
 
@@ -603,3 +609,36 @@ def test_a_pack_s_ranking_serves_another_budget(shop):
     assert [(i.path, i.span, i.kind) for i in again.items] == [
         (i.path, i.span, i.kind) for i in fresh.items
     ]
+
+
+def test_density_packs_value_per_token_first(shop, counter):
+    """With ``density`` the packing order is score / size**density: a small definition scored a
+    little lower goes in before a large one, and when only one fits, it is the small one."""
+    from retrieval.context.pack import Packer
+    from retrieval.context.repo import Repo
+    from retrieval.context.seeds import Seeds
+
+    root, conn, _ = shop
+    repo = Repo(conn, root)
+    by_name = {s.local: s for p in ("shop/cart.py", "shop/tax.py") for s in repo.file_symbols(p)}
+    big, small = by_name["Cart"], by_name["round_money"]
+    assert big.nbytes > 8 * small.nbytes
+
+    def pack(density: float, budget: int) -> list[str]:
+        policy = PackPolicy(  # any one item may take the whole budget
+            density=density, density_floor=1.0, upgrade=False, item_share=1.0, class_share=1.0
+        )
+        seeds = Seeds(repo, policy)
+        items = Packer(repo, counter, budget, policy).pack(
+            seeds, {big.id: 1.0, small.id: 0.6}, {}
+        )
+        return [i.symbol for i in items if i.kind == FULL]
+
+    assert pack(0.0, 2000) == ["shop.cart.Cart", "shop.tax.round_money"]
+    assert pack(1.0, 2000) == ["shop.tax.round_money", "shop.cart.Cart"]
+    probe = Packer(repo, counter, 2000, PackPolicy())
+    cart_tokens = probe._text(probe._unit(big.id, Seeds(repo, PackPolicy())))[1]
+    money_tokens = probe._text(probe._unit(small.id, Seeds(repo, PackPolicy())))[1]
+    tight = probe.preamble + cart_tokens + money_tokens // 2  # one of them fits, not both
+    assert pack(0.0, tight)[:1] == ["shop.cart.Cart"]
+    assert pack(1.0, tight) == ["shop.tax.round_money"]

@@ -1,5 +1,6 @@
-"""Step 3 of assembly: greedy packing in rank order with exact token accounting — whole
-definitions, a member grown to its small class, overlapping spans merged, skeletons after."""
+"""Step 3 of assembly: greedy packing by value per token (``PackPolicy.density``: score /
+tokens ** density) with exact token accounting — whole definitions, a member grown to its small
+class, overlapping spans merged, skeletons after."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ from .seeds import Seeds
 
 # --------------------------------------------------------------------------- packing
 
+#: Bytes per token of code, to size candidates before they are read (o200k: ~3.5-4.5).
+GUESS_BYTES_PER_TOKEN = 4.0
+
 
 @dataclass(frozen=True, slots=True)
 class Unit:
@@ -52,7 +56,7 @@ class Draft:
 
 
 class Packer:
-    """Greedy packing in rank order with exact token accounting."""
+    """Greedy packing by value per token with exact token accounting."""
 
     def __init__(
         self, repo: Repo, counter: TokenCounter, budget: int, policy: PackPolicy
@@ -98,12 +102,20 @@ class Packer:
     ) -> list[ContextItem]:
         if self.budget <= self.preamble + self.skel_header:
             return []
+        density = self.policy.density
+
+        def value(k: Key) -> float:
+            if not density:
+                return scores[k]
+            size = max(self._guess_tokens(k, seeds), self.policy.density_floor)
+            return scores[k] / size**density
+
         order = sorted(
             scores,
             key=lambda k: (
                 k not in seeds.pinned,
                 seeds.pinned.get(k, 0),
-                -scores[k],
+                -value(k),
                 str(k),
             ),
         )
@@ -174,6 +186,17 @@ class Packer:
             )
             for d in drafts
         ]
+
+    def _guess_tokens(self, key: Key, seeds: Seeds) -> float:
+        """A candidate's size in tokens, from its bytes (no tokenizer: every candidate is sized)."""
+        if isinstance(key, tuple):
+            path, start, end = seeds.spans[key]
+            lines = self.repo.lines(path) or []
+            nbytes = sum(len(ln) + 1 for ln in lines[start - 1 : end])
+        else:
+            sym = self.repo.syms.get(key)
+            nbytes = sym.nbytes if sym is not None else 0
+        return nbytes / GUESS_BYTES_PER_TOKEN
 
     def _unit(self, key: Key, seeds: Seeds) -> Unit | None:
         """A candidate's own definition (or span of module-level lines)."""

@@ -131,16 +131,18 @@ class PackPolicy:
     """Knobs of assembly; the defaults were set on the localization development set (see the
     module docstring)."""
 
-    #: Rank constant of the seeds' weights (smaller: top units dominate more).
-    seed_k: int = 10
+    #: Rank constant of the seeds' weights (smaller: top units dominate more). 1 (was 10): the
+    #: share of changed functions falls steeply with rank (docs/context.md, "Packing by value").
+    seed_k: int = 1
     #: Weight of focus seeds against the task's (the ranking's seeds weigh 1).
     source_weights: dict[str, float] = field(default_factory=lambda: {"focus": 3.0})
-    #: Units of the fused ranking that seed the graph walk.
-    unit_seeds: int = 40
+    #: Units of the fused ranking that seed the graph walk (80, was 40: with ``density`` small
+    #: definitions ranked deeper can still earn their place).
+    unit_seeds: int = 80
     #: Fusion weights (`retrieval.fusion.FusionModel`); None: the shipped ones.
     model: object | None = None
     use_graph: bool = True  # False: seeds in fused order only (the baseline)
-    alpha: float = 0.3  # PageRank restart probability
+    alpha: float = 0.5  # PageRank restart probability (0.5, was 0.3: the seeds' order counts more)
     #: Hops of the graph walk around the seeds. 1 chosen over 2 by `benchmarks/context_cv.py`
     #: (see docs/context.md): a second hop mostly brought definitions that were not evidence.
     hops: int = 1
@@ -168,6 +170,12 @@ class PackPolicy:
     #: through the graph, at ``test_weight``, or as focus), so their many matches on the task's
     #: words do not take the seeds and the second stage's best files from the code.
     rank_tests: bool = True
+    #: Packing order: score / tokens ** density (0: score alone; 1: value per token). 0.5 chosen
+    #: over 0, 0.35, 0.65 and 1 on the localization development set (docs/context.md).
+    density: float = 0.5
+    #: Below this many tokens a candidate counts as this large for ``density`` (a one-line
+    #: definition is not worth a hundred times its score).
+    density_floor: float = 64.0
     full_candidates: int = 200  # only this many of the best are tried in full at first
     line_numbers: bool = False  # prefix every code line with its number
 
