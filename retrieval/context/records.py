@@ -136,9 +136,9 @@ class PackPolicy:
     seed_k: int = 1
     #: Weight of focus seeds against the task's (the ranking's seeds weigh 1).
     source_weights: dict[str, float] = field(default_factory=lambda: {"focus": 3.0})
-    #: Units of the fused ranking that seed the graph walk (80, was 40: with ``density`` small
-    #: definitions ranked deeper can still earn their place).
-    unit_seeds: int = 80
+    #: Units of the fused ranking that seed the graph walk (120, was 40: with ``density`` small
+    #: definitions ranked deeper can still earn their place; 40, 80, 100, 120 and 160 measured).
+    unit_seeds: int = 120
     #: Fusion weights (`retrieval.fusion.FusionModel`); None: the shipped ones.
     model: object | None = None
     use_graph: bool = True  # False: seeds in fused order only (the baseline)
