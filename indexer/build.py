@@ -93,7 +93,8 @@ def _parse_all(
         return
     # Small batches at first keep every worker busy while results stream back.
     size = max(8, min(config.batch_size, len(work) // (jobs * 4) or 8))
-    # Imported here: ~25 ms that a one-file edit (parsed in-process) does not need.
+    # The pool's imports (~25 ms, inside spawn_pool and in_flight) are paid only here: a
+    # one-file edit is parsed in-process.
     from .lifetime import in_flight, spawn_pool
 
     # Workers (and so the resource tracker, which waits for them) exit if this process is

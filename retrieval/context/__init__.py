@@ -4,14 +4,15 @@
    whole-file, names through the graph, paths and traceback frames, error messages, vectors,
    history and the graph signal, weighed by the fitted fusion), in that order, plus focus
    files; the chunks that were hit mark where a definition too long to show whole is cut.
-2. Expansion. One hop (``PackPolicy.hops``) over the reference graph (calls, inheritance, type uses, imports,
-   nesting; ambiguous references through their candidates), ranked by personalized PageRank
-   seeded with step 1 (`retrieval.pagerank`).
+2. Expansion. One hop (``PackPolicy.hops``) over the reference graph (calls, inheritance, type
+   uses, imports, nesting; ambiguous references through their candidates), ranked by
+   personalized PageRank seeded with step 1 (`retrieval.pagerank`).
 3. Packing. By value per token (score / tokens ** ``PackPolicy.density``), definitions go in
    whole (a method grows to its class when the class fits in ``expand_share`` of the budget),
-   overlapping spans merge, a definition too large for one item is cut to the chunk that was hit; once full items have used ``full_share`` of the budget the rest are
-   signature-only skeletons (signature and first doc line). The budget is filled until no
-   further skeleton fits, counted with a real tokenizer, and the final text is counted again.
+   overlapping spans merge, a definition too large for one item is cut to the chunk that was
+   hit; once full items have used ``full_share`` of the budget the rest are signature-only
+   skeletons (signature and first doc line). The budget is filled until no further skeleton
+   fits, counted with a real tokenizer, and the final text is counted again.
 4. Provenance. Every item says why it is there: the hit (source and rank) or the edge
    (relation, neighbour, seed it came from), with its token cost and score.
 
