@@ -387,12 +387,17 @@ def test_kill_9_of_the_watcher_is_repaired_by_the_next_run(tmp_path):
 
 
 _LOCKED_BUILD = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from indexer.build import build
     from indexer.config import load_config
 
     def slow(progress):  # hold the lock long enough to be killed mid-way
         print(progress.phase, flush=True)
+        deadline = time.monotonic() + 60
+        # the first step waits until the test has seen the watcher wait for the lock: a build
+        # that ended before the watcher noticed the edit would leave it nothing to wait for
+        while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
+            time.sleep(0.02)
         time.sleep(0.05)
 
     build(load_config(sys.argv[1], env={}, jobs=1, batch_size=2), full=True, progress=slow)
@@ -407,7 +412,7 @@ def test_watcher_waits_for_a_manual_build_and_repairs_it_after_kill_9(tmp_path):
         for seed in range(2):
             rng = random.Random(100 + seed)
             proc = subprocess.Popen(
-                [sys.executable, "-c", _LOCKED_BUILD, str(root)],
+                [sys.executable, "-c", _LOCKED_BUILD, str(root), str(tmp_path / f"go{seed}")],
                 env=env,
                 start_new_session=True,
                 stdout=subprocess.PIPE,
@@ -421,6 +426,7 @@ def test_watcher_waits_for_a_manual_build_and_repairs_it_after_kill_9(tmp_path):
                 while sum(e.kind == "waiting_lock" for e in w.events) == waits:
                     assert time.monotonic() < deadline and proc.poll() is None
                     time.sleep(0.02)
+                (tmp_path / f"go{seed}").touch()  # the build goes on, to be killed mid-way
                 time.sleep(rng.uniform(0.0, 0.6))
             finally:
                 _kill_group(proc)
