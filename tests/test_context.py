@@ -297,7 +297,7 @@ def test_names_and_paths_in_the_task_are_exact_seeds(shop):
         shop, task="Why does `Cart.remove` drop items? See shop/report.py:7", budget=500
     )
     by_symbol = {i.symbol: i for i in pack.items}
-    remove = by_symbol["shop.cart.Cart"]  # Cart.remove, grown to its small class
+    remove = by_symbol["shop.cart.Cart.remove"]  # alone: its class is over expand_share
     assert "    def remove(self, name: str) -> None:" in remove.text.splitlines()
     assert any(r.source == "symbol" and r.rank == 1 for r in remove.reasons)
     receipt = by_symbol["shop.report.receipt_lines"]  # the definition holding line 7
@@ -337,22 +337,37 @@ def test_test_files_rank_below_code(shop):
         pack = assemble(shop, budget=20_000, policy=policy)
         return [i.path for i in pack.items if i.kind == FULL]
 
-    weighed = order(PackPolicy())
+    # tests in the seeding ranking (not the default): the weight alone keeps them back
+    weighed = order(PackPolicy(rank_tests=True))
     assert PackPolicy().test_weight < 1.0
     assert weighed[-1] == "tests/test_cart.py"  # it matches the task, but comes last…
-    unweighed = order(PackPolicy(test_weight=1.0))  # …and only because of the weight
+    unweighed = order(PackPolicy(rank_tests=True, test_weight=1.0))  # …only by the weight
     assert unweighed.index("tests/test_cart.py") < unweighed.index("shop/report.py")
 
 
-def test_a_test_the_task_names_is_not_pushed_back(shop):
+@pytest.mark.parametrize(
+    ("task", "source"),
+    [
+        ("test_checkout_total_adds_tax fails after the last release", "symbol"),
+        (
+            "Traceback (most recent call last):\n"
+            '  File "tests/test_cart.py", line 7, in test_checkout_total_adds_tax\n'
+            '    assert cart.checkout_total("eu") == 7.2\nAssertionError',
+            "frame",
+        ),
+    ],
+)
+def test_a_test_the_task_names_is_not_pushed_back(shop, task, source):
     """Tests come after the code for their shared words, not when the task names one: a test
-    found by its name (or a traceback frame, or its path) keeps its full weight."""
-    task = "test_checkout_total_adds_tax fails after the last release"
+    found by its name (or a traceback frame, or its path) is a seed at its full weight, though
+    the seeding ranking leaves tests out (`Seeds._add_named_tests`)."""
     pack = assemble(shop, task=task, budget=20_000)
+    assert not PackPolicy().rank_tests
     order = [i.path for i in pack.items if i.kind == FULL]
     assert order.index("tests/test_cart.py") < order.index("shop/report.py")
     item = next(i for i in pack.items if i.path == "tests/test_cart.py")
-    assert any(r.source == "symbol" for r in item.reasons)
+    assert any(r.source == source for r in item.reasons)
+    assert any(s.source == source and s.path == "tests/test_cart.py" for s in pack.seeds)
 
 
 def test_tests_kept_out_of_the_seeding_ranking_come_only_through_the_graph(shop):

@@ -152,7 +152,10 @@ class PackPolicy:
     #: 1.0 chosen over 0.9 by `benchmarks/context_cv.py` (see docs/context.md).
     full_share: float = 1.0
     item_share: float = 0.35  # largest single full item
-    expand_share: float = 0.5  # a member grows to its top-level class up to this size
+    #: A member grows to its top-level class up to this share of the budget. 0.1 (was 0.5):
+    #: packing orders a member by its own size, so growing it into a class of half the budget
+    #: spent what its value per token never paid for (0, 0.1, 0.25 and 0.5 measured).
+    expand_share: float = 0.1
     class_share: float = (
         0.5  # a class ranked for its own lines goes in whole up to this size
     )
@@ -166,10 +169,12 @@ class PackPolicy:
     #: name of theirs: `NAMING_SOURCES`) or they are focus. 0.01 chosen over 0.3 by
     #: `benchmarks/context_cv.py` (see docs/context.md).
     test_weight: float = 0.01
-    #: Whether test files compete in the ranking that picks the seeds (False: they come in only
-    #: through the graph, at ``test_weight``, or as focus), so their many matches on the task's
-    #: words do not take the seeds and the second stage's best files from the code.
-    rank_tests: bool = True
+    #: Whether test files compete in the ranking that picks the seeds. False (was True): they
+    #: come in through the graph at ``test_weight``, as focus, or when the task names them (a
+    #: definition's name, a traceback frame, a path: `Seeds._add_named_tests`), so their many
+    #: matches on the task's words take neither the seeds nor the second stage's best files
+    #: from the code (docs/context.md, "Tests out of the seeding ranking").
+    rank_tests: bool = False
     #: Packing order: score / tokens ** density (0: score alone; 1: value per token). 0.5 chosen
     #: over 0, 0.35, 0.65 and 1 on the localization development set (docs/context.md).
     density: float = 0.5

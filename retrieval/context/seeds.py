@@ -10,8 +10,9 @@ from pathlib import Path
 
 from indexer.errors import RepoctxError
 from indexer.languages import kind_of, language_for_path
+from indexer.testpaths import is_test_path
 
-from ..pipeline import default_signals
+from ..pipeline import DEPTH, default_signals
 from ..tokens import TokenCounter
 from .records import ContextError, Key, PackPolicy, Reason, Seed
 from .repo import Repo, Sym
@@ -20,11 +21,21 @@ from .repo import Repo, Sym
 #: with this share of a code unit's weight, and at most DOCS_SEEDS of them: code comes first.
 DOCS_PRIOR = 0.5
 DOCS_SEEDS = 2
+#: Test definitions and files the task names (see `Seeds._add_named_tests`), per naming signal.
+NAMED_TESTS = 10
 _ASKS_DOCS = re.compile(
     r"\b(?:docs?|documentation|readme|how (?:do|to|can)|install\w*|guide|tutorial|changelog"
     r"|licen[cs]e|dockerfile|makefile|ya?ml|toml|config(?:uration)? files?)\b",
     re.I,
 )
+
+
+
+def _names_a_test(sym: Sym) -> bool:
+    """A test function, method or class (``test_x``, ``TestX``, ``TestX.test_y``), not a
+    helper or a class a test defines (an issue's ``Foo.bar`` names ``Foo.bar`` inside sphinx's
+    ``test_safe_getattr_with_property_exception``)."""
+    return sym.name.lower().startswith("test")
 
 # --------------------------------------------------------------------------- seeds
 
@@ -198,6 +209,8 @@ class Seeds:
             self.records.append(
                 Seed(top, n, u.path, u.start, u.end, u.qualname, round(w, 6))
             )
+        if not self.policy.rank_tests:
+            self._add_named_tests(task, ctx)
         for hits in ranking.runs.values():
             for h in hits:
                 if h.chunk_id is None:
@@ -211,6 +224,39 @@ class Seeds:
                 if around:
                     inner = min(around, key=lambda s: s.end - s.start)
                     self.hit_spans[inner.id].append((h.start_line, h.end_line))
+
+    def _add_named_tests(self, task: str, ctx) -> None:
+        """Tests the task names — by a definition's name, a traceback frame or a path — seed at
+        the weight of their rank in that signal, though the ranking left tests out: a task
+        about a failing test is about that test."""
+        from dataclasses import replace
+
+        from ..query import parse_query
+        from ..signals import Scope
+        from ..sources import Frames, Names, Paths
+
+        q = parse_query(task)
+        every = replace(ctx, scope=Scope(), cache={})
+        for sig in (Frames(), Names(), Paths()):
+            hits = [h for h in sig.run(every, q, DEPTH) if is_test_path(h.path)]
+            rank = 0
+            for h in hits:
+                if rank >= NAMED_TESTS:
+                    break
+                if h.level == "symbol":
+                    sym = self._unit_symbol(h.path, h.symbol, h.start_line)
+                    if sym is None or (sig.name == "symbol" and not _names_a_test(sym)):
+                        continue
+                    key: Key = sym.id
+                    start, end, qual = sym.start, sym.end, sym.qualname
+                else:
+                    n = len(self.repo.lines(h.path) or ()) or 1
+                    key, start, end, qual = self._span_key(h.path, 1, n), 1, n, ""
+                rank += 1
+                self._credit(key, sig.name, rank)
+                self.records.append(
+                    Seed(sig.name, rank, h.path, start, end, qual, round(self.weight[key], 6))
+                )
 
     def _unit_symbol(self, path: str, qualname: str, start: int) -> Sym | None:
         for s in self.repo.file_symbols(path):
