@@ -30,12 +30,12 @@ _ASKS_DOCS = re.compile(
 )
 
 
-
 def _names_a_test(sym: Sym) -> bool:
     """A test function, method or class (``test_x``, ``TestX``, ``TestX.test_y``), not a
     helper or a class a test defines (an issue's ``Foo.bar`` names ``Foo.bar`` inside sphinx's
     ``test_safe_getattr_with_property_exception``)."""
     return sym.name.lower().startswith("test")
+
 
 # --------------------------------------------------------------------------- seeds
 
@@ -236,7 +236,9 @@ class Seeds:
         from ..sources import Frames, Names, Paths
 
         q = parse_query(task)
-        every = replace(ctx, scope=Scope(), cache={})
+        # the same per-search cache: these signals keep only the path index there (every
+        # indexed path, whatever the scope), which the ranking has already read
+        every = replace(ctx, scope=Scope())
         for sig in (Frames(), Names(), Paths()):
             hits = [h for h in sig.run(every, q, DEPTH) if is_test_path(h.path)]
             rank = 0
