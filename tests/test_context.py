@@ -170,13 +170,17 @@ SHOP = {
 TASK = "The checkout total is wrong: the tax for the region is computed on the discounted price"
 
 
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    root = make_repo(tmp_path_factory.mktemp("ctx") / "shop", SHOP)
+def _indexed(tmp_path_factory, files):
+    root = make_repo(tmp_path_factory.mktemp("ctx") / "shop", files)
     cfg = index(root)
     conn = store.open_for_read(cfg.index_path).conn
     yield root, conn, cfg
     conn.close()
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    yield from _indexed(tmp_path_factory, SHOP)
 
 
 @pytest.fixture(scope="module")
@@ -360,7 +364,7 @@ def test_test_files_rank_below_code(shop):
 def test_a_test_the_task_names_is_not_pushed_back(shop, task, source):
     """Tests come after the code for their shared words, not when the task names one: a test
     found by its name (or a traceback frame, or its path) is a seed at its full weight, though
-    the seeding ranking leaves tests out (`Seeds._add_named_tests`)."""
+    the seeding ranking leaves tests out (`Seeds._add_named`)."""
     pack = assemble(shop, task=task, budget=20_000)
     assert not PackPolicy().rank_tests
     order = [i.path for i in pack.items if i.kind == FULL]
@@ -381,6 +385,86 @@ def test_tests_kept_out_of_the_seeding_ranking_come_only_through_the_graph(shop)
     assert order[-1] == "tests/test_cart.py"  # last, and reached by its edges only
     test_item = next(i for i in pack.items if i.path == "tests/test_cart.py")
     assert {r.source for r in test_item.reasons} <= {"calls", "imports", "uses", "called-by"}
+
+
+# --------------------------------------------------------------------------- docs
+
+SHOP_DOCS = {
+    **SHOP,
+    "README.md": "# shop\n\nA toy shop.\n\n## Install\n\nRun pip install shop in a fresh venv.\n",
+    "docs/checkout.md": (
+        "# Checkout\n\n## Totals\n\nThe checkout total is the discounted price plus the tax\n"
+        "for the region; the tax for the region is computed on the discounted price, so the\n"
+        "checkout total of a discounted cart is lower. Checkout totals round the tax.\n"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def shop_docs(tmp_path_factory):
+    yield from _indexed(tmp_path_factory, SHOP_DOCS)
+
+
+def _prose_seeds(pack) -> list[str]:
+    return [s.path for s in pack.seeds if s.path.endswith(".md")]
+
+
+def test_docs_stay_out_of_the_seeds_of_a_task_about_code(shop_docs):
+    """A doc that repeats the task's words would take the seeds' best ranks from the code
+    (``rank_prose=True`` shows it does); by default the seeding ranking reads code only."""
+    ranked = assemble(shop_docs, budget=2_000, policy=PackPolicy(rank_prose=True))
+    assert "docs/checkout.md" in _prose_seeds(ranked)
+    pack = assemble(shop_docs, budget=2_000)
+    assert not PackPolicy().rank_prose and pack.seeds
+    assert _prose_seeds(pack) == []
+    assert pack.items[0].path == "shop/cart.py"
+
+
+def test_a_question_about_docs_or_setup_ranks_them(shop_docs):
+    pack = assemble(shop_docs, task="How do I install the shop?", budget=2_000)
+    assert pack.seeds[0].path == "README.md"  # a small file is one chunk
+    item = next(i for i in pack.items if i.path == "README.md")
+    assert "pip install shop" in item.text
+
+
+def test_a_doc_the_task_names_by_its_path_is_a_seed(shop_docs):
+    task = "docs/checkout.md and Cart.checkout_total disagree about the tax on discounted carts"
+    pack = assemble(shop_docs, task=task, budget=2_000)
+    assert [s.source for s in pack.seeds if s.path == "docs/checkout.md"] == ["path"]
+    assert any(i.path == "docs/checkout.md" and i.kind == FULL for i in pack.items)
+
+
+ISSUE = """Checkout total ignores the region's tax
+
+### Describe the bug
+The documentation says the checkout total adds the tax for the region, but it does not.
+
+### How to Reproduce
+Add an item, call checkout_total("eu").
+
+### Environment
+Installed versions: shop 1.2, python 3.11, on a fresh install.
+"""
+
+
+@pytest.mark.parametrize(
+    ("task", "asks"),
+    [
+        ("How do I install it?", True),
+        ("where is the docs page for tax rates", True),
+        ("which Makefile target builds the wheel", True),
+        ("Update the docs for checkout totals", True),  # a short commit message
+        ("Fix the tax example in docs/checkout.md.", False),  # named: seeded by its path
+        ("Regenerate the docs.", True),
+        ("The checkout total is wrong for the eu region", False),
+        (ISSUE, False),  # "documentation", "How to Reproduce", "Installed versions" in passing
+        (ISSUE + "\nThe README's example shows the wrong total.", True),
+    ],
+)
+def test_asks_about_prose(task, asks):
+    from retrieval.context.seeds import asks_about_prose
+
+    assert asks_about_prose(task) is asks
 
 
 # --------------------------------------------------------------------------- focus

@@ -2,7 +2,8 @@
 
 1. Seeds. The best definitions of the one fused ranking (`retrieval.pipeline.rank`: lexical,
    whole-file, names through the graph, paths and traceback frames, error messages, vectors,
-   history and the graph signal, weighed by the fitted fusion), in that order, plus focus
+   history and the graph signal, weighed by the fitted fusion) of the code — tests, docs and
+   configs out unless the task names them or asks about docs — in that order, plus focus
    files; the chunks that were hit mark where a definition too long to show whole is cut.
 2. Expansion. One hop (``PackPolicy.hops``) over the reference graph (calls, inheritance, type
    uses, imports, nesting; ambiguous references through their candidates), ranked by

@@ -171,10 +171,17 @@ class PackPolicy:
     test_weight: float = 0.01
     #: Whether test files compete in the ranking that picks the seeds. False (was True): they
     #: come in through the graph at ``test_weight``, as focus, or when the task names them (a
-    #: definition's name, a traceback frame, a path: `Seeds._add_named_tests`), so their many
+    #: definition's name, a traceback frame, a path: `Seeds._add_named`), so their many
     #: matches on the task's words take neither the seeds nor the second stage's best files
     #: from the code (docs/context.md, "Tests out of the seeding ranking").
     rank_tests: bool = False
+    #: Whether docs and configs compete in the seeding ranking when the task does not ask about
+    #: docs or setup (`seeds.asks_about_prose`). False (was True): README sections and
+    #: changelog entries share an issue's words, and in the ranking they took the best files'
+    #: places from the code (sphinx-9673's changed function fell from 2nd to 48th); a task
+    #: that names a doc or config file by its path still seeds it (docs/context.md, "Docs out
+    #: of the seeding ranking").
+    rank_prose: bool = False
     #: Packing order: score / tokens ** density (0: score alone; 1: value per token). 0.5 chosen
     #: over 0, 0.35, 0.65 and 1 on the localization development set (docs/context.md).
     density: float = 0.5

@@ -17,17 +17,39 @@ from ..tokens import TokenCounter
 from .records import ContextError, Key, PackPolicy, Reason, Seed
 from .repo import Repo, Sym
 
-#: Unless the task asks about docs or setup, docs and configs (README sections, YAML keys) seed
-#: with this share of a code unit's weight, and at most DOCS_SEEDS of them: code comes first.
+#: With ``PackPolicy.rank_prose`` and a task that does not ask about docs or setup, docs and
+#: configs (README sections, YAML keys) seed with this share of a code unit's weight, and at most
+#: DOCS_SEEDS of them: code comes first.
 DOCS_PRIOR = 0.5
 DOCS_SEEDS = 2
-#: Test definitions and files the task names (see `Seeds._add_named_tests`), per naming signal.
-NAMED_TESTS = 10
+#: Tests, docs and configs the task names (see `Seeds._add_named`), per naming signal.
+NAMED_SEEDS = 10
+#: Words only a question about docs or setup uses ("how do I", "the README", "the Makefile").
+#: Not "how to reproduce", the heading of the usual issue template.
 _ASKS_DOCS = re.compile(
-    r"\b(?:docs?|documentation|readme|how (?:do|to|can)|install\w*|guide|tutorial|changelog"
-    r"|licen[cs]e|dockerfile|makefile|ya?ml|toml|config(?:uration)? files?)\b",
+    r"\b(?:readme|changelog|tutorial|dockerfile|makefile|licen[cs]e"
+    r"|how (?:do|can|should) (?:i|we|you|one)|how to (?!reproduce)[a-z]+"
+    r"|install(?:ation)? (?:guide|instructions|steps))\b",
     re.I,
 )
+#: Words that ask about docs in a short question but come up in passing in a pasted issue: an
+#: issue template's "installed versions", "the docs say", sphinx's "documentation" (the older
+#: cue, these words anywhere, fired on 58 of the 98 development issues).
+_MENTIONS_DOCS = re.compile(  # as words, not as parts of a path ("docs/x.md" is named)
+    r"(?<![/.])\b(?:docs?|documentation|documented|install\w*|guide|ya?ml|toml"
+    r"|config(?:uration)? files?)\b(?!/|\.\w)",
+    re.I,
+)
+#: A task of at most this many words is a question (or a commit message), not a pasted issue.
+SHORT_TASK = 30
+
+
+def asks_about_prose(task: str) -> bool:
+    """Whether the task is about docs or setup, so that docs and configs compete with code for
+    the seeds (see ``PackPolicy.rank_prose``)."""
+    if _ASKS_DOCS.search(task):
+        return True
+    return len(task.split()) <= SHORT_TASK and bool(_MENTIONS_DOCS.search(task))
 
 
 def _names_a_test(sym: Sym) -> bool:
@@ -153,7 +175,12 @@ class Seeds:
         from ..signals import Scope, SignalContext
 
         use_vectors = searcher is not None and searcher.semantic_coverage() > 0
-        scope = Scope(exclude_tests=not self.policy.rank_tests)
+        asks_docs = asks_about_prose(task)
+        prose_ranked = asks_docs or self.policy.rank_prose
+        scope = Scope(
+            exclude_tests=not self.policy.rank_tests,
+            kinds=() if prose_ranked else ("code",),
+        )
         ctx = SignalContext(
             self.repo.conn, self.repo.root, index_dir, scope, searcher=searcher
         )
@@ -178,7 +205,6 @@ class Seeds:
         self.timings = ctx.cache.get("timings", {})
         n = 0
         prose = 0  # docs and config units seeded so far (see DOCS_PRIOR)
-        asks_docs = bool(_ASKS_DOCS.search(task))
         for ru in ranking.units:
             if n >= self.policy.unit_seeds:
                 break
@@ -209,8 +235,8 @@ class Seeds:
             self.records.append(
                 Seed(top, n, u.path, u.start, u.end, u.qualname, round(w, 6))
             )
-        if not self.policy.rank_tests:
-            self._add_named_tests(task, ctx)
+        if not self.policy.rank_tests or not prose_ranked:
+            self._add_named(task, ctx)
         for hits in ranking.runs.values():
             for h in hits:
                 if h.chunk_id is None:
@@ -225,10 +251,11 @@ class Seeds:
                     inner = min(around, key=lambda s: s.end - s.start)
                     self.hit_spans[inner.id].append((h.start_line, h.end_line))
 
-    def _add_named_tests(self, task: str, ctx) -> None:
-        """Tests the task names — by a definition's name, a traceback frame or a path — seed at
-        the weight of their rank in that signal, though the ranking left tests out: a task
-        about a failing test is about that test."""
+    def _add_named(self, task: str, ctx) -> None:
+        """What the ranking's scope left out but the task names seeds at the weight of its rank
+        in the naming signal: a test by a definition's name, a traceback frame or a path (a
+        task about a failing test is about that test), a doc or config file by its path (a
+        task that names ``docs/usage.rst`` is about it)."""
         from dataclasses import replace
 
         from ..query import parse_query
@@ -240,11 +267,13 @@ class Seeds:
         # indexed path, whatever the scope), which the ranking has already read
         every = replace(ctx, scope=Scope())
         for sig in (Frames(), Names(), Paths()):
-            hits = [h for h in sig.run(every, q, DEPTH) if is_test_path(h.path)]
             rank = 0
-            for h in hits:
-                if rank >= NAMED_TESTS:
+            for h in sig.run(every, q, DEPTH):
+                if rank >= NAMED_SEEDS:
                     break
+                test = is_test_path(h.path)
+                if ctx.scope.allows(h.path) or (not test and sig.name != "path"):
+                    continue  # ranked already; or prose named other than by its path
                 if h.level == "symbol":
                     sym = self._unit_symbol(h.path, h.symbol, h.start_line)
                     if sym is None or (sig.name == "symbol" and not _names_a_test(sym)):
