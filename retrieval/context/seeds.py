@@ -52,6 +52,10 @@ def asks_about_prose(task: str) -> bool:
     return len(task.split()) <= SHORT_TASK and bool(_MENTIONS_DOCS.search(task))
 
 
+def is_code(path: str) -> bool:
+    return kind_of(language_for_path(path) or "") == "code"
+
+
 def _names_a_test(sym: Sym) -> bool:
     """A test function, method or class (``test_x``, ``TestX``, ``TestX.test_y``), not a
     helper or a class a test defines (an issue's ``Foo.bar`` names ``Foo.bar`` inside sphinx's
@@ -176,14 +180,7 @@ class Seeds:
 
         use_vectors = searcher is not None and searcher.semantic_coverage() > 0
         asks_docs = asks_about_prose(task)
-        prose_ranked = asks_docs or self.policy.rank_prose
-        scope = Scope(
-            exclude_tests=not self.policy.rank_tests,
-            kinds=() if prose_ranked else ("code",),
-        )
-        ctx = SignalContext(
-            self.repo.conn, self.repo.root, index_dir, scope, searcher=searcher
-        )
+        given = ranking
 
         def signals(vectors: bool):
             # without the graph: neither its signal in the ranking nor the walk below
@@ -193,14 +190,31 @@ class Seeds:
                 if self.policy.use_graph or s.name != "graph"
             ]
 
-        if ranking is None:
+        def ranked(prose: bool):
+            scope = Scope(
+                exclude_tests=not self.policy.rank_tests, kinds=() if prose else ("code",)
+            )
+            ctx = SignalContext(
+                self.repo.conn, self.repo.root, index_dir, scope, searcher=searcher
+            )
+            if given is not None:  # an earlier call's, for the same task
+                return ctx, given
             try:
-                ranking = rank(ctx, task, signals(use_vectors), self.policy.model)
-            except (
-                RepoctxError
-            ) as exc:  # vectors unreadable: rank without them, and say so
-                warnings.append(f"semantic search unavailable: {exc}")
-                ranking = rank(ctx, task, signals(False), self.policy.model)
+                return ctx, rank(ctx, task, signals(use_vectors), self.policy.model)
+            except RepoctxError as exc:  # vectors unreadable: rank without them, and say so
+                if (msg := f"semantic search unavailable: {exc}") not in warnings:
+                    warnings.append(msg)
+                return ctx, rank(ctx, task, signals(False), self.policy.model)
+
+        prose_ranked = asks_docs or self.policy.rank_prose
+        ctx, got = ranked(prose_ranked)
+        if not prose_ranked and (
+            not any(ru.evidence for ru in got.units)  # the code has nothing to say
+            or any(not is_code(ru.unit.path) for ru in got.units)  # so an earlier call found
+        ):  # a repository of docs, or a question only they answer: they answer, as if asked
+            asks_docs = prose_ranked = True
+            ctx, got = ranked(True)
+        ranking = got
         self.ranking = ranking
         self.timings = ctx.cache.get("timings", {})
         n = 0
@@ -213,8 +227,8 @@ class Seeds:
                 not ru.evidence
             ):  # ranked for its file's sake only: not evidence of its own
                 continue
-            is_code = asks_docs or kind_of(language_for_path(u.path) or "") == "code"
-            if not is_code:
+            code = asks_docs or is_code(u.path)
+            if not code:
                 if prose >= DOCS_SEEDS:
                     continue
                 prose += 1
@@ -226,7 +240,7 @@ class Seeds:
                     continue
                 key = sym.id
             n += 1
-            w = (1.0 if is_code else DOCS_PRIOR) / (self.policy.seed_k + n)
+            w = (1.0 if code else DOCS_PRIOR) / (self.policy.seed_k + n)
             self.weight[key] += w
             for e in ru.evidence[:4]:
                 if not any(r.source == e.signal for r in self.reasons[key]):
