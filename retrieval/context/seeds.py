@@ -53,6 +53,7 @@ def asks_about_prose(task: str) -> bool:
 
 
 def is_code(path: str) -> bool:
+    """Whether a file is code (not docs or config) by its language; unknown ones are code."""
     return kind_of(language_for_path(path) or "") == "code"
 
 
@@ -210,7 +211,7 @@ class Seeds:
         ctx, got = ranked(prose_ranked)
         if not prose_ranked and (
             not any(ru.evidence for ru in got.units)  # the code has nothing to say
-            or any(not is_code(ru.unit.path) for ru in got.units)  # so an earlier call found
+            or any(not is_code(ru.unit.path) for ru in got.units)  # handed one that fell back
         ):  # a repository of docs, or a question only they answer: they answer, as if asked
             asks_docs = prose_ranked = True
             ctx, got = ranked(True)
