@@ -434,25 +434,24 @@ def test_a_doc_the_task_names_by_its_path_is_a_seed(shop_docs):
     assert any(i.path == "docs/checkout.md" and i.kind == FULL for i in pack.items)
 
 
-def test_docs_answer_when_the_code_has_nothing_to_say(tmp_path_factory):
+@pytest.fixture(scope="module")
+def handbook(tmp_path_factory):
+    yield from _indexed(tmp_path_factory, {
+        "handbook/people.md": "# People\n\n## Vacation\n\nEveryone gets 30 days of vacation.\n",
+        "handbook/onboarding.md": "# Onboarding\n\n## Laptop\n\nIT ships a laptop on day one.\n",
+    })
+
+
+def test_docs_answer_when_the_code_has_nothing_to_say(handbook):
     """A repository of docs (or a question no code matches): a code-only ranking finds
     nothing, so the docs are ranked as if the task asked for them — and a pack assembled
     again from that ranking (``ranking=``, as the benchmark does per budget) agrees."""
-    handbook = {
-        "handbook/people.md": "# People\n\n## Vacation\n\nEveryone gets 30 days of vacation.\n",
-        "handbook/onboarding.md": "# Onboarding\n\n## Laptop\n\nIT ships a laptop on day one.\n",
-    }
-    docs_only = _indexed(tmp_path_factory, handbook)
-    repo = next(docs_only)
-    try:
-        pack = assemble(repo, task="what is the vacation policy", budget=500)
-        assert [s.path for s in pack.seeds][:1] == ["handbook/people.md"]
-        assert "30 days of vacation" in pack.items[0].text
-        again = assemble(repo, task="what is the vacation policy", budget=500,
-                         ranking=pack.ranking)
-        assert again.seeds == pack.seeds
-    finally:
-        next(docs_only, None)
+    pack = assemble(handbook, task="what is the vacation policy", budget=500)
+    assert [s.path for s in pack.seeds][:1] == ["handbook/people.md"]
+    assert "30 days of vacation" in pack.items[0].text
+    again = assemble(handbook, task="what is the vacation policy", budget=500,
+                     ranking=pack.ranking)
+    assert again.seeds == pack.seeds
 
 
 ISSUE = """Checkout total ignores the region's tax

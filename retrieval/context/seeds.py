@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from indexer.errors import RepoctxError
-from indexer.languages import kind_of, language_for_path
 from indexer.testpaths import is_test_path
 
 from ..pipeline import DEPTH, default_signals
+from ..signals import Scope, SignalContext
 from ..tokens import TokenCounter
 from .records import ContextError, Key, PackPolicy, Reason, Seed
 from .repo import Repo, Sym
@@ -40,6 +40,8 @@ _MENTIONS_DOCS = re.compile(  # as words, not as parts of a path ("docs/x.md" is
     r"|config(?:uration)? files?)\b(?!/|\.\w)",
     re.I,
 )
+#: The files of code, not docs or configs (a language repoctx does not know counts as code).
+CODE = Scope(kinds=("code",))
 #: A task of at most this many words is a question (or a commit message), not a pasted issue.
 SHORT_TASK = 30
 
@@ -50,11 +52,6 @@ def asks_about_prose(task: str) -> bool:
     if _ASKS_DOCS.search(task):
         return True
     return len(task.split()) <= SHORT_TASK and bool(_MENTIONS_DOCS.search(task))
-
-
-def is_code(path: str) -> bool:
-    """Whether a file is code (not docs or config) by its language; unknown ones are code."""
-    return kind_of(language_for_path(path) or "") == "code"
 
 
 def _names_a_test(sym: Sym) -> bool:
@@ -177,7 +174,6 @@ class Seeds:
         """Seeds from the fused ranking of every signal (`retrieval.pipeline`), in its order:
         the same ranking `search`, the agent and the MCP server use."""
         from ..pipeline import rank
-        from ..signals import Scope, SignalContext
 
         use_vectors = searcher is not None and searcher.semantic_coverage() > 0
         asks_docs = asks_about_prose(task)
@@ -193,7 +189,7 @@ class Seeds:
 
         def ranked(prose: bool):
             scope = Scope(
-                exclude_tests=not self.policy.rank_tests, kinds=() if prose else ("code",)
+                exclude_tests=not self.policy.rank_tests, kinds=() if prose else CODE.kinds
             )
             ctx = SignalContext(
                 self.repo.conn, self.repo.root, index_dir, scope, searcher=searcher
@@ -208,14 +204,13 @@ class Seeds:
                 return ctx, rank(ctx, task, signals(False), self.policy.model)
 
         prose_ranked = asks_docs or self.policy.rank_prose
-        ctx, got = ranked(prose_ranked)
+        ctx, ranking = ranked(prose_ranked)
         if not prose_ranked and (
-            not any(ru.evidence for ru in got.units)  # the code has nothing to say
-            or any(not is_code(ru.unit.path) for ru in got.units)  # handed one that fell back
+            not any(ru.evidence for ru in ranking.units)  # the code has nothing to say
+            or any(not CODE.allows(ru.unit.path) for ru in ranking.units)  # handed a fallback
         ):  # a repository of docs, or a question only they answer: they answer, as if asked
             asks_docs = prose_ranked = True
-            ctx, got = ranked(True)
-        ranking = got
+            ctx, ranking = ranked(True)
         self.ranking = ranking
         self.timings = ctx.cache.get("timings", {})
         n = 0
@@ -228,7 +223,7 @@ class Seeds:
                 not ru.evidence
             ):  # ranked for its file's sake only: not evidence of its own
                 continue
-            code = asks_docs or is_code(u.path)
+            code = asks_docs or CODE.allows(u.path)
             if not code:
                 if prose >= DOCS_SEEDS:
                     continue
@@ -274,7 +269,6 @@ class Seeds:
         from dataclasses import replace
 
         from ..query import parse_query
-        from ..signals import Scope
         from ..sources import Frames, Names, Paths
 
         q = parse_query(task)
