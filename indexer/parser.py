@@ -63,26 +63,26 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
     matches = ts.QueryCursor(ts_query(language)).matches(root)
     if lang.sort_matches:
         matches.sort(key=lambda m: m[0])
+    roles = _ROLES
     for _, caps in matches:
         name_nodes = caps.get("name")
         if name_nodes and "qualifier" in caps:
             qualifiers[name_nodes[0].start_byte] = _text(source, caps["qualifier"][0])
         for key, nodes in caps.items():
-            if key == "import.statement":
-                import_nodes.append(nodes[0])
+            role, kind = roles.get(key) or _role(key)
+            if role == _OTHER:
                 continue
-            if key.startswith("definition."):
+            if role == _STATEMENT:
+                import_nodes.append(nodes[0])
+            elif role == _DEFINITION:
                 if name_nodes:
-                    raw_defs.setdefault(nodes[0].id, (nodes[0], name_nodes[0], key[11:]))
-            elif key.startswith("reference."):
+                    raw_defs.setdefault(nodes[0].id, (nodes[0], name_nodes[0], kind))
+            elif role == _REFERENCE:
                 if name_nodes:
                     recv = caps.get("receiver")
-                    kind = key[10:]
-                    raw_refs.setdefault(
-                        (name_nodes[0].start_byte, kind),
-                        (name_nodes[0], kind, recv[0] if recv else None),
-                    )
-            elif key == "import":
+                    name = name_nodes[0]
+                    raw_refs.setdefault((name.start_byte, kind), (name, kind, recv[0] if recv else None))
+            else:
                 raw_imports.append({k: v[0] for k, v in caps.items()})
 
     definitions, def_nodes, def_ends = _definitions(source, lang, raw_defs, qualifiers)
@@ -97,12 +97,12 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
 
     references: list[Reference] = []
     def_name_bytes = {nm.start_byte for _, nm, _ in raw_defs.values()}
+    sep = lang.path_sep
     for (start, kind), (name_node, _, recv) in sorted(raw_refs.items(), key=lambda kv: kv[0][0]):
         if kind in ("type", "call") and start in def_name_bytes:
             continue  # a definition's own name (Julia's `function f(x)` signature is a call)
         receiver = ""
         name = _qualified(source, name_node, qualifiers)
-        sep = lang.path_sep
         if sep and sep in name and kind != "inherit":  # Perl's A::B::f(): `f` on the module A.B
             head, _, name = name.rpartition(sep)
             receiver = head.replace(sep, ".")
@@ -116,16 +116,8 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
                 receiver = "super"  # super().method(): look in the base classes
             else:
                 receiver = "?"
-        references.append(
-            Reference(
-                name=name,
-                kind=kind,
-                line=name_node.start_point[0] + 1,
-                col=name_node.start_point[1],
-                receiver=receiver,
-                enclosing=enclosing(start),
-            )
-        )
+        row, col = name_node.start_point
+        references.append(Reference(name, kind, row + 1, col, receiver, enclosing(start)))
     if lang.own_imports:  # Python's import forms (relative levels, packages) are read here
         is_pkg = path.rsplit("/", 1)[-1] in lang.package_markers
         imports, stars = _python_imports(source, import_nodes, module, is_pkg), []
@@ -154,6 +146,29 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
         breaks=_breaks(root, def_nodes),
         lines=source.count(b"\n") + (0 if source.endswith(b"\n") or not source else 1),
     )
+
+
+# What a capture name asks for (`_role`): the tags queries use a handful of names, looked up
+# once per capture (~450k on the stdlib) instead of compared as strings.
+_OTHER, _STATEMENT, _DEFINITION, _REFERENCE, _IMPORT = range(5)
+_ROLES: dict[str, tuple[int, str]] = {}
+
+
+def _role(key: str) -> tuple[int, str]:
+    """(role, kind) of a capture name: ``definition.<kind>``, ``reference.<kind>``,
+    ``import``, ``import.statement``; anything else (``name``, ``receiver``...) is no role."""
+    if key == "import.statement":
+        role = (_STATEMENT, "")
+    elif key.startswith("definition."):
+        role = (_DEFINITION, key[11:])
+    elif key.startswith("reference."):
+        role = (_REFERENCE, key[10:])
+    elif key == "import":
+        role = (_IMPORT, "")
+    else:
+        role = (_OTHER, "")
+    _ROLES[key] = role
+    return role
 
 
 def _text(source: bytes, node: ts.Node) -> str:
@@ -201,25 +216,15 @@ def _definitions(
             kind = "variable"
         qualname = f"{out[parent].qualname}.{name}" if parent >= 0 else name
         outer = node
-        while outer.parent is not None and outer.parent.type in _WRAPPERS:
-            outer = outer.parent
-        out.append(
-            Definition(
-                name=name,
-                qualname=qualname,
-                kind=kind,
-                span=Span(
-                    outer.start_point[0] + 1,
-                    # a node ending at column 0 (C's #define takes its newline) ends a line earlier
-                    end.end_point[0] + (0 if end.end_point[1] == 0 and end.end_point[0] > node.start_point[0] else 1),
-                    outer.start_byte,
-                    end.end_byte,
-                ),
-                signature=_signature(source, node),
-                doc=_doc(source, node, outer, lang),
-                parent=parent,
-            )
-        )
+        up = node.parent
+        while up is not None and up.type in _WRAPPERS:
+            outer, up = up, up.parent
+        end_row, end_col = end.end_point
+        # a node ending at column 0 (C's #define takes its newline) ends a line earlier
+        last_line = end_row + (0 if end_col == 0 and end_row > node.start_point[0] else 1)
+        span = Span(outer.start_point[0] + 1, last_line, outer.start_byte, end.end_byte)
+        out.append(Definition(name, qualname, kind, span, _signature(source, node),
+                              _doc(source, node, outer, lang), parent))
         nodes.append(node)
         ends.append(end)
         stack.append(len(out) - 1)
