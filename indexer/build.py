@@ -39,6 +39,9 @@ from .store import WriteDB
 POOL_THRESHOLD = 48
 #: From this many, one helper process parses beside this one (`indexer.parse_helper`).
 HELPER_THRESHOLD = 16
+#: Above this many changed files (and a quarter of the index), a build is a bulk load: the
+#: reference indexes are dropped and made again after, and nothing waits for the disk.
+BULK_MIN = 1000
 
 
 ProgressFn = Callable[[Progress], None]
@@ -219,8 +222,11 @@ def _open_target(
     full rebuild of an existing index); and the damaged file set aside, if one was."""
     index_dir = config.index_path
     if not full or store.graph_file(index_dir) is None:
+        if store.graph_file(index_dir) is not None:
+            store.check_bulk_load(index_dir)  # damage: IndexDamagedError, as any damage
         return store.open_for_write(index_dir), False, None
     try:
+        store.check_bulk_load(index_dir)
         return store.begin_generation(index_dir), True, None
     except IndexDamagedError as exc:
         # Nothing sound to serve meanwhile: rebuild in place, resumable like a first build.
@@ -358,55 +364,57 @@ def _build_locked(
         if store.get_meta(db, "root") != str(config.root):
             with conn:  # readers during a first build check freshness against the tree
                 store.set_meta(db, "root", str(config.root))
-    bulk = len(work) > max(1000, n_indexed // 4)
-    if bulk:
-        with conn:
-            store.drop_ref_indexes(db)
-            store.drop_counters(db)
-    parsed = touched = 0
-    failed: dict[str, str] = {}
-    model = config.embed_model if chunks else None
-    if engine is not None and engine.worth_it(files=len(work)):
-        batches = engine.parse_all(str(config.root), work, model, progress)
-    else:
-        batches = _parse_all(config, work, progress, model)
-    write_s = 0.0
-    # A few dozen files are written in one transaction: committing each small batch of the
-    # parse helper's would rewrite the same index pages many times.
-    one = len(work) < POOL_THRESHOLD
-    each = contextlib.nullcontext() if one else conn
-    with conn if one else contextlib.nullcontext():
-        for results in batches:
-            tw = time.perf_counter()
-            with each:
-                graph_write.write_results(db, results, existing, gen, bulk or full)
-            write_s += time.perf_counter() - tw
-            for r in results:
-                if r.status == "unchanged":
-                    touched += 1
-                elif r.status in ("ok", "syntax_error"):  # skipped and failed files are counted
-                    parsed += 1  # by reason in `skipped`, not as parsed
-                if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
-                    failed[r.path] = r.error
-    if chunks and store.get_meta(db, "files_fts_pending") == "1":  # an index from before m004
-        with conn:
-            graph_write.index_all_files(conn)
-    pending = graph_write.resolution_pending(conn)
-    marks["parse"] = time.perf_counter()
-    if pending or full:
-        graph_write.set_build_phase(conn, "resolve")
+    bulk = len(work) > max(BULK_MIN, n_indexed // 4)
+    # Most of the index is written now: without waiting for the disk (see store.bulk_load).
+    with store.bulk_load(db, config.index_path) if bulk else contextlib.nullcontext():
         if bulk:
             with conn:
-                store.ensure_ref_indexes(db, store.RESOLVE_INDEXES)
-        graph_write.resolve_pending(db, full or bulk, progress,
-                                    jobs=config.jobs or os.cpu_count() or 1)
-    marks["resolve"] = time.perf_counter()
-    if bulk or full:
-        graph_write.set_build_phase(conn, "finalize")
-        with conn:
-            store.ensure_ref_indexes(db)
-            store.ensure_counters(db)
-    marks["finalize"] = time.perf_counter()
+                store.drop_ref_indexes(db)
+                store.drop_counters(db)
+        parsed = touched = 0
+        failed: dict[str, str] = {}
+        model = config.embed_model if chunks else None
+        if engine is not None and engine.worth_it(files=len(work)):
+            batches = engine.parse_all(str(config.root), work, model, progress)
+        else:
+            batches = _parse_all(config, work, progress, model)
+        write_s = 0.0
+        # A few dozen files are written in one transaction: committing each small batch of the
+        # parse helper's would rewrite the same index pages many times.
+        one = len(work) < POOL_THRESHOLD
+        each = contextlib.nullcontext() if one else conn
+        with conn if one else contextlib.nullcontext():
+            for results in batches:
+                tw = time.perf_counter()
+                with each:
+                    graph_write.write_results(db, results, existing, gen, bulk or full)
+                write_s += time.perf_counter() - tw
+                for r in results:
+                    if r.status == "unchanged":
+                        touched += 1
+                    elif r.status in ("ok", "syntax_error"):  # skipped and failed files are counted
+                        parsed += 1  # by reason in `skipped`, not as parsed
+                    if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
+                        failed[r.path] = r.error
+        if chunks and store.get_meta(db, "files_fts_pending") == "1":  # an index from before m004
+            with conn:
+                graph_write.index_all_files(conn)
+        pending = graph_write.resolution_pending(conn)
+        marks["parse"] = time.perf_counter()
+        if pending or full:
+            graph_write.set_build_phase(conn, "resolve")
+            if bulk:
+                with conn:
+                    store.ensure_ref_indexes(db, store.RESOLVE_INDEXES)
+            graph_write.resolve_pending(db, full or bulk, progress,
+                                        jobs=config.jobs or os.cpu_count() or 1)
+        marks["resolve"] = time.perf_counter()
+        if bulk or full:
+            graph_write.set_build_phase(conn, "finalize")
+            with conn:
+                store.ensure_ref_indexes(db)
+                store.ensure_counters(db)
+    marks["finalize"] = time.perf_counter()  # the sync at the end of a bulk load included
     phases = {k: round(marks[k] - marks[p], 3)
               for p, k in zip(list(marks), list(marks)[1:], strict=False)}
     phases["write"] = round(write_s, 3)
