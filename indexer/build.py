@@ -222,8 +222,7 @@ def _open_target(
     full rebuild of an existing index); and the damaged file set aside, if one was."""
     index_dir = config.index_path
     if not full or store.graph_file(index_dir) is None:
-        if store.graph_file(index_dir) is not None:
-            store.check_bulk_load(index_dir)  # damage: IndexDamagedError, as any damage
+        store.check_bulk_load(index_dir)  # damage: IndexDamagedError, as any damage
         return store.open_for_write(index_dir), False, None
     try:
         store.check_bulk_load(index_dir)

@@ -433,7 +433,7 @@ BULK_MARKER = "bulk-load"
 def bulk_load(db: WriteDB, index_dir: Path) -> Iterator[None]:
     """Write ``db`` without waiting for the disk (``synchronous = OFF``) while a build loads
     most of the index. With WAL and ``NORMAL``, SQLite fsyncs at every checkpoint (every 4 MB
-    of log): ~5 % of a full build. A killed process loses nothing committed either way; a
+    of log): 3–6 % of a full build. A killed process loses nothing committed either way; a
     machine that stops in the middle may leave the file damaged, so a marker naming it is
     written (and synced) first and removed once the file is synced at the end: the next build
     checks a file the marker still names before it uses it (`check_bulk_load`). An exception
