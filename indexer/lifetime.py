@@ -81,7 +81,31 @@ def spawn_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
                 proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
-    pool.shutdown(wait=True)
+    _stop(pool)
+
+
+#: Seconds idle workers get to read their stop sentinel when a pool is left normally.
+STOP_GRACE_S = 5.0
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Shut a pool down whose every result is in. Idle workers wait for work holding, in turn,
+    the call queue's read lock: one that dies then (killed as the build ends) leaves the lock
+    held, the others never read their stop sentinel, and CPython's executor (3.11) waits for
+    them forever (seen in CI: a build done with its work, hung in `shutdown`). So the workers
+    get ``STOP_GRACE_S`` to exit, then are killed: they hold nothing left to save."""
+    from multiprocessing.connection import wait
+
+    procs = list((pool._processes or {}).values())  # no public way to reach them
+    pool.shutdown(wait=False)
+    deadline = time.monotonic() + STOP_GRACE_S
+    running = {p.sentinel: p for p in procs}
+    while running and (left := deadline - time.monotonic()) > 0:
+        for sentinel in wait(list(running), timeout=left):
+            running.pop(sentinel)
+    for proc in running.values():  # the executor's thread reaps them, and ends
+        with contextlib.suppress(OSError, ValueError):
+            proc.kill()
 
 
 def in_flight(pool: Executor, fn: Callable, calls: Iterable[tuple], most: int) -> Iterator:

@@ -131,6 +131,7 @@ SLOW_MODULES = frozenset({
     "test_hostile_files", "test_watch", "test_index_damage", "test_sandbox", "test_runner",
     "test_object_storage", "test_mcp", "test_incremental", "test_secrets", "test_semantic",
     "test_agent_loop", "test_snapshot", "test_llm_recordings", "test_bulk_load",
+    "test_pool_stop",
 })
 
 
