@@ -76,9 +76,17 @@ def spawn_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
             pool.submit(os.getpid)
         yield pool
     except BaseException:
-        for proc in list((pool._processes or {}).values()):  # no public way to reach them
+        procs = list((pool._processes or {}).values())  # no public way to reach them
+        for proc in procs:
             with contextlib.suppress(OSError, ValueError):
                 proc.kill()
+        _wait_exit(procs, STOP_GRACE_S)
+        # A worker killed while sending a result leaves part of a message in the result pipe:
+        # the executor's thread reads on for the rest, forever (and the interpreter, at exit,
+        # waits for that thread). With every worker gone, closing this process's end of the
+        # pipe ends its read (end of file): it then sees the pool broken, and ends.
+        with contextlib.suppress(AttributeError, OSError):
+            pool._result_queue._writer.close()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     _stop(pool)
@@ -94,18 +102,39 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     held, the others never read their stop sentinel, and CPython's executor (3.11) waits for
     them forever (seen in CI: a build done with its work, hung in `shutdown`). So the workers
     get ``STOP_GRACE_S`` to exit, then are killed: they hold nothing left to save."""
-    from multiprocessing.connection import wait
-
     procs = list((pool._processes or {}).values())  # no public way to reach them
     pool.shutdown(wait=False)
-    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in _wait_exit(procs, STOP_GRACE_S):  # the executor's thread reaps them, and ends
+        with contextlib.suppress(OSError, ValueError):
+            proc.kill()
+
+
+def _wait_exit(procs: list, seconds: float) -> list:
+    """Wait up to ``seconds`` for ``procs`` to exit (their sentinels: nothing is reaped
+    here); returns those still running."""
+    from multiprocessing.connection import wait
+
+    deadline = time.monotonic() + seconds
     running = {p.sentinel: p for p in procs}
     while running and (left := deadline - time.monotonic()) > 0:
         for sentinel in wait(list(running), timeout=left):
             running.pop(sentinel)
-    for proc in running.values():  # the executor's thread reaps them, and ends
-        with contextlib.suppress(OSError, ValueError):
-            proc.kill()
+    return list(running.values())
+
+
+#: How often `in_flight` looks at the workers while no result comes (seconds).
+WATCH_S = 1.0
+
+
+def _check_workers(pool: Executor) -> None:
+    """BrokenProcessPool when a worker of a process pool has exited: the executor notices
+    that itself, except when the worker died while sending a result (see `spawn_pool`)."""
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing.connection import wait
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    if procs and wait([p.sentinel for p in procs], timeout=0):
+        raise BrokenProcessPool("a worker process exited while the pool was working")
 
 
 def in_flight(pool: Executor, fn: Callable, calls: Iterable[tuple], most: int) -> Iterator:
@@ -120,7 +149,9 @@ def in_flight(pool: Executor, fn: Callable, calls: Iterable[tuple], most: int) -
             pending.add(pool.submit(fn, *args))
         if not pending:
             return
-        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        finished, pending = wait(pending, timeout=WATCH_S, return_when=FIRST_COMPLETED)
+        if not finished:
+            _check_workers(pool)
         for fut in finished:
             yield fut.result()
 

@@ -55,3 +55,44 @@ def test_a_pool_stops_when_a_worker_dies_holding_the_queue_lock():
                           timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["stopped", "0"]
+
+
+# A worker sends a 200 MB result and is killed in the middle of writing it (system call 1).
+# The executor's thread then waited forever for the rest of the message, and so did every
+# future of the pool and, at exit, the interpreter.
+MID_SEND = r"""
+import os, signal, sys, time
+from concurrent.futures import BrokenExecutor
+from indexer import lifetime
+
+def syscall(pid):
+    with open(f"/proc/{pid}/syscall") as fh:
+        return fh.read().split()[0]
+
+try:
+    with lifetime.spawn_pool(1) as pool:
+        assert pool.submit(abs, -1).result() == 1
+        worker = next(iter(pool._processes.values()))
+        results = lifetime.in_flight(pool, bytes, [(200_000_000,)], 1)
+        import threading
+        def kill_mid_send():
+            deadline = time.monotonic() + 30
+            while syscall(worker.pid) != "1":
+                assert time.monotonic() < deadline
+            os.kill(worker.pid, signal.SIGKILL)
+        killer = threading.Thread(target=kill_mid_send)
+        killer.start()
+        list(results)
+        print("no error")
+except BrokenExecutor:
+    killer.join()
+    print("broken")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/syscall"), reason="needs /proc/PID/syscall")
+def test_a_worker_killed_while_sending_a_result_breaks_the_pool_instead_of_hanging_it():
+    proc = subprocess.run([sys.executable, "-c", MID_SEND], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["broken"]
