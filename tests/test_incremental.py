@@ -352,7 +352,12 @@ def test_a_killed_pool_worker_stops_the_build_with_one_line_and_the_next_build_r
         time.sleep(0.2)
         os.kill(int(workers[0]), signal.SIGKILL)
         killed = workers[0]
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # a hung build is a failure, not a process left behind
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
     assert killed is not None, "no pool worker seen"
     assert proc.returncode == 1, (out, err)
     assert "Traceback" not in err
