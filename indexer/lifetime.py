@@ -76,7 +76,7 @@ def spawn_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
             pool.submit(os.getpid)
         yield pool
     except BaseException:
-        procs = list((pool._processes or {}).values())  # no public way to reach them
+        procs = _workers(pool)
         for proc in procs:
             with contextlib.suppress(OSError, ValueError):
                 proc.kill()
@@ -102,11 +102,17 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     held, the others never read their stop sentinel, and CPython's executor (3.11) waits for
     them forever (seen in CI: a build done with its work, hung in `shutdown`). So the workers
     get ``STOP_GRACE_S`` to exit, then are killed: they hold nothing left to save."""
-    procs = list((pool._processes or {}).values())  # no public way to reach them
+    procs = _workers(pool)
     pool.shutdown(wait=False)
     for proc in _wait_exit(procs, STOP_GRACE_S):  # the executor's thread reaps them, and ends
         with contextlib.suppress(OSError, ValueError):
             proc.kill()
+
+
+def _workers(pool: Executor) -> list:
+    """The worker processes of a process pool (none for other executors): there is no public
+    way to reach them."""
+    return list((getattr(pool, "_processes", None) or {}).values())
 
 
 def _wait_exit(procs: list, seconds: float) -> list:
@@ -132,7 +138,7 @@ def _check_workers(pool: Executor) -> None:
     from concurrent.futures.process import BrokenProcessPool
     from multiprocessing.connection import wait
 
-    procs = list((getattr(pool, "_processes", None) or {}).values())
+    procs = _workers(pool)
     if procs and wait([p.sentinel for p in procs], timeout=0):
         raise BrokenProcessPool("a worker process exited while the pool was working")
 

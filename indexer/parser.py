@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from functools import cache
 
 import tree_sitter as ts
 
@@ -63,13 +64,12 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
     matches = ts.QueryCursor(ts_query(language)).matches(root)
     if lang.sort_matches:
         matches.sort(key=lambda m: m[0])
-    roles = _ROLES
     for _, caps in matches:
         name_nodes = caps.get("name")
         if name_nodes and "qualifier" in caps:
             qualifiers[name_nodes[0].start_byte] = _text(source, caps["qualifier"][0])
         for key, nodes in caps.items():
-            role, kind = roles.get(key) or _role(key)
+            role, kind = _role(key)
             if role == _OTHER:
                 continue
             if role == _STATEMENT:
@@ -151,24 +151,21 @@ def parse_source(path: str, source: bytes, language: str, module: str) -> Parsed
 # What a capture name asks for (`_role`): the tags queries use a handful of names, looked up
 # once per capture (~450k on the stdlib) instead of compared as strings.
 _OTHER, _STATEMENT, _DEFINITION, _REFERENCE, _IMPORT = range(5)
-_ROLES: dict[str, tuple[int, str]] = {}
 
 
+@cache
 def _role(key: str) -> tuple[int, str]:
     """(role, kind) of a capture name: ``definition.<kind>``, ``reference.<kind>``,
     ``import``, ``import.statement``; anything else (``name``, ``receiver``...) is no role."""
     if key == "import.statement":
-        role = (_STATEMENT, "")
-    elif key.startswith("definition."):
-        role = (_DEFINITION, key[11:])
-    elif key.startswith("reference."):
-        role = (_REFERENCE, key[10:])
-    elif key == "import":
-        role = (_IMPORT, "")
-    else:
-        role = (_OTHER, "")
-    _ROLES[key] = role
-    return role
+        return _STATEMENT, ""
+    if key.startswith("definition."):
+        return _DEFINITION, key[11:]
+    if key.startswith("reference."):
+        return _REFERENCE, key[10:]
+    if key == "import":
+        return _IMPORT, ""
+    return _OTHER, ""
 
 
 def _text(source: bytes, node: ts.Node) -> str:

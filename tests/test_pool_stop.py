@@ -13,16 +13,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Two idle workers: one waits for work reading the call queue's pipe while holding its read lock
-# (system call 0, read), the other waits for that lock (a futex). The reader is killed as the
-# pool is left normally. Prints the workers still alive afterwards.
-SCRIPT = r"""
+#: What both scripts start with: the system call a process is blocked in (/proc/PID/syscall).
+PRELUDE = r"""
 import os, signal, sys, time
 from indexer import lifetime
 
 def syscall(pid):
     with open(f"/proc/{pid}/syscall") as fh:
         return fh.read().split()[0]
+"""
+
+# Two idle workers: one waits for work reading the call queue's pipe while holding its read lock
+# (system call 0, read), the other waits for that lock (a futex). The reader is killed as the
+# pool is left normally. Prints the workers still alive afterwards.
+SCRIPT = PRELUDE + r"""
 
 with lifetime.spawn_pool(2) as pool:
     assert sorted(f.result() for f in [pool.submit(abs, -i) for i in range(8)]) == list(range(8))
@@ -60,14 +64,8 @@ def test_a_pool_stops_when_a_worker_dies_holding_the_queue_lock():
 # A worker sends a 200 MB result and is killed in the middle of writing it (system call 1).
 # The executor's thread then waited forever for the rest of the message, and so did every
 # future of the pool and, at exit, the interpreter.
-MID_SEND = r"""
-import os, signal, sys, time
+MID_SEND = PRELUDE + r"""
 from concurrent.futures import BrokenExecutor
-from indexer import lifetime
-
-def syscall(pid):
-    with open(f"/proc/{pid}/syscall") as fh:
-        return fh.read().split()[0]
 
 try:
     with lifetime.spawn_pool(1) as pool:
