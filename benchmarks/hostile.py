@@ -216,7 +216,8 @@ def contexts(lab: Lab) -> dict[str, ToolContext]:
             f'sandbox = "{mode}"\ncommand_timeout_s = 60\n'
             'test_env = { PYTEST_DISABLE_PLUGIN_AUTOLOAD = "1" }\n'
         )
-        cfg = load_config(lab.ws, env={}, jobs=1, embed_model=HASHING)
+        # the user's settings (a wider allowlist, sandbox "off"), written in the workspace
+        cfg = load_config(lab.ws, env={}, jobs=1, embed_model=HASHING, trust_repo=True)
         out[name] = ToolContext.create(
             cfg, granted={"read", "write", "execute"}, run_id=f"hostile-{name}"
         )

@@ -18,8 +18,41 @@ import click
 from indexer.config import Config, load_config
 from indexer.errors import RepoctxError
 
+#: Where --trust-repo-config is remembered for the commands of one invocation: click's
+#: ``ctx.meta`` is shared by a context and its children, and is new for every invocation.
+_TRUST_KEY = "repoctx.trust_repo_config"
+
+
+def _remember_trust(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[_TRUST_KEY] = True
+    return value
+
+
+def trust_option(f: Callable) -> Callable:
+    """--trust-repo-config: accept the repository's config even where it loosens the sandbox
+    (a global option of `repoctx`, and one of every command that loads the configuration)."""
+    return click.option(
+        "--trust-repo-config",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember_trust,
+        help="Honour the repository's config where it loosens the sandbox or writes outside "
+        "the repository (env REPOCTX_TRUST_REPO_CONFIG=1).",
+    )(f)
+
+
+def trusts_repo_config() -> bool:
+    """Whether this invocation passed --trust-repo-config (REPOCTX_TRUST_REPO_CONFIG is read by
+    load_config itself)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_TRUST_KEY))
+
 
 def index_dir_option(f: Callable) -> Callable:
+    """--index-dir, with --trust-repo-config: every command that loads the configuration has
+    this option."""
+    f = trust_option(f)
     return click.option(
         "--index-dir",
         type=click.Path(file_okay=False, path_type=Path),
@@ -162,7 +195,7 @@ _index_dir: Path | None = None
 
 def make_config(root: Path | str, **overrides: Any) -> Config:
     global _index_dir
-    config = load_config(root, **overrides)
+    config = load_config(root, trust_repo=trusts_repo_config(), **overrides)
     _index_dir = config.index_path
     return config
 

@@ -8,10 +8,12 @@ import os
 import click
 
 from . import agent_cmds, context_cmds, index_cmds, query_cmds, serve_cmds
+from .common import trust_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="repoctx")
+@trust_option
 def cli() -> None:
     """repoctx — index a repository and retrieve precise, budgeted context from it."""
 

@@ -15,6 +15,7 @@ from .common import (
     index_dir_option,
     json_option,
     make_config,
+    trusts_repo_config,
 )
 
 
@@ -136,6 +137,7 @@ def watch_cmd(
         argv += ["--no-embed"] if no_embed else []
         argv += ["--embed-model", embed_model] if embed_model else []
         argv += ["--quiet"] if quiet else []
+        argv += ["--trust-repo-config"] if trusts_repo_config() else []
         pid = watch.start_detached(config, argv)
         if as_json:
             echo_json(

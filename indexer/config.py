@@ -1,4 +1,5 @@
-"""Index configuration: flags > `.repoctx.toml` / `[tool.repoctx]` > `REPOCTX_*` env > defaults.
+"""Index configuration: flags > the repository's `.repoctx.toml` / `[tool.repoctx]` >
+`REPOCTX_*` env > the user's `~/.config/repoctx/config.toml` > defaults.
 
 Every setting is declared once, in :data:`SETTINGS`: the index's :class:`Config` fields, the keys
 other layers read from ``Config.extra`` (``model``, ``tokenizer``, ``context_budget``) and the
@@ -9,7 +10,15 @@ with the closest known key. TOML values must already have the right type (``jobs
 error); only environment variables are parsed from text. A plain table rather than pydantic:
 read commands start in ~100 ms, and importing pydantic alone costs ~35 ms.
 
-Size: SETTINGS is the one table of every setting, and the loaders of its four sources sit beside it.
+Trust: flags, the environment and the user's config file are the user's; the repository's
+config is as untrusted as the rest of the repository. A setting whose ``weakens`` says a
+repository's value loosens what the trusted sources allow (the sandbox, the allowlists, where the
+index writes) is refused with :class:`UntrustedConfigError`, unless the user passes
+``--trust-repo-config`` (``trust_repo=True``) or sets REPOCTX_TRUST_REPO_CONFIG=1. Tightening
+values are honoured.
+
+Size: SETTINGS is the one table of every setting, with what loosens each, and the loaders of its
+five sources sit beside it (reading the files: config_files.py; the predicates: config_trust.py).
 """
 
 from __future__ import annotations
@@ -17,16 +26,28 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, NotARepositoryError
+from .config_files import (
+    PYPROJECT,
+    REPO_CONFIG,
+    changes_repo_config,
+    is_config_path,
+    read_toml,
+    user_config_path,
+)
+from .config_trust import Weakens, adds, differs, drops, looser_sandbox, outside, turns_on
+from .errors import ConfigError, NotARepositoryError, UntrustedConfigError
 from .locations import CREDENTIALS_HINT, check_uri, is_remote, redact_uri, uri_credentials
 
-__all__ = ["SETTINGS", "Config", "Setting", "check_setting", "check_uri", "env_name",
-           "is_remote", "load_config", "section_settings", "setting"]
+__all__ = ["DEFAULT_ALLOW_COMMANDS", "DEFAULT_ENV_ALLOW", "SETTINGS", "TRUST_ENV", "Config",
+           "Setting", "changes_repo_config", "check_setting", "check_uri", "env_name",
+           "is_config_path", "is_remote", "load_config", "section_settings", "setting",
+           "user_config_path"]
 
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 ENGINES = ("local", "ray")
@@ -34,6 +55,23 @@ SANDBOX_MODES = ("auto", "required", "off")
 #: How the agent reads tool calls: the provider's `tool_calls` only, calls written in the reply's
 #: text (tools described in the prompt), or native first and text when there is none.
 TOOL_FORMATS = ("auto", "native", "text")
+#: The user's own switch (never a setting, so never the repository's): honour every value of
+#: the repository's config, loosening ones included, as --trust-repo-config does.
+TRUST_ENV = "REPOCTX_TRUST_REPO_CONFIG"
+
+#: Programs `run_command` may start (`agent.allow_commands`). No shells, no `env`/`xargs`/`find`
+#: (they run other programs), no `sed`/`tee` (they write files past the checkpoints). `python` is
+#: here because tests need it, and it can run anything: the `execute` permission and the kernel
+#: sandbox, not this list, are the trust boundary. Here, not in agent/, because a repository's
+#: list is measured against it (it may only be narrower).
+DEFAULT_ALLOW_COMMANDS: tuple[str, ...] = (
+    "python", "python3", f"python3.{sys.version_info.minor}", "pytest", "git", "ls", "cat",
+    "head", "tail", "wc", "grep", "rg", "diff", "echo", "pwd", "sort", "uniq", "true",
+)
+#: Environment variables a command inherits (`agent.env_allow`); secrets are filtered anyway.
+DEFAULT_ENV_ALLOW: tuple[str, ...] = (
+    "PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "VIRTUAL_ENV",
+)
 
 
 @dataclass(frozen=True)
@@ -106,27 +144,37 @@ class Setting:
     #: A list given as one TOML string is split on this (None: whitespace); a list from an
     #: environment variable is always comma-separated.
     sep: str | None = None
+    #: Whether a value from the repository's config loosens what the trusted sources (flags,
+    #: environment, user config, else the default) allow: ``weakens(value, trusted, root)`` is
+    #: None, or what it loosens ("gives commands the network"). None here: any value is fine.
+    weakens: Weakens | None = None
 
 
 INT32 = 2**31 - 1
 DAY_S = 86_400.0
 
+
 #: Every setting repoctx reads. Keys of a table are dotted (``agent.max_read_lines``);
 #: environment variables are ``REPOCTX_`` + the key in capitals, dots as underscores.
 SETTINGS: dict[str, Setting] = {
     # Config fields
-    "index_dir": Setting("path", note="default <root>/.repoctx"),
+    "index_dir": Setting("path", note="default <root>/.repoctx", weakens=outside),
     "max_file_bytes": Setting("int", 1_000_000, lo=1, hi=INT32, note="bytes"),
     "jobs": Setting("int", 0, lo=0, hi=256, note="0 = one per core"),
     "batch_size": Setting("int", 256, lo=1, hi=1_000_000, note="files per batch"),
     "exclude": Setting("list", (), sep=","),
     "embed_model": Setting("str", DEFAULT_EMBED_MODEL),
     "embed_batch_size": Setting("int", 0, lo=0, hi=65_536, note="chunks per batch, 0 = 16 on a CPU, 128 on a GPU"),
-    "vectors_uri": Setting("uri", note="default <index>/vectors.lance"),
-    "storage_options": Setting("options", {}),
-    "snapshot_uri": Setting("uri"),
+    # Where the vectors and snapshots are written, and how object storage is reached: a
+    # repository pointing them at a bucket or a path outside itself would have repoctx write
+    # (or `--full` replace) there with the user's credentials.
+    "vectors_uri": Setting("uri", note="default <index>/vectors.lance", weakens=outside),
+    "storage_options": Setting("options", {}, weakens=differs("changes object-storage options")),
+    "snapshot_uri": Setting("uri", weakens=outside),
     "engine": Setting("choice", "local", choices=ENGINES),
-    "ray_address": Setting("uri", note="`auto` or ray://host:10001"),
+    # A Ray cluster gets the repository's files and returns pickled results to this process.
+    "ray_address": Setting("uri", note="`auto` or ray://host:10001",
+                           weakens=differs("sends the build to a Ray cluster")),
     "history": Setting("bool", True),
     "history_max_commits": Setting("int", 0, lo=0, hi=INT32, note="0 = all"),
     # read from Config.extra by other layers
@@ -141,9 +189,12 @@ SETTINGS: dict[str, Setting] = {
     "model_tokenizer": Setting("str", "auto",
                                note="auto, server, a tokenizer.json path or a tokenizer name"),
     # [agent] (agent/tools/settings.py and agent/workspace.py)
-    "agent.allow_commands": Setting("list", note="program names"),
-    "agent.git_write": Setting("bool", False),
-    "agent.env_allow": Setting("list", note="variable names"),
+    "agent.allow_commands": Setting("list", DEFAULT_ALLOW_COMMANDS, note="program names",
+                                    weakens=adds("allows more programs")),
+    "agent.git_write": Setting("bool", False,
+                               weakens=turns_on("lets git commands change the repository")),
+    "agent.env_allow": Setting("list", DEFAULT_ENV_ALLOW, note="variable names",
+                               weakens=adds("passes more environment variables to commands")),
     "agent.command_timeout_s": Setting("float", 120.0, above=0, hi=DAY_S, note="seconds"),
     "agent.test_timeout_s": Setting("float", 600.0, above=0, hi=DAY_S, note="seconds"),
     "agent.max_output_bytes": Setting("int", 64_000, lo=1, hi=64_000_000,
@@ -154,13 +205,18 @@ SETTINGS: dict[str, Setting] = {
     "agent.test_command": Setting("list", (), note="the runner and its first arguments"),
     "agent.test_env": Setting("env", {}),
     "agent.test_select_hops": Setting("int", 4, lo=0, hi=32, note="reference hops"),
-    "agent.deny": Setting("list", (), note="gitignore-style patterns"),
-    "agent.write_deny": Setting("list", (), note="gitignore-style patterns"),
-    "agent.sandbox": Setting("choice", "auto", choices=SANDBOX_MODES),
-    "agent.network": Setting("bool", False),
-    "agent.sandbox_read": Setting("list", (), note="paths"),
-    "agent.sandbox_write": Setting("list", (), note="paths"),
-    "agent.sandbox_deny_read": Setting("list", (), note="paths"),
+    "agent.deny": Setting("list", (), note="gitignore-style patterns",
+                          weakens=drops("drops deny patterns")),
+    "agent.write_deny": Setting("list", (), note="gitignore-style patterns",
+                                weakens=drops("drops deny patterns")),
+    "agent.sandbox": Setting("choice", "auto", choices=SANDBOX_MODES, weakens=looser_sandbox),
+    "agent.network": Setting("bool", False, weakens=turns_on("gives commands the network")),
+    "agent.sandbox_read": Setting("list", (), note="paths",
+                                  weakens=adds("makes more paths readable")),
+    "agent.sandbox_write": Setting("list", (), note="paths",
+                                   weakens=adds("makes more paths writable")),
+    "agent.sandbox_deny_read": Setting("list", (), note="paths",
+                                       weakens=drops("drops denied paths")),
     "agent.tool_format": Setting("choice", "auto", choices=TOOL_FORMATS),
 }
 #: Top-level keys that hold a table of settings.
@@ -352,8 +408,8 @@ def allowed(key: str, text: bool = False) -> str:
         + " of string, number or boolean values",
         "env": lambda: ("a JSON object" if text else "a table") + " of string values",
     }[s.kind]()
-    details = [d for d in (s.note, None if s.default is None else f"default {_fmt(s.default)}")
-               if d]
+    details = [d for d in (s.note, None if s.default is None else
+                           f"default {_clip(_fmt(s.default), 60)}") if d]
     return f"use {use}" + (f" ({'; '.join(details)})" if details else "")
 
 
@@ -426,19 +482,13 @@ def setting(config: Config, key: str) -> Any:
 # -- the sources --------------------------------------------------------------------------------
 
 
-def _from_file(root: Path) -> dict[str, Any]:
+def _from_file(root: Path) -> tuple[dict[str, Any], str]:
     """Checked settings (dotted keys) of `.repoctx.toml`, else `[tool.repoctx]` of
-    pyproject.toml; the first of them that holds any."""
-    for name, prefix in ((".repoctx.toml", ""), ("pyproject.toml", "tool.repoctx.")):
-        candidate = root / name
-        if not candidate.is_file():
+    pyproject.toml (the first of them that holds any), and the name to show for it."""
+    for name, prefix in ((REPO_CONFIG, ""), (PYPROJECT, "tool.repoctx.")):
+        data = read_toml(root / name, name)
+        if data is None:
             continue
-        import tomllib  # only with a settings file: ~3 ms of every command's start-up otherwise
-
-        try:
-            data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"Cannot read {candidate}: {exc} — fix the file's TOML syntax.") from exc
         if prefix:
             tool = data.get("tool", {})
             data = tool.get("repoctx", {}) if isinstance(tool, dict) else {}
@@ -446,8 +496,62 @@ def _from_file(root: Path) -> dict[str, Any]:
                 raise ConfigError(
                     "`tool.repoctx` in pyproject.toml is not a table — write [tool.repoctx].")
         if data:
-            return _from_tables(data, f"{name} [{prefix.rstrip('.')}]" if prefix else name, prefix)
-    return {}
+            label = f"{name} [{prefix.rstrip('.')}]" if prefix else name
+            return _anchored(_from_tables(data, label, prefix), root), label
+    return {}, REPO_CONFIG
+
+
+def _from_user(path: Path | None, root: Path) -> dict[str, Any]:
+    """Checked settings of the user's own config file (none: {})."""
+    data = read_toml(path, str(path)) if path is not None else None
+    return _anchored(_from_tables(data, str(path)), root) if data else {}
+
+
+def _anchored(values: dict[str, Any], root: Path) -> dict[str, Any]:
+    """A relative path in a config file is relative to the repository, as ``index_dir`` is, not
+    to whichever directory repoctx runs from (flags and variables keep the working directory)."""
+    for key in ("vectors_uri", "snapshot_uri"):
+        uri = values.get(key)
+        if uri is not None and not is_remote(uri) and not uri.startswith(("/", "~", "file:")):
+            values[key] = str(root / uri)
+    return values
+
+
+def _refuse_loosening(repo: Mapping[str, Any], trusted: Mapping[str, Any], label: str,
+                      root: Path, user_file: Path | None) -> None:
+    """UntrustedConfigError when a value of the repository's config loosens what the trusted
+    sources allow (each setting's ``weakens`` decides); the first one is named, and the rest."""
+    found = []
+    for key, value in repo.items():
+        s = SETTINGS[key]
+        if s.weakens is not None:
+            why = s.weakens(value, trusted.get(key, s.default), root)
+            if why:
+                found.append((key, value, why))
+    if not found:
+        return
+    key, value, why = found[0]
+    s = SETTINGS[key]
+    shown = (_clip(_fmt(value)) if s.kind == "list" else
+             _clip(_fmt(os.fspath(value))) if s.kind == "path" else _show(s, value))
+    also = f" (and {', '.join(f'`{k}`' for k, _, _ in found[1:])})" if found[1:] else ""
+    place = user_file or "~/.config/repoctx/config.toml"
+    raise UntrustedConfigError(
+        f"{label} sets `{key}` = {shown}, which {why}{also}; a repository's config may only "
+        f"tighten repoctx's limits — set it in {place} (or {env_name(key)}), or pass "
+        "--trust-repo-config to accept this repository's settings."
+    )
+
+
+def _trust_from_env(env: Mapping[str, str]) -> bool:
+    raw = env.get(TRUST_ENV, "")
+    if not raw.strip():
+        return False
+    try:
+        return _bool(Setting("bool"), raw, True)
+    except _Bad:
+        raise ConfigError(f"{TRUST_ENV} = {_clip(repr(raw))} is not a boolean — use 1 or 0.") \
+            from None
 
 
 def _from_tables(data: Mapping[str, Any], label: str, prefix: str = "") -> dict[str, Any]:
@@ -498,18 +602,31 @@ def _table_or_error(value: Any) -> Mapping[str, Any]:
     return value
 
 
-def load_config(root: str | Path, env: Mapping[str, str] | None = None,
-                **overrides: Any) -> Config:
+def load_config(root: str | Path, env: Mapping[str, str] | None = None, *,
+                trust_repo: bool = False, **overrides: Any) -> Config:
     """Build the configuration for ``root``. ``overrides`` are the command's flags (errors name
     them ``--key``) and win; ``None`` means unset. Every value from every source is checked
-    against SETTINGS, so a bad one anywhere is a ConfigError, even if a flag overrides it."""
+    against SETTINGS, so a bad one anywhere is a ConfigError, even if a flag overrides it.
+
+    Precedence: flags > the repository's `.repoctx.toml` / `[tool.repoctx]` > ``env``
+    (``REPOCTX_*``; default os.environ) > the user's config file (:func:`user_config_path` of
+    ``env``) > defaults. A repository value that loosens what the others allow is an
+    UntrustedConfigError unless ``trust_repo`` (--trust-repo-config) or REPOCTX_TRUST_REPO_CONFIG
+    is set; a flag that sets the same key makes the repository's value moot."""
     root_path = Path(root).resolve()
     if not root_path.is_dir():
         raise NotARepositoryError(f"{root} is not a directory — pass the repository root.")
+    user_file = user_config_path(env)
     env = os.environ if env is None else env
-    merged = _from_env(env)
-    merged.update(_from_file(root_path))
-    merged.update(_from_flags(overrides))
+    trusted = _from_user(user_file, root_path)
+    trusted.update(_from_env(env))
+    repo, label = _from_file(root_path)
+    flags = _from_flags(overrides)
+    if not (trust_repo or _trust_from_env(env)):
+        moot = set(flags)
+        _refuse_loosening({k: v for k, v in repo.items() if k not in moot}, trusted, label,
+                          root_path, user_file)
+    merged = {**trusted, **repo, **flags}
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in merged.items():

@@ -62,3 +62,8 @@ class EmbeddingModelError(RepoctxError):
 class VectorsMissingError(RepoctxError):
     """This index has no vectors to search — run `repoctx index build` to embed the chunks, or
     search with `--mode lexical`."""
+
+
+class UntrustedConfigError(ConfigError):
+    """A repository's config may only tighten repoctx's limits — set the key in
+    ~/.config/repoctx/config.toml or pass --trust-repo-config."""

@@ -255,7 +255,9 @@ def test_good_config_keeps_working(repo):
         'test_timeout_s = 90.5\nmax_read_lines = 50\ntest_env = { B = "2", A = "1" }\n'
         'deny = ["*.secret"]\nsandbox = "required"\nnetwork = false\nsandbox_read = ["/opt"]\n'
     )
-    cfg = load_config(repo, env={"REPOCTX_JOBS": "7", "REPOCTX_BATCH_SIZE": "8"}, jobs=3)
+    # object storage, git_write and sandbox_read loosen: a trusted repository's config (issue 38)
+    cfg = load_config(repo, env={"REPOCTX_JOBS": "7", "REPOCTX_BATCH_SIZE": "8"}, jobs=3,
+                      trust_repo=True)
     assert cfg.jobs == 3 and cfg.batch_size == 64 and cfg.max_file_bytes == 500_000  # flag, file
     assert cfg.exclude == ("vendor/",) and cfg.index_dir == repo / "idx"
     assert cfg.vectors_uri == "s3://team/vectors?region=eu-west-1"  # a region is no secret
@@ -269,7 +271,7 @@ def test_good_config_keeps_working(repo):
     assert cfg.extra["agent"]["sandbox"] == "required"
     assert cfg.extra["agent"]["sandbox_read"] == ("/opt",)
     assert "*.secret" in Workspace.from_config(cfg).deny_patterns
-    assert load_config(repo, env={}).jobs == 2
+    assert load_config(repo, env={"REPOCTX_TRUST_REPO_CONFIG": "1"}).jobs == 2
     (repo / ".repoctx.toml").unlink()
     assert load_config(repo, env={"REPOCTX_JOBS": "7"}).jobs == 7
 

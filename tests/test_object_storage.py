@@ -108,7 +108,8 @@ def test_storage_options_from_config_file(s3_bucket, s3_endpoint, tmp_path, monk
         allow_http = "true"
         """}
     root = make_repo(tmp_path / "repo", files)
-    cfg = load_config(root, env={}, jobs=1, embed_model="hashing:64")
+    # object storage named by a repository's file: the user trusts this one
+    cfg = load_config(root, env={}, jobs=1, embed_model="hashing:64", trust_repo=True)
     assert cfg.storage_options["allow_http"] == "true"
     stats = build(cfg, embed=True)
     assert stats.embedding["embedded"] > 0

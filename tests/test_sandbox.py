@@ -96,7 +96,8 @@ def repo(tmp_path: Path, home: Path) -> Path:
 
 
 def tool_ctx(repo: Path, **agent: object) -> ToolContext:
-    """A context whose `[agent]` table holds ``agent`` (TOML written to .repoctx.toml)."""
+    """A context whose `[agent]` table holds ``agent`` (TOML written to .repoctx.toml, trusted
+    as the user's own settings: loosening ones are refused from an untrusted repository)."""
     lines = ["[agent]", 'test_env = { PYTEST_DISABLE_PLUGIN_AUTOLOAD = "1" }']
     for key, value in agent.items():
         if isinstance(value, bool):
@@ -107,7 +108,8 @@ def tool_ctx(repo: Path, **agent: object) -> ToolContext:
             lines.append(f'{key} = "{value}"')
     (repo / ".repoctx.toml").write_text("\n".join(lines) + "\n")
     return ToolContext.create(
-        load_config(repo, env={}), granted={"read", "write", "execute"}, run_id="sbx"
+        load_config(repo, env={}, trust_repo=True), granted={"read", "write", "execute"},
+        run_id="sbx",
     )
 
 

@@ -254,7 +254,8 @@ def test_deny_list_is_configurable_from_config(repo):
     (repo / ".repoctx.toml").write_text('[agent]\ndeny = ["!.env.example", "*.secret"]\n')
     (repo / ".env.example").write_text("API_KEY=\n")
     (repo / "x.secret").write_text("s\n")
-    ws = Workspace.from_config(load_config(repo, env={}))
+    # `!` re-allows a denied file: the user's choice, so the repository's config is trusted here
+    ws = Workspace.from_config(load_config(repo, env={}, trust_repo=True))
     assert ws.read_text(".env.example").text == "API_KEY=\n"
     with pytest.raises(SecretPathError) as info:
         ws.read_text("x.secret")

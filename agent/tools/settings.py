@@ -1,38 +1,16 @@
-"""The `[agent]` settings the tools read from the configuration (`.repoctx.toml` or
-`[tool.repoctx.agent]` in pyproject.toml)."""
+"""The `[agent]` settings the tools read from the configuration: the user's
+`~/.config/repoctx/config.toml`, `REPOCTX_AGENT_*`, flags, and the repository's `.repoctx.toml`
+or `[tool.repoctx.agent]` in pyproject.toml — which may only tighten them (indexer/config.py
+refuses a repository value that loosens the sandbox, the allowlists or the deny lists before any
+of this is read)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, fields
 
-from indexer.config import Config, section_settings
+from indexer.config import DEFAULT_ALLOW_COMMANDS, DEFAULT_ENV_ALLOW, Config, section_settings
 
-from ..runner import DEFAULT_ENV_ALLOW
-
-#: Programs `run_command` may start. No shells, no `env`/`xargs`/`find` (they run other programs),
-#: no `sed`/`tee` (they write files past the checkpoints). `python` is here because tests need it,
-#: and it can run anything: the `execute` permission, not this list, is the trust boundary.
-DEFAULT_ALLOW_COMMANDS: tuple[str, ...] = (
-    "python",
-    "python3",
-    f"python3.{sys.version_info.minor}",
-    "pytest",
-    "git",
-    "ls",
-    "cat",
-    "head",
-    "tail",
-    "wc",
-    "grep",
-    "rg",
-    "diff",
-    "echo",
-    "pwd",
-    "sort",
-    "uniq",
-    "true",
-)
+__all__ = ["DEFAULT_ALLOW_COMMANDS", "DEFAULT_ENV_ALLOW", "GIT_READ_SUBCOMMANDS", "AgentSettings"]
 
 #: git subcommands `run_command` allows unless `agent.git_write` is true: they only read.
 GIT_READ_SUBCOMMANDS: frozenset[str] = frozenset(
