@@ -13,6 +13,7 @@ enforced by the kernel (`agent.sandbox`) and the process supervision of `agent.r
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -53,6 +54,24 @@ _SHELL_BUILTINS = {
     "wait",
 }
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+#: Variables a command may not set, in any word (`GIT_X=… git`, `env GIT_X=… git`,
+#: `export GIT_X=…`): they make git run a program or read a configuration the runner's
+#: command-scope configuration does not outrank (see agent/sandbox_env.py), or make the loader or
+#: a shell run code in an allowlisted program.
+REFUSED_VARIABLES: tuple[str, ...] = ("GIT_*", "LD_*", "BASH_ENV", "ENV")
+#: git options that run a program or write a file (long ones are refused in any abbreviation
+#: git accepts); `-O` also attached (`-Ocmd`) or at the end of a cluster (`-nOcmd`).
+GIT_REFUSED_OPTIONS: tuple[str, ...] = (
+    "--output",
+    "--open-files-in-pager",
+    "--ext-diff",
+    "--exec",
+    "--upload-pack",
+    "--receive-pack",
+)
+_GIT_REFUSED_SHORT = "O"
+#: Short git options whose argument may follow attached: the rest of the cluster is that argument.
+_GIT_SHORT_WITH_ARGUMENT = "efABCmUS"
 
 
 @dataclass(frozen=True)
@@ -196,8 +215,40 @@ def _refuse(name: str, allowlist: tuple[str, ...]) -> CommandNotAllowedError:
     )
 
 
+def refused_git_option(word: str) -> str | None:
+    """The refused git option ``word`` spells (see GIT_REFUSED_OPTIONS), or None."""
+    if word.startswith("--"):
+        name = word.split("=", 1)[0]
+        if len(name) > 3:
+            for option in GIT_REFUSED_OPTIONS:
+                if option.startswith(name):
+                    return option  # git takes any unambiguous prefix of a long option
+        return None
+    if word.startswith("-") and len(word) > 1:
+        for char in word[1:]:
+            if char in _GIT_REFUSED_SHORT:
+                return f"-{char}"
+            if char in _GIT_SHORT_WITH_ARGUMENT or char.isdigit():
+                return None
+    return None
+
+
+def _check_variables(words: Sequence[str]) -> None:
+    for word in words:
+        match = _ASSIGNMENT.match(word)
+        if match is None:
+            continue
+        name = match.group(0)[:-1]
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in REFUSED_VARIABLES):
+            raise CommandNotAllowedError(
+                f"Setting `{name}` is not allowed — it can make git, the loader or a shell run "
+                "a program. Run the command without it."
+            )
+
+
 def plan_command(command: Sequence[str] | str, allowlist: Sequence[str] | None) -> tuple[str, ...]:
-    """The argv that will be executed for ``command``, after checking it against ``allowlist``.
+    """The argv that will be executed for ``command``, after checking it against ``allowlist``
+    and REFUSED_VARIABLES.
 
     Names are compared by basename: allowing ``pytest`` allows ``.venv/bin/pytest``.
     """
@@ -206,12 +257,14 @@ def plan_command(command: Sequence[str] | str, allowlist: Sequence[str] | None) 
         argv = tuple(command)
         if not argv or not argv[0]:
             raise InvalidCommandError()
+        _check_variables(argv)
         if allowed is not None and os.path.basename(argv[0]) not in allowed:
             raise _refuse(argv[0], allowed)
         return argv
     if "\x00" in command:
         raise InvalidCommandError("The command contains a NUL byte — remove it.")
     parsed = _tokenize(command)
+    _check_variables([t.text for t in parsed.tokens if t.kind == "word"])
     words = _command_words(parsed)
     if not words:
         raise InvalidCommandError()

@@ -41,6 +41,7 @@ from typing import Literal
 # defined with the settings: a repository's `agent.env_allow` may only narrow it
 from indexer.config import DEFAULT_ENV_ALLOW
 
+from . import command_reaper
 from . import sandbox as _sandbox
 from .command_policy import plan_command
 from .errors import PathNotFoundError
@@ -623,6 +624,7 @@ def _run(
         )
 
     pgid = proc.pid
+    token = command_reaper.register(pgid, cgroup.kill if cgroup is not None else None)
     containment: Containment = "none"
     if cgroup is not None:
         containment = "cgroup"
@@ -637,6 +639,7 @@ def _run(
     finally:
         _kill_all(pgid, cgroup)
         proc.wait()
+        command_reaper.unregister(token)
         if cgroup is not None:
             cgroup.remove()
         prepared.cleanup()

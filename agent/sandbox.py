@@ -5,8 +5,9 @@ Layers, strongest available first (``CommandResult.sandbox`` records which appli
 ``landlock-<abi>`` (Linux >= 5.13, no privileges needed)
     Every file-system right the ABI knows is handled, so anything not granted is denied to the
     command and everything it starts. Granted: read and execute on every top-level directory of
-    ``/`` except the home and temp trees (``EXCLUDED_TREES``); the user's ``$HOME`` child by child
-    except ``HOME_SECRETS`` (+ ``agent.sandbox_deny_read``); the toolchain (``sys.prefix``, the
+    ``/`` except the home and temp trees (``EXCLUDED_TREES``); of the user's ``$HOME`` only the
+    toolchain directories (agent/home_policy.py), and in them not ``HOME_SECRETS``
+    (+ ``agent.sandbox_deny_read``); the toolchain (``sys.prefix``, the
     venv, each ``PATH`` directory and its parent); read and write on the workspace, the command's
     private temp directory and ``/dev/null`` & co; ``agent.sandbox_read`` / ``sandbox_write``.
     ABI >= 6 also scopes signals and abstract Unix sockets: the command cannot signal repoctx or
@@ -19,6 +20,11 @@ Layers, strongest available first (``CommandResult.sandbox`` records which appli
     read-only (writable only for git commands the tools plan when ``agent.git_write`` is true);
     files on the workspace's secrets deny list covered by ``/dev/null`` and such directories by an
     empty read-only tmpfs, and the same for the ``$HOME`` secrets. Capabilities are dropped.
+``pidns``, ``ipcns`` (with ``mountns``, where the kernel allows)
+    A PID namespace with its own ``/proc``: the command sees only its own processes; PID 1 is a
+    fork of repoctx that starts the command, cannot be read through ``/proc`` (not dumpable),
+    and takes every process left in the namespace with it when the command ends (or when
+    repoctx dies: parent-death signals). An IPC namespace: no SysV IPC object of the host.
 ``netns`` (unless ``agent.network = true``)
     A new network namespace with only the loopback interface, brought up: a server the command
     starts on 127.0.0.1 works; nothing outside, 127.0.0.1 of the host included, is reachable.
@@ -28,7 +34,7 @@ Layers, strongest available first (``CommandResult.sandbox`` records which appli
 Where the kernel offers neither Landlock nor namespaces, ``mode="auto"`` says so once (a
 warning in the first result and on the ``agent.sandbox`` logger) and runs the command with the
 allowlist and argument checks only; ``mode="required"`` refuses to run it unless Landlock is
-enforced. git inside the sandbox runs with ``indexer.gitsafe.git_env``.
+enforced. git inside the sandbox runs with the environment of agent/sandbox_env.py.
 
 The ruleset and all mount arguments are prepared in the parent (agent/sandbox_child.py runs in
 the child); what does not change per command is computed once and revalidated by directory
@@ -61,7 +67,7 @@ from typing import Literal
 
 from indexer import gitsafe
 
-from . import landlock
+from . import home_policy, landlock, sandbox_env
 from . import sandbox_child as child
 from .errors import AgentError
 
@@ -69,56 +75,8 @@ log = logging.getLogger("agent.sandbox")
 
 SandboxMode = Literal["auto", "required", "off"]
 
-#: Not readable by commands (relative to ``$HOME``; ``*`` globs within one path component).
-#: Extend with `agent.sandbox_deny_read`.
-HOME_SECRETS: tuple[str, ...] = (
-    ".ssh",
-    ".aws",
-    ".gnupg",
-    ".config/gcloud",
-    ".config/gh",
-    ".config/hub",
-    ".config/git/credentials",
-    ".config/rclone",
-    ".config/containers/auth.json",
-    ".config/op",
-    ".config/doctl",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/BraveSoftware",
-    ".mozilla",
-    ".thunderbird",
-    ".netrc",
-    ".git-credentials",
-    ".docker",
-    ".kube",
-    ".azure",
-    ".oci",
-    ".pgpass",
-    ".my.cnf",
-    ".pypirc",
-    ".npmrc",
-    ".yarnrc*",
-    ".cargo/credentials*",
-    ".gem/credentials",
-    ".m2/settings*.xml",
-    ".gradle/gradle.properties",
-    ".terraform.d",
-    ".vault-token",
-    ".boto",
-    ".s3cfg",
-    ".databrickscfg",
-    ".password-store",
-    ".local/share/keyrings",
-    ".local/share/fish/fish_history",
-    ".cache/huggingface/token",
-    ".huggingface",
-    ".claude/.credentials.json",
-    ".codex/auth.json",
-    ".*_history",
-    ".*history",
-    ".lesshst",
-)
+#: Known secrets, denied even inside the toolchain directories of $HOME that are granted.
+HOME_SECRETS = home_policy.HOME_SECRETS
 
 #: Not granted by Landlock; covered by an empty tmpfs in the mount namespace.
 EXCLUDED_TREES: tuple[str, ...] = (
@@ -147,6 +105,10 @@ PRUNED_DIRS: frozenset[str] = frozenset({".git", "node_modules", "__pycache__"})
 _PRIVATE_RW = ("/tmp", "/dev/shm")
 #: Covered by an empty tmpfs, read-only once what is granted inside is bound back.
 _PRIVATE_RO = ("/home", "/root", "/var/tmp", "/mnt", "/media", "/run")
+#: A PID namespace with its own /proc (other processes and their command lines are not
+#: visible) and an IPC namespace (SysV shared memory, semaphores, message queues); tried first,
+#: dropped together when the kernel refuses them.
+PROCESS_NS = child.CLONE_NEWPID | child.CLONE_NEWIPC
 
 
 class SandboxError(AgentError):
@@ -177,6 +139,8 @@ class SandboxPolicy:
     use_namespaces: bool = True
     #: "always": a user namespace even as root (the path non-root users take).
     userns: Literal["auto", "always"] = "auto"
+    #: False behaves as if the kernel refused PID and IPC namespaces (tests, benchmarks).
+    pid_namespace: bool = True
 
 
 @dataclass(frozen=True)
@@ -351,7 +315,19 @@ def _compute_static(policy: SandboxPolicy, home: str, abi: int, ns: bool) -> _St
     if os.geteuid() == 0:
         secrets += _expand("/", ROOT_SECRETS, out.stamps)
     out.secrets = secrets
-    toolchain = _toolchain()
+    # $HOME is denied but for the toolchain (agent/home_policy.py); outside it, the toolchain
+    # minus $HOME and its ancestors (a `~/bin` on PATH must not grant $HOME).
+    allowed_home = (
+        sorted(
+            set(_expand(home, home_policy.HOME_TOOLCHAIN, out.stamps))
+            | set(home_policy.toolchain_in_home(home))
+        )
+        if has_home
+        else []
+    )
+    toolchain = [
+        t for t in _toolchain() if not has_home or not (_within(t, home) or _within(home, t))
+    ]
     if abi:
         denied = [os.path.realpath(s) for s in secrets] + list(EXCLUDED_TREES)
         # Root's secrets: in a mount namespace they are covered by an empty file; without one,
@@ -360,17 +336,13 @@ def _compute_static(policy: SandboxPolicy, home: str, abi: int, ns: bool) -> _St
         if has_home:
             excluded.append(home)
         _grant_tree("/", [_parts(e) for e in excluded], landlock.READ, out, denied)
-        out.rules = [
-            (p, a | landlock.IOCTL_DEV if _within(p, "/dev") else a) for p, a in out.rules
-        ]
-        if has_home:
-            in_home = [_parts(os.path.relpath(s, home)) for s in secrets if _within(s, home)]
-            _grant_tree(home, in_home, landlock.READ, out, denied)
+        out.rules = [(p, a | landlock.IOCTL_DEV if _within(p, "/dev") else a) for p, a in out.rules]
+        for allowed in allowed_home:
+            inside = [_parts(os.path.relpath(s, allowed)) for s in secrets if _within(s, allowed)]
+            _grant_tree(allowed, inside, landlock.READ, out, denied)
         for tool in toolchain:
-            if _within(home, tool) or any(_within(e, tool) for e in EXCLUDED_TREES):
-                continue  # an ancestor of $HOME or of an excluded tree: it would undo both
-            if has_home and _within(tool, home):
-                continue  # covered, secrets excepted, by the child-by-child grant of $HOME
+            if any(_within(e, tool) for e in EXCLUDED_TREES):
+                continue  # an ancestor of an excluded tree: it would undo the exclusion
             if any(_within(s, tool) for s in secrets):
                 continue
             out.rules.append((tool, landlock.READ))
@@ -387,8 +359,7 @@ def _compute_static(policy: SandboxPolicy, home: str, abi: int, ns: bool) -> _St
         keep = [(str(policy.workspace), True)]
         keep += [(p, True) for p in policy.write]
         keep += [(p, False) for p in policy.read]
-        if has_home:
-            keep.append((home, False))
+        keep += [(p, False) for p in allowed_home]
         keep += [(p, False) for p in toolchain if p != "/"]
         keep += [(p, policy.git_writable) for p in _external_git_dirs(str(policy.workspace))]
         if policy.network:
@@ -628,13 +599,14 @@ def _warn_once(key: str, message: str) -> str:
 
 def _ns_candidates(policy: SandboxPolicy) -> list[int]:
     base = child.CLONE_NEWNS | (0 if policy.network else child.CLONE_NEWNET)
+    bases = [base | PROCESS_NS, base] if policy.pid_namespace else [base]
     if policy.userns == "always" or os.geteuid() != 0:
-        return [base | child.CLONE_NEWUSER]
-    return [base, base | child.CLONE_NEWUSER]
+        return [b | child.CLONE_NEWUSER for b in bases]
+    return [f for b in bases for f in (b, b | child.CLONE_NEWUSER)]
 
 
 def _pick_ns(policy: SandboxPolicy, avoid: Mapping[int, str]) -> tuple[int, str]:
-    """The namespace flags to try, or 0 and why there are none."""
+    """The namespace flags to try, or 0; and why the stronger candidates are not used."""
     if not policy.use_namespaces:
         return 0, "turned off by the policy"
     reasons = []
@@ -642,7 +614,7 @@ def _pick_ns(policy: SandboxPolicy, avoid: Mapping[int, str]) -> tuple[int, str]
         for flags in _ns_candidates(policy):
             state = _ns_state.get(flags) or avoid.get(flags)
             if not state:
-                return flags, ""
+                return flags, "; ".join(dict.fromkeys(reasons))
             reasons.append(state)
     return 0, "; ".join(dict.fromkeys(reasons))
 
@@ -719,7 +691,7 @@ def prepare(
         return Prepared(dict(env), note="not sandboxed")
     policy = _normalized(policy)
     workspace = str(policy.workspace)
-    out_env = gitsafe.git_env(workspace, base=env, read_only=not policy.git_writable)
+    out_env = sandbox_env.command_env(workspace, env, git_writable=policy.git_writable)
     if policy.mode == "off":
         return Prepared(out_env, note='sandbox off (agent.sandbox = "off")')
     abi = landlock.abi_version() if policy.use_landlock else 0
@@ -745,7 +717,7 @@ def prepare(
         )
         return Prepared(out_env, note=message, warning=_warn_once("none", message))
     home = home_dir()
-    plan = child.ChildPlan(mmap.mmap(-1, 8))
+    plan = child.ChildPlan(mmap.mmap(-1, child.SHARED_SIZE))
     prepared = Prepared(out_env, child=plan, plan=plan, ns_flags=flags, avoid=avoid)
     layers: list[str] = []
     try:
@@ -772,6 +744,8 @@ def prepare(
             _plan_namespaces(plan, policy, static, flags, cwd)
             out_env.update(TMPDIR="/tmp", TMP="/tmp", TEMP="/tmp")
             layers.append("mountns")
+            if flags & child.CLONE_NEWPID:
+                layers += ["pidns", "ipcns"]
             if flags & child.CLONE_NEWNET:
                 layers.append("netns")
             if flags & child.CLONE_NEWUSER:
@@ -793,6 +767,11 @@ def prepare(
     if not abi:
         notes.append(
             "Landlock unavailable: reads and writes outside the covered paths are not prevented"
+        )
+    if flags and not flags & child.CLONE_NEWPID:
+        notes.append(
+            f"no PID or IPC namespace ({ns_reason or 'turned off by the policy'}): the command "
+            "can list other processes and their command lines, and reach SysV IPC objects"
         )
     if not flags:
         net_note = (

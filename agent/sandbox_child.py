@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from . import landlock
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -34,6 +36,8 @@ MS_PRIVATE = 1 << 18
 MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
 _ST_RELATIME = 4096
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -97,18 +101,24 @@ STEPS = (
     "uid_map",
     "gid_map",
     "make / private",
+    "mount /proc",
     "mount a private tree",
     "bind a granted path back",
     "remount read-only",
     "cover a secret",
     "bring up lo",
     "chdir",
-    "landlock rule for a private tmpfs",
+    "landlock rule for a private tmpfs or /proc",
     "drop capabilities",
     "landlock_restrict_self",
 )
-LAST_PROBE_STEP = 5
+LAST_PROBE_STEP = 6
 _FAIL = struct.Struct("ii")
+#: At this offset of the shared page, PID 1 of a PID namespace leaves (1, wait status) of the
+#: command for the relay outside, which ends the same way.
+_STATUS_AT = _FAIL.size
+#: Bytes of the shared page.
+SHARED_SIZE = 2 * _FAIL.size
 
 
 def mount_flags(path: str) -> int:
@@ -198,23 +208,57 @@ class ChildPlan:
             self._fail(step, ctypes.get_errno())
 
     def __call__(self) -> None:
+        if self.ns_flags & CLONE_NEWPID:
+            # The command's namespaces live as long as this process: it dies with repoctx (or
+            # the thread that started it), even when repoctx itself is SIGKILLed.
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if self.ns_flags:
             self._namespaces()
         if self.ruleset_fd >= 0:
-            for tree in self.trees:
-                if tree.writable:
-                    fd = os.open(tree.path, os.O_PATH | os.O_CLOEXEC)
-                    err = landlock.add_rule_raw(self.ruleset_fd, fd, self.rw_access)
-                    os.close(fd)
-                    if err:
-                        self._fail(12, err)
+            # Private tmpfs trees and the new /proc are mounts made here: no rule of the
+            # parent's names them.
+            fresh = [(t.path, self.rw_access) for t in self.trees if t.writable]
+            if self.ns_flags & CLONE_NEWPID:
+                fresh.append((b"/proc", landlock.READ))
+            for path, access in fresh:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                err = landlock.add_rule_raw(self.ruleset_fd, fd, access)
+                os.close(fd)
+                if err:
+                    self._fail(13, err)
         if self.drop_caps >= 0:
             self._drop_capabilities()
         if self.ruleset_fd >= 0:
             err = landlock.restrict_self(self.ruleset_fd)
             if err:
-                self._fail(14, err)
+                self._fail(15, err)
             os.close(self.ruleset_fd)
+        if self.ns_flags & CLONE_NEWPID:
+            self._init()
+
+    def _init(self) -> None:
+        """As PID 1 of the new PID namespace: start the command as its child and wait. PID 1
+        ignores every signal it has no handler for, so it stays out of the way of the runner's
+        SIGTERM to the process group (the command gets it); when the command ends, this process
+        exits and the kernel kills whatever else is left in the namespace — setsid(2)'d
+        daemons included. Leaves the command's wait status in the shared page for the relay."""
+        pid = _fork()
+        if pid < 0:
+            self._fail(1, ctypes.get_errno())
+        if pid == 0:
+            return  # the command: exec follows
+        # repoctx's memory and environment (API keys) must not be readable through /proc/1.
+        _prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        os.closerange(0, 1 << 20)
+        while True:
+            try:
+                done, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                os._exit(255)
+            if done == pid:
+                self.shared.seek(_STATUS_AT)
+                self.shared.write(_FAIL.pack(1, status))
+                os._exit(0)
 
     def _drop_capabilities(self) -> None:
         # Emptying the bounding set makes even root's next program start without capabilities.
@@ -226,7 +270,7 @@ class ChildPlan:
             data[0].inheritable = 0
             data[1].inheritable = 0
             if _capset(ctypes.byref(header), data) != 0:
-                self._fail(13, ctypes.get_errno())
+                self._fail(14, ctypes.get_errno())
 
     def _relay(self) -> None:
         """Return in a new single-threaded child; the current process stays behind, holding no
@@ -236,6 +280,7 @@ class ChildPlan:
         if pid < 0:
             self._fail(1, ctypes.get_errno())
         if pid == 0:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             return
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
             _signal(sig, _SIG_IGN)  # the group's signals are the child's to handle
@@ -246,6 +291,10 @@ class ChildPlan:
                 break
             except ChildProcessError:
                 os._exit(255)
+        self.shared.seek(_STATUS_AT)
+        recorded, command_status = _FAIL.unpack(self.shared.read(_FAIL.size))
+        if recorded and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            status = command_status  # PID 1 exited for the command, which ended this way
         code = os.waitstatus_to_exitcode(status)
         if code < 0:
             _signal(-code, _SIG_DFL)
@@ -276,14 +325,25 @@ class ChildPlan:
             self._write(2, b"/proc/self/setgroups", b"deny")
             self._write(3, b"/proc/self/uid_map", self.uid_map)
             self._write(4, b"/proc/self/gid_map", self.gid_map)
+        if self.ns_flags & CLONE_NEWPID:
+            # A new PID namespace holds the children of the process that made it: go on in a
+            # child, PID 1 there; this process stays outside, waits and ends as the command.
+            self._relay()
         # Nothing mounted below may propagate to the host.
         self._call(5, _mount(None, b"/", None, MS_REC | MS_PRIVATE, None))
+        if self.ns_flags & CLONE_NEWPID:
+            # A /proc of the new namespace: only the command's own processes are listed. Made
+            # by PID 1, whose namespace a proc mount shows. Refused (EPERM) in a user namespace
+            # when the host's /proc has parts covered: the caller then does without.
+            self._call(
+                6, _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+            )
         empty = -1
         if self.cover_files:
             try:
                 empty = os.open(self.empty_file, os.O_PATH | os.O_CLOEXEC)
             except OSError as exc:
-                self._fail(9, exc.errno or errno.ENOENT)
+                self._fail(10, exc.errno or errno.ENOENT)
         kept = []
         for keep in self.keep:
             try:
@@ -292,44 +352,44 @@ class ChildPlan:
                 continue  # gone since the plan was made
         for tree in self.trees:
             data = b"mode=1777" if tree.writable else b"mode=0755,size=64k"
-            self._call(6, _mount(b"tmpfs", tree.path, b"tmpfs", MS_NOSUID | MS_NODEV, data))
+            self._call(7, _mount(b"tmpfs", tree.path, b"tmpfs", MS_NOSUID | MS_NODEV, data))
         for path in self.mkdirs:
             try:
                 os.mkdir(path, 0o755)
             except FileExistsError:
                 continue
             except OSError as exc:
-                self._fail(7, exc.errno or errno.EPERM)
+                self._fail(8, exc.errno or errno.EPERM)
         for fd, keep in kept:
             if not keep.is_dir:
                 try:
                     os.close(os.open(keep.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
                 except OSError as exc:
-                    self._fail(7, exc.errno or errno.EPERM)
-            self._call(7, _mount(b"/proc/self/fd/%d" % fd, keep.path, None, MS_BIND | MS_REC, None))
+                    self._fail(8, exc.errno or errno.EPERM)
+            self._call(8, _mount(b"/proc/self/fd/%d" % fd, keep.path, None, MS_BIND | MS_REC, None))
             os.close(fd)
             if not keep.writable:
                 flags = MS_REMOUNT | MS_BIND | MS_RDONLY | keep.flags
-                self._call(8, _mount(None, keep.path, None, flags, None))
+                self._call(9, _mount(None, keep.path, None, flags, None))
         for tree in self.trees:
             if not tree.writable:
                 flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
-                self._call(8, _mount(None, tree.path, None, flags, None))
+                self._call(9, _mount(None, tree.path, None, flags, None))
         for path, keep_flags in self.readonly:
             if _mount(path, path, None, MS_BIND | MS_REC, None) != 0:
                 if ctypes.get_errno() == errno.ENOENT:
                     continue  # removed since the walk
-                self._fail(8, ctypes.get_errno())
+                self._fail(9, ctypes.get_errno())
             flags = MS_REMOUNT | MS_BIND | MS_RDONLY | keep_flags
-            self._call(8, _mount(None, path, None, flags, None))
+            self._call(9, _mount(None, path, None, flags, None))
         source = b"/proc/self/fd/%d" % empty
         for path in self.cover_files:
             if _mount(source, path, None, MS_BIND, None) != 0:
                 if ctypes.get_errno() == errno.ENOENT:
                     continue  # removed since the walk
-                self._fail(9, ctypes.get_errno())
+                self._fail(10, ctypes.get_errno())
             flags = MS_REMOUNT | MS_BIND | MS_RDONLY | self.empty_flags
-            self._call(9, _mount(None, path, None, flags, None))
+            self._call(10, _mount(None, path, None, flags, None))
         if empty >= 0:
             os.close(empty)
         for path in self.cover_dirs:
@@ -337,16 +397,16 @@ class ChildPlan:
             if _mount(b"tmpfs", path, b"tmpfs", flags, b"size=4k,mode=0555") != 0:
                 if ctypes.get_errno() == errno.ENOENT:
                     continue
-                self._fail(9, ctypes.get_errno())
+                self._fail(10, ctypes.get_errno())
         if self.ifreq is not None:
             sock = _socket(2, 2, 0)  # AF_INET, SOCK_DGRAM: any socket takes interface ioctls
             if sock < 0:
-                self._fail(10, ctypes.get_errno())
+                self._fail(11, ctypes.get_errno())
             rc = _ioctl(sock, _SIOCSIFFLAGS, ctypes.cast(self.ifreq, ctypes.c_void_p))
             os.close(sock)
-            self._call(10, rc)
+            self._call(11, rc)
         # The working directory was entered before the mounts: enter it again through them.
         try:
             os.chdir(self.cwd)
         except OSError as exc:
-            self._fail(11, exc.errno or errno.EPERM)
+            self._fail(12, exc.errno or errno.EPERM)

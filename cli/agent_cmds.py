@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -167,14 +168,21 @@ def run_cmd(
         tool_format=tool_format,
         tokenizer=tokens,
     )
+    received: list[int] = []
+    previous = _kill_commands_on_signals(received)
     try:
         report = run_agent(config, task or "", model, options)
     except BudgetTooSmallError as exc:
         raise click.UsageError(str(exc)) from exc
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if as_json:
         echo_json(report.to_dict())
     else:
         _print_report(report)
+    if received and received[0] != signal.SIGINT:
+        sys.exit(128 + received[0])
     if report.status == "interrupted":
         sys.exit(130)
     if report.status == "no_progress":
@@ -183,6 +191,27 @@ def run_cmd(
         sys.exit(EXIT_NOT_DONE)
     if report.status in ("failed", "stopped"):
         sys.exit(2)
+
+
+def _kill_commands_on_signals(received: list[int]) -> dict[int, Any]:
+    """On SIGTERM, SIGHUP and SIGINT: kill every command the run has going at once (their
+    whole process trees), then stop the run as Ctrl-C does, so its trace and checkpoints are
+    saved. The signals received go to ``received``; the previous handlers are returned."""
+    from agent.command_reaper import kill_running
+
+    def on_signal(signum: int, _frame: object) -> None:
+        kill_running()
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        try:
+            previous[signum] = signal.signal(signum, on_signal)
+        except ValueError:
+            break  # not the main thread (an embedding program): its signals are its own
+    return previous
 
 
 def _progress(event: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from indexer.errors import RepoctxError
 
-from ..command_policy import plan_command
+from ..command_policy import plan_command, refused_git_option
 from ..errors import CommandNotAllowedError, InvalidCommandError, NotAFileError
 from ..runner import CommandResult, ResourceLimits, run_command
 from ..sandbox import SandboxMode, SandboxPolicy
@@ -30,15 +30,6 @@ _GIT_GLOBAL_REFUSED = (
     "--work-tree",
     "--namespace",
     "--super-prefix",
-)
-_GIT_REFUSED_OPTIONS = (
-    "--output",
-    "-O",
-    "--open-files-in-pager",
-    "--ext-diff",
-    "--exec",
-    "--upload-pack",
-    "--receive-pack",
 )
 _GIT_WORDS = {"git"}
 #: `git config` forms that only read.
@@ -117,10 +108,10 @@ def check_git(words: list[str], allow_write: bool) -> None:
         for arg in words[j + 1 :]:
             if arg in ";&|" or arg in ("&&", "||"):
                 break
-            if arg.split("=", 1)[0] in _GIT_REFUSED_OPTIONS:
+            refused = refused_git_option(arg)
+            if refused is not None:
                 raise CommandNotAllowedError(
-                    f"git option `{arg.split('=', 1)[0]}` is not allowed — it writes files or "
-                    "runs programs."
+                    f"git option `{refused}` is not allowed — it writes files or runs programs."
                 )
 
 
