@@ -18,8 +18,12 @@ delivers events in order, so every change made before the call has been seen by 
 only near-certain.) Without inotify, or when it never reports, the tree is re-stat'ed at most
 every ``poll_interval_s`` instead.
 
-Size: the freshness protocol (LiveIndex, sync markers), the tool adapters and the two transports
-(stdio, HTTP) of one server; the change filter itself is indexer.watch.ChangeFilter.
+Tool calls run at once, each in a thread of its own with a time limit (``call_async``): one that
+never returns is answered with a tool error and holds up nothing else. The wire (checking every
+message, stdio and HTTP) is ``cli.mcp_protocol``.
+
+Size: the freshness protocol (LiveIndex, sync markers) and the tool adapters of one server; the
+change filter itself is indexer.watch.ChangeFilter.
 """
 
 from __future__ import annotations
@@ -27,18 +31,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import mcp_types as types
-from mcp.server import Server
-from mcp.shared.exceptions import MCPError
 
 from agent.redact import detectors
 from agent.tools.core import Tool, ToolContext, ToolRegistry, ToolResult, fail, ok
@@ -53,21 +55,7 @@ from indexer.watch import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
 from retrieval.freshness import generation, stale_paths
 from retrieval.status import index_status
 
-SERVER_NAME = "repoctx"
 SYNC_PREFIX = "mcp-sync-"
-#: Files whose change alters what discovery lists: always worth a build.
-#: `.git` entries whose change means the checked-out branch (and so the tree) moved.
-#: Directories that only ever hold files without a grammar (their files are dropped anyway).
-
-INSTRUCTIONS = """\
-repoctx indexes this repository (symbol graph with resolved references, lexical and semantic \
-search). Prefer it to grepping: find_symbol for a name you know, search_code for words or \
-behaviour, find_references for the callers and users of a definition, get_context for a \
-budgeted set of the code most relevant to a task, read_span to read exact lines. Paths are \
-relative to the repository root. Every answer ends with the index generation it came from; a \
-file flagged stale changed on disk after it was indexed (read it with read_span to see its \
-current text)."""
-
 
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
@@ -81,6 +69,13 @@ class ServeOptions:
     startup_timeout_s: float = 15.0
     #: Without a watcher (inotify unavailable), check the tree at most this often.
     poll_interval_s: float = 2.0
+    #: Seconds one tool call may take; past that it is answered with a tool error and its
+    #: work, left running in its thread, is dropped when it ends.
+    call_timeout_s: float = 60.0
+    #: Seconds a call waits for another call's refresh before answering from the index as is.
+    refresh_wait_s: float = 10.0
+    #: Tool calls running at once (abandoned ones included); past it a call is refused.
+    max_running_calls: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,7 +514,11 @@ class RepoctxMCP:
                 _status_tool(self.live),
             )
         )
+        # Serialises refreshes only: tool calls run at once, each in a thread of its own, so
+        # one slow or hung call (a read that never returns) holds up no other.
         self._lock = threading.Lock()
+        self._running = 0  # calls whose thread has not returned, timed-out ones included
+        self._running_lock = threading.Lock()
 
     def start(self) -> RepoctxMCP:
         self.live.start()
@@ -579,22 +578,77 @@ class RepoctxMCP:
         tool = self.registry.get(name)
         return None if tool is None else tool.parameters
 
+    async def call_async(self, name: str, arguments: dict[str, Any] | None) -> ToolOutcome:
+        """``call`` in a thread of its own, answered within ``call_timeout_s`` whatever the
+        tool does: past it the answer is a tool error and the thread's result is dropped."""
+        limit = self.options.max_running_calls
+        with self._running_lock:
+            busy = self._running >= limit
+            self._running += 0 if busy else 1
+        if busy:
+            return _refused(
+                f"{limit} tool calls are still running (some may never end, such as a read "
+                "that waits for a writer) — try again in a moment, or restart the server."
+            )
+        done = anyio.Event()
+        token = anyio.lowlevel.current_token()
+        answer: list[ToolOutcome | BaseException] = []
+
+        def work() -> None:
+            try:
+                answer.append(self.call(name, arguments))
+            except BaseException as exc:  # handed to the awaiting task, which raises it
+                answer.append(exc)
+            finally:
+                with self._running_lock:
+                    self._running -= 1
+                with contextlib.suppress(RuntimeError):  # the event loop has ended: nobody waits
+                    anyio.from_thread.run_sync(done.set, token=token)
+
+        # A daemon thread of its own, not anyio's pool: a call that never returns must not
+        # hold the process at exit, nor take a worker that the transport needs.
+        threading.Thread(target=work, name=f"repoctx-mcp-{name}", daemon=True).start()
+        timeout = self.options.call_timeout_s
+        with anyio.move_on_after(timeout):
+            await done.wait()
+            if isinstance(answer[0], BaseException):
+                raise answer[0]
+            return answer[0]
+        return _refused(
+            f"`{name}` did not finish within {timeout:g}s and was abandoned — narrow the "
+            "request (a smaller span, a more specific query), or check the path is a regular "
+            "file.",
+            timed_out=True,
+        )
+
+    def _refresh(self) -> RefreshReport:
+        """The live refresh, unless another call's refresh is still running after
+        ``refresh_wait_s``: then this call answers from the index as it is."""
+        if not self._lock.acquire(timeout=self.options.refresh_wait_s):
+            return RefreshReport(
+                note="another call is still refreshing the index, so this answer comes from "
+                "the index as it was; a later call catches up"
+            )
+        try:
+            return self.live.refresh()
+        finally:
+            self._lock.release()
+
     def call(self, name: str, arguments: dict[str, Any] | None) -> ToolOutcome:
         """Refresh if needed, run the tool, stamp the answer with its freshness."""
-        with self._lock:
-            report = self.live.refresh()
-            result = self.registry.call(name, arguments if arguments is not None else {}, self.ctx)
-            if not result.ok and result.data.get("exception") == "DatabaseError":
-                # sqlite3 raises exactly DatabaseError for a damaged file (not Operational...)
-                damaged = store.damaged(self.config.index_path, result.error or "")
-                result = fail(str(damaged), exception="IndexDamagedError")
-            try:
-                fresh = self._freshness(report, result.data)
-            except (RepoctxError, sqlite3.DatabaseError) as exc:
-                fresh = {"generation": None, "refreshed": report.refreshed,
-                         "files_reindexed": report.files_parsed + report.files_deleted,
-                         "stale_files": [], "auto_refresh": self.options.refresh,
-                         "note": _message(self.config, exc)}
+        report = self._refresh()
+        result = self.registry.call(name, arguments if arguments is not None else {}, self.ctx)
+        if not result.ok and result.data.get("exception") == "DatabaseError":
+            # sqlite3 raises exactly DatabaseError for a damaged file (not Operational...)
+            damaged = store.damaged(self.config.index_path, result.error or "")
+            result = fail(str(damaged), exception="IndexDamagedError")
+        try:
+            fresh = self._freshness(report, result.data)
+        except (RepoctxError, sqlite3.DatabaseError) as exc:
+            fresh = {"generation": None, "refreshed": report.refreshed,
+                     "files_reindexed": report.files_parsed + report.files_deleted,
+                     "stale_files": [], "auto_refresh": self.options.refresh,
+                     "note": _message(self.config, exc)}
         data = {**result.data, "ok": result.ok, "freshness": fresh}
         if result.error is not None:
             data["error"] = result.error
@@ -611,6 +665,11 @@ class RepoctxMCP:
             "auto_refresh": self.options.refresh,
             "note": report.note,
         }
+
+
+def _refused(text: str, **data: Any) -> ToolOutcome:
+    """A tool error the server gives without running (or finishing) the tool."""
+    return ToolOutcome(text, {**data, "ok": False, "error": text}, is_error=True)
 
 
 def _paths(data: dict[str, Any]) -> set[str]:
@@ -643,96 +702,3 @@ def _stamp(fresh: dict[str, Any]) -> str:
         more = f" and {len(fresh['stale_files']) - 5} more" if len(fresh["stale_files"]) > 5 else ""
         parts.append(f"changed on disk since indexed (line numbers may be off): {shown}{more}")
     return " · ".join(parts) + "]"
-
-
-# --------------------------------------------------------------------------- MCP plumbing
-
-
-def create_server(service: RepoctxMCP) -> Server:
-    """The MCP server object for ``service`` (not yet bound to a transport)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        ver = version("repoctx")
-    except PackageNotFoundError:
-        ver = "0"
-
-    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=service.tools())
-
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        if params.name not in service.registry:
-            raise MCPError(
-                code=types.INVALID_PARAMS,
-                message=f"Unknown tool {params.name!r} — this server has: "
-                + ", ".join(service.registry.names()),
-            )
-        out = await anyio.to_thread.run_sync(service.call, params.name, params.arguments)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=out.text)],
-            structured_content=out.data,
-            is_error=out.is_error,
-        )
-
-    return Server(
-        SERVER_NAME,
-        version=ver,
-        title="repoctx",
-        instructions=INSTRUCTIONS,
-        get_tool_input_schema=service.input_schema,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
-
-
-async def serve_stdio(service: RepoctxMCP) -> None:
-    """Serve MCP over stdin/stdout until the client closes the stream."""
-    from mcp.server.stdio import stdio_server
-
-    server = create_server(service)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def bind_loopback(host: str, port: int) -> socket.socket:
-    """A listening socket on a loopback address (port 0 picks a free one). The server has no
-    authentication, so it refuses to listen where other machines could reach it."""
-    if host not in LOOPBACK and not host.startswith("127."):
-        raise RepoctxError(
-            f"Refusing to serve on {host}: the MCP server has no authentication — use "
-            "127.0.0.1 (or an SSH tunnel to reach it from elsewhere)."
-        )
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise RepoctxError(
-            f"Cannot listen on {host}:{port}: {exc.strerror} — pick another "
-            "port (0 picks a free one)."
-        ) from exc
-    sock.listen(128)
-    sock.setblocking(False)
-    return sock
-
-
-async def serve_http(
-    service: RepoctxMCP, sock: socket.socket, *, on_ready: Callable[[str], None] | None = None
-) -> None:
-    """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` on an already bound socket."""
-    import uvicorn
-
-    server = create_server(service)
-    host, port = sock.getsockname()[:2]
-    app = server.streamable_http_app(host="127.0.0.1" if host.startswith("127.") else host)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    web = uvicorn.Server(config)
-    if on_ready is not None:
-        shown = f"[{host}]" if ":" in host else host
-        on_ready(f"http://{shown}:{port}/mcp")
-    await web.serve(sockets=[sock])

@@ -51,6 +51,15 @@ def parse_http(value: str) -> tuple[str, int]:
     show_default=True,
     help="Seconds a refresh waits for another writer before answering from the index as is.",
 )
+@click.option(
+    "--call-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds one tool call may take before it is answered with an error (other calls "
+    "are answered meanwhile).",
+)
 @index_dir_option
 @handle_errors
 def serve_cmd(
@@ -59,6 +68,7 @@ def serve_cmd(
     http: str | None,
     no_refresh: bool,
     lock_wait: float,
+    call_timeout: float,
     index_dir: Path | None,
 ) -> None:
     """Serve the index of PATH to MCP clients (Claude Code, Cursor, …): search_code,
@@ -68,22 +78,30 @@ def serve_cmd(
         raise click.UsageError("Pass --mcp: `repoctx serve --mcp [PATH]`.")
     import anyio
 
-    from .mcp_server import RepoctxMCP, ServeOptions, bind_loopback, serve_http, serve_stdio
+    from .mcp_protocol import bind_loopback, create_server, serve_http, serve_stdio
+    from .mcp_server import RepoctxMCP, ServeOptions
+
     config = config_for(path, index_dir)
     address = parse_http(http) if http is not None else None
-    options = ServeOptions(refresh=not no_refresh, lock_wait_s=lock_wait)
+    options = ServeOptions(
+        refresh=not no_refresh,
+        lock_wait_s=lock_wait,
+        call_timeout_s=call_timeout,
+        # A call waiting on another's refresh must still answer within its own time limit.
+        refresh_wait_s=min(ServeOptions().refresh_wait_s, call_timeout / 2),
+    )
     sock = bind_loopback(*address) if address is not None else None
     with RepoctxMCP(config, options) as service:
         fresh = "watching for changes" if options.refresh else "no automatic refresh"
         if sock is None:
             click.echo(f"repoctx MCP server on stdio for {config.root} ({fresh})", err=True)
-            anyio.run(serve_stdio, service)
+            anyio.run(serve_stdio, create_server(service))
             return
 
         def ready(url: str) -> None:
             click.echo(f"repoctx MCP server at {url} for {config.root} ({fresh})", err=True)
 
-        anyio.run(lambda: serve_http(service, sock, on_ready=ready))
+        anyio.run(lambda: serve_http(create_server(service), sock, on_ready=ready))
 
 
 COMMANDS = [serve_cmd]
