@@ -361,7 +361,7 @@ def plant(path: Path, what: str | bytes) -> None:
         path.symlink_to("/dev/zero")
     elif what == "sparse":
         with open(path, "wb") as f:
-            f.truncate(8 << 30)  # 8 GiB of zeros, none of it on disk
+            f.truncate(64 << 20)  # 64 MiB of zeros, none of it on disk
     else:
         assert isinstance(what, bytes)
         path.write_bytes(what)
