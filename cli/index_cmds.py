@@ -39,7 +39,8 @@ def index() -> None:
 @click.option("--vectors-uri", default=None,
               help="Where the vector table lives: a directory or any LanceDB URI "
                    "(`s3://bucket/prefix`). Credentials and endpoint come from the environment "
-                   "(AWS_*) or `storage_options` in .repoctx.toml, never from flags.")
+                   "(AWS_*) or `storage_options` in ~/.config/repoctx/config.toml, never from "
+                   "flags.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @index_dir_option
 @json_option

@@ -18,7 +18,7 @@ from .common import (
 _CREDENTIALS = (
     "Credentials and endpoints come only from the environment (AWS_ACCESS_KEY_ID, "
     "AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL, ...) or the `storage_options` table "
-    "of .repoctx.toml — never from flags."
+    "of ~/.config/repoctx/config.toml — never from flags."
 )
 _PATH = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -39,7 +39,7 @@ def _mb(n: int) -> str:
 @click.argument("path", type=_PATH, default=".")
 @click.option("--to", "to", metavar="URI", default=None,
               help="Snapshot location: a directory or s3://bucket/prefix "
-                   "(default: `snapshot_uri` from .repoctx.toml or REPOCTX_SNAPSHOT_URI).")
+                   "(default: `snapshot_uri` from the config or REPOCTX_SNAPSHOT_URI).")
 @click.option("--allow-dirty", is_flag=True,
               help="Push even if the tree has uncommitted changes (recorded in the manifest).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
@@ -73,7 +73,7 @@ def push_cmd(
 @click.command("pull", epilog=_CREDENTIALS)
 @click.argument("path", type=_PATH, default=".")
 @click.option("--from", "from_", metavar="URI", default=None,
-              help="Snapshot location (default: `snapshot_uri` from .repoctx.toml or "
+              help="Snapshot location (default: `snapshot_uri` from the config or "
                    "REPOCTX_SNAPSHOT_URI).")
 @click.option("--commit", metavar="SHA", default=None,
               help="Pull this commit's snapshot (default: that of HEAD's nearest ancestor).")
