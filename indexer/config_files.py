@@ -44,14 +44,22 @@ def user_config_path(env: Mapping[str, str] | None = None) -> Path | None:
     return Path.home() / ".config" / "repoctx" / "config.toml" if env is None else None
 
 
-def is_config_path(rel: str) -> bool:
+def is_config_path(rel: str, root: str | os.PathLike[str] | None = None) -> bool:
     """Whether the root-relative path ``rel`` ("/"-separated) is one of repoctx's own files that
     the agent's tools must not create, edit, move or delete: a `.repoctx.toml` at any depth
     (a subdirectory can be a root too) and anything in a `.repoctx` directory (the default index,
-    with its traces and memory). pyproject.toml is not: it is the project's, and its
+    with its traces and memory). With ``root``, also the user's own config directory where the
+    workspace holds it (a run in $HOME). pyproject.toml is not: it is the project's, and its
     `[tool.repoctx]` can only tighten (see :func:`changes_repo_config` for a run that trusts it)."""
     parts = PurePosixPath(rel.replace("\\", "/")).parts
-    return bool(parts) and (parts[-1] == REPO_CONFIG or INDEX_DIR_NAME in parts)
+    if parts and (parts[-1] == REPO_CONFIG or INDEX_DIR_NAME in parts):
+        return True
+    user = user_config_path()
+    if root is None or user is None:
+        return False
+    target = os.path.realpath(os.path.join(root, rel))
+    return os.path.commonpath([target, os.path.realpath(user.parent)]) == os.path.realpath(
+        user.parent)
 
 
 def changes_repo_config(rel: str, before: str | None, after: str | None) -> bool:

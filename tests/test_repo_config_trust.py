@@ -455,3 +455,14 @@ def test_changes_repo_config_in_pyproject_only_for_its_repoctx_table():
     assert not changes_repo_config("pyproject.toml", base, "not toml [")  # fails closed on load
     assert changes_repo_config(".repoctx.toml", None, "")
     assert not changes_repo_config("src/app.py", None, "[tool.repoctx]\n")
+
+
+def test_is_config_path_covers_the_users_config_inside_a_workspace(tmp_path):
+    """A run whose workspace holds the user's config directory (an agent run in $HOME)."""
+    user_file(tmp_path).parent.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(user_file(tmp_path).parent, target_is_directory=True)
+    for rel in ("xdg/repoctx/config.toml", "xdg/repoctx/new.toml", "link/config.toml",
+                "xdg/./repoctx/../repoctx/config.toml"):
+        assert is_config_path(rel, tmp_path), rel
+    for rel in ("xdg/other.toml", "xdg/repoctx-not/config.toml", "pkg/calc.py"):
+        assert not is_config_path(rel, tmp_path), rel
