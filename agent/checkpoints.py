@@ -7,6 +7,11 @@ Layout under the store directory::
 
 Each path is recorded once per step, before its first change in that step, so rolling the steps
 back newest first walks every file back to its state before the run.
+
+Paths are recorded as real paths (no link on them). Recording and rollback reach them from `/`
+with no link followed (agent/safe_fs.py): a directory that a command swapped for a link to
+`$HOME` between the write and the undo makes the undo of that file fail with one line; nothing is
+read, written or deleted through the link.
 """
 
 from __future__ import annotations
@@ -14,14 +19,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError, RollbackError
+from .errors import AgentError, CheckpointError, RollbackError
+from .safe_fs import Beneath
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MANIFEST = "manifest.json"
@@ -91,20 +96,33 @@ class CheckpointStore:
         if key in current.recorded:
             return False
         entry: dict[str, Any] = {"path": key}
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            entry["kind"] = "absent"
-            entry["created_dirs"] = [str(d) for d in _missing_parents(path)]
-        else:
-            if stat.S_ISLNK(st.st_mode):
-                entry.update(kind="symlink", target=os.readlink(path))
+        rel = _rel(path)
+        with Beneath("/") as base:
+            try:
+                st = base.lstat(rel)
+            except AgentError as exc:
+                raise CheckpointError(f"{path}: {exc} Nothing was written.") from exc
+            if st is None:
+                entry["kind"] = "absent"
+                entry["created_dirs"] = [str(d) for d in _missing_parents(base, path)]
+            elif stat.S_ISLNK(st.st_mode):
+                with base.parent(rel) as (dfd, name):
+                    entry.update(kind="symlink", target=os.readlink(name, dir_fd=dfd))
             elif stat.S_ISREG(st.st_mode):
                 blob = f"{len(current.entries):06d}"
                 blob_path = current.ref.path / "blobs" / blob
                 blob_path.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, blob_path, follow_symlinks=False)
-                _fsync(blob_path)
+                try:
+                    # The bytes come from the descriptor that was checked, never from a name
+                    # that could be re-pointed between the check and the copy.
+                    fd, st = base.read_fd(rel)
+                except AgentError as exc:
+                    raise CheckpointError(f"{path}: {exc} Nothing was written.") from exc
+                with os.fdopen(fd, "rb") as src, open(blob_path, "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+                    dst.flush()
+                    os.fsync(dst.fileno())
                 entry.update(
                     kind="file", blob=blob, mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns
                 )
@@ -163,27 +181,29 @@ class CheckpointStore:
         restored: list[Path] = []
         deleted: list[Path] = []
         failures: list[str] = []
-        for entry in reversed(loaded.entries):
-            path = Path(entry["path"])
-            try:
-                if entry["kind"] == "absent":
-                    if _remove(path):
-                        deleted.append(path)
-                else:
-                    _restore(entry, ref.path / "blobs")
-                    restored.append(path)
-            except (OSError, RollbackError) as exc:
-                failures.append(f"{path}: {exc}")
         removed_dirs: list[Path] = []
-        created = {d for e in loaded.entries for d in e.get("created_dirs", ())}
-        # Deepest first, so a created tree empties bottom-up; a non-empty dir holds files the
-        # step did not record (made by a command, say) and is left alone.
-        for d in sorted(created, key=lambda p: p.count(os.sep), reverse=True):
-            try:
-                os.rmdir(d)
-                removed_dirs.append(Path(d))
-            except (FileNotFoundError, OSError):
-                continue
+        with Beneath("/") as base:
+            for entry in reversed(loaded.entries):
+                path = Path(entry["path"])
+                try:
+                    if entry["kind"] == "absent":
+                        if _remove(base, path):
+                            deleted.append(path)
+                    else:
+                        _restore(base, entry, ref.path / "blobs")
+                        restored.append(path)
+                except (OSError, AgentError) as exc:
+                    failures.append(f"{path}: {_one_line(exc)}")
+            created = {d for e in loaded.entries for d in e.get("created_dirs", ())}
+            # Deepest first, so a created tree empties bottom-up; a non-empty dir holds files the
+            # step did not record (made by a command, say) and is left alone, and so is a link
+            # put in a directory's place (rmdir does not follow it; the walk refuses it).
+            for d in sorted(created, key=lambda p: p.count(os.sep), reverse=True):
+                try:
+                    base.rmdir(_rel(Path(d)))
+                    removed_dirs.append(Path(d))
+                except OSError:
+                    continue
         if failures:
             raise RollbackError(
                 f"Step {step} of run {run_id}: could not restore "
@@ -265,55 +285,51 @@ class CheckpointStore:
             raise
 
 
-def _missing_parents(path: Path) -> list[Path]:
+def _rel(path: Path) -> str:
+    """A recorded real path as a path beneath `/`."""
+    return os.path.normpath(path).lstrip("/")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _missing_parents(base: Beneath, path: Path) -> list[Path]:
     missing: list[Path] = []
     parent = path.parent
-    while not os.path.lexists(parent) and parent != parent.parent:
+    while parent != parent.parent and base.lstat(_rel(parent)) is None:
         missing.append(parent)
         parent = parent.parent
     return missing
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove(path: Path) -> bool:
+def _remove(base: Beneath, path: Path) -> bool:
     """Delete what is at ``path`` now (file, symlink or empty directory); False if nothing was."""
-    if not os.path.lexists(path):
+    rel = _rel(path)
+    st = base.lstat(rel)
+    if st is None:
         return False
-    if path.is_dir() and not path.is_symlink():
+    if stat.S_ISDIR(st.st_mode):
         try:
-            path.rmdir()
+            base.rmdir(rel)
         except OSError as exc:
             raise RollbackError(f"a non-empty directory is in the way ({exc.strerror})") from exc
     else:
-        path.unlink()
+        base.unlink(rel)
     return True
 
 
-def _restore(entry: dict[str, Any], blobs: Path) -> None:
+def _restore(base: Beneath, entry: dict[str, Any], blobs: Path) -> None:
     path = Path(entry["path"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_dir() and not path.is_symlink():
-        _remove(path)
+    rel = _rel(path)
+    if path.parent != path.parent.parent:
+        base.makedirs(_rel(path.parent))
+    st = base.lstat(rel)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        _remove(base, path)
     if entry["kind"] == "symlink":
-        if os.path.lexists(path):
-            path.unlink()
-        os.symlink(entry["target"], path)
+        base.symlink(rel, entry["target"])
         return
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.repoctx-restore-")
-    os.close(fd)
-    try:
-        shutil.copyfile(blobs / entry["blob"], tmp)
-        os.chmod(tmp, entry["mode"])
-        os.utime(tmp, ns=(entry["mtime_ns"], entry["mtime_ns"]))
-        # Replace, so a reader never sees a half-restored file.
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    data = (blobs / entry["blob"]).read_bytes()
+    # A new file renamed over the name, so a reader never sees a half-restored file.
+    base.write(rel, data, mode=entry["mode"], mtime_ns=entry["mtime_ns"], create_parents=False)

@@ -17,6 +17,14 @@ class SecretPathError(AgentError):
     """The path matches the secrets deny list — to allow it, add `!<path>` to `agent.deny`."""
 
 
+class LinkInPathError(PathEscapeError):
+    """A link is on the path — nothing was read or written through it; use the real path."""
+
+
+class ProtectedPathError(AgentError):
+    """The path is repoctx's own configuration or index — the agent may not write it."""
+
+
 class PathNotFoundError(AgentError):
     """No such file or directory in the workspace — list the directory to see what exists."""
 

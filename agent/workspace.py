@@ -13,95 +13,18 @@ from typing import Literal, Protocol
 import pathspec
 
 from indexer.config import Config, section_settings
+from indexer.config_files import is_config_path
+from indexer.denylist import DEFAULT_DENY, deny_spec
 
 from .errors import (
     BinaryFileError,
     NotAFileError,
     PathEscapeError,
     PathNotFoundError,
+    ProtectedPathError,
     SecretPathError,
 )
-
-#: Never read or written by the agent, listed, searched or put in a context pack. gitignore
-#: syntax: a pattern without "/" matches at any depth, the last pattern that matches wins, and
-#: "!" re-allows (so `agent.deny = ["!.env.example"]` re-allows what these deny). Files are
-#: denied by what they are for, never by a word in a source file's name: `key.py`, `keys.go`
-#: and `credentials.py` stay readable. Secrets inside readable files (a token in code, a
-#: remote URL with a password in `.git/config`) are redacted by content: agent/redact.py.
-DEFAULT_DENY: tuple[str, ...] = (
-    # environment files: dotenv (templates too, until re-allowed) and direnv
-    ".env",
-    ".env.*",
-    ".envrc",
-    # SSH private keys under any suffix (id_rsa.bak, id_ed25519_sk, id_ecdsa-work), not .pub
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    "id_xmss*",
-    "!id_*.pub",
-    "**/.ssh/**",  # after the .pub re-allow: nothing under .ssh
-    # private keys and key stores
-    "*.pem",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "*.jks",
-    "*.keystore",
-    "*.ppk",
-    "secring.*",
-    "**/.gnupg/**",
-    # tools' credential and token files
-    ".git-credentials",
-    ".netrc",
-    "_netrc",
-    ".pgpass",
-    ".my.cnf",
-    ".pypirc",
-    ".npmrc",
-    ".dockercfg",
-    "**/.docker/config.json",
-    ".vault-token",
-    ".s3cfg",
-    ".boto",
-    ".htpasswd",
-    ".terraformrc",
-    "terraform.rc",
-    "**/.config/gh/**",
-    # cloud credentials
-    "**/.aws/**",
-    "**/.azure/**",
-    "**/.config/gcloud/**",
-    "application_default_credentials.json",
-    "*service-account*.json",
-    "client_secret*.json",
-    "**/.kube/**",
-    "kubeconfig",
-    "*.kubeconfig",
-    # terraform state and variables hold provider secrets in plain text
-    "*.tfstate",
-    "*.tfstate.*",
-    "*.tfvars",
-    "*.tfvars.json",
-    # files named for secrets: any `secrets.*` (re-allow a module with `!secrets.py`), and
-    # `credentials` as data, not as code (credentials.py implements credential providers)
-    "secrets.*",
-    "credentials",
-    "credentials.json",
-    "credentials.yaml",
-    "credentials.yml",
-    "credentials.toml",
-    "credentials.ini",
-    "credentials.cfg",
-    "credentials.conf",
-    "credentials.xml",
-    "credentials.csv",
-    "credentials.txt",
-    "credentials.db",
-    "credentials.tfrc.json",
-    "*_credentials.json",
-    "*-credentials.json",
-)
+from .safe_fs import Beneath
 
 #: Readable but never written: git's own data (a `.git` file or directory at any depth) and the index.
 DEFAULT_WRITE_DENY: tuple[str, ...] = (".git", ".repoctx/")
@@ -144,11 +67,6 @@ class DirListing:
     truncated: bool
 
 
-def _spec(patterns: Iterable[str]) -> tuple[tuple[str, ...], pathspec.GitIgnoreSpec]:
-    pats = tuple(p for p in patterns if p.strip() and not p.lstrip().startswith("#"))
-    return pats, pathspec.GitIgnoreSpec.from_lines(pats)
-
-
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -177,8 +95,8 @@ class Workspace:
         self._given_root = os.path.normpath(os.path.abspath(root_path))
         self.root = Path(os.path.realpath(root_path))
         self._real_root = str(self.root)
-        self.deny_patterns, self._deny = _spec((*DEFAULT_DENY, *deny))
-        self.write_deny_patterns, self._write_deny = _spec(
+        self.deny_patterns, self._deny = deny_spec((*DEFAULT_DENY, *deny))
+        self.write_deny_patterns, self._write_deny = deny_spec(
             (*DEFAULT_DENY, *DEFAULT_WRITE_DENY, *deny, *write_deny)
         )
         self._write_only = {*DEFAULT_WRITE_DENY, *write_deny}
@@ -232,13 +150,44 @@ class Workspace:
         """True when ``rel_path`` (workspace-relative, "/"-separated) is on the read deny list."""
         return self._match(self._deny, rel_path) is not None
 
+    def is_hidden(self, rel_path: str) -> bool:
+        """True when the content at ``rel_path`` must not be shown: its name is deny-listed, or
+        it leads through links outside the workspace or to a deny-listed file (``notes.txt ->
+        .env``). For results that come from the index, which holds the file under its name."""
+        if self.is_secret(rel_path):
+            return True
+        asked = os.path.normpath(os.path.join(self._real_root, rel_path))
+        real = os.path.realpath(asked)
+        if real == asked:
+            return False
+        if not _within(real, self._real_root):
+            return True
+        return self.is_secret(Path(os.path.relpath(real, self._real_root)).as_posix())
+
     def check_readable(self, path: str | os.PathLike[str]) -> Path:
         """Resolve ``path`` and raise SecretPathError if it, or what a symlink points to, is denied."""
         return self._check(path, self._deny, self.deny_patterns, "read")
 
     def check_writable(self, path: str | os.PathLike[str]) -> Path:
-        """Like check_readable, against the write deny list (which also covers `.git`)."""
+        """Like check_readable, against the write deny list (which also covers `.git`); every
+        write and delete goes through here, so repoctx's own config is refused here too."""
+        # Not a deny pattern, and before them: a pattern can be re-allowed with "!", and
+        # repoctx's own config (`.repoctx.toml`, `.repoctx/`) stays out of the agent's reach
+        # whatever any config says. Both the name asked for and the file it resolves to count.
+        real = self.resolve(path)
+        raw = os.fspath(path)
+        asked = os.path.normpath(raw if os.path.isabs(raw) else os.path.join(self._given_root, raw))
+        base = self._given_root if _within(asked, self._given_root) else self._real_root
+        for rel in (Path(os.path.relpath(asked, base)).as_posix(), self._rel(real)):
+            if is_config_path(rel):
+                raise ProtectedPathError(
+                    f"{rel} is repoctx's own configuration or index — the agent may not write "
+                    "it; change it yourself if it must change."
+                )
         return self._check(path, self._write_deny, self.write_deny_patterns, "write")
+
+    def _rel(self, real: Path | str) -> str:
+        return Path(os.path.relpath(real, self._real_root)).as_posix()
 
     def _check(
         self,
@@ -275,6 +224,10 @@ class Workspace:
         return result.index if result.include else None
 
     # -- file I/O --------------------------------------------------------------------------------
+    #
+    # Every operation below opens the root once and reaches the checked path beneath it with no
+    # link followed (agent/safe_fs.py): a directory swapped for a link after the check makes it
+    # fail with one line, never read, write or delete elsewhere.
 
     def read_text(
         self,
@@ -285,7 +238,7 @@ class Workspace:
     ) -> FileSlice:
         """Lines of a UTF-8 text file, streamed so huge files cost only the returned slice."""
         real = self.check_readable(path)
-        rel = Path(os.path.relpath(real, self._real_root)).as_posix()
+        rel = self._rel(real)
         first = max(1, start_line or 1)
         last = first + max_lines - 1
         kept: list[bytes] = []
@@ -295,7 +248,7 @@ class Workspace:
         cur: list[bytes] = []
         cur_len = 0
         open_line = False
-        with os.fdopen(self._open(real, os.O_RDONLY), "rb") as fh:
+        with os.fdopen(self._read_fd(rel), "rb") as fh:
             # Bounded readline: a huge file without newlines must not be loaded whole.
             for piece in iter(lambda: fh.readline(65536), b""):
                 if b"\x00" in piece:
@@ -322,52 +275,58 @@ class Workspace:
         text = b"".join(kept).decode("utf-8", errors="replace")
         return FileSlice(rel, text, first, first + len(kept) - 1, total, full)
 
+    def read_bytes(self, path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+        """The bytes of a readable regular file (at most ``limit + 1`` with a limit, so the caller
+        can tell a file over it without loading it whole)."""
+        rel = self._rel(self.check_readable(path))
+        with os.fdopen(self._read_fd(rel), "rb") as fh:
+            return fh.read() if limit is None else fh.read(limit + 1)
+
+    def lexists(self, path: str | os.PathLike[str]) -> bool:
+        """Whether something (a link included) is at ``path``; no link on the way is followed."""
+        rel = self._rel(self.resolve(path))
+        if rel == ".":
+            return True
+        with Beneath(self._real_root) as base:
+            return base.lstat(rel) is not None
+
     def write_text(self, path: str | os.PathLike[str], text: str) -> Path:
         """Write ``text`` as UTF-8, creating parent directories; the recorder sees it first."""
         return self.write_bytes(path, text.encode("utf-8"))
 
     def write_bytes(self, path: str | os.PathLike[str], data: bytes) -> Path:
         real = self.check_writable(path)
-        if real.is_dir():
-            raise NotAFileError(f"{self.relative(real)} is a directory — pass a file path.")
-        if self.recorder is not None:
-            self.recorder.record_before_write(real)
-        real.parent.mkdir(parents=True, exist_ok=True)
-        # In place (not rename) so the file keeps its mode, owner and hard links.
-        fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        rel = self._rel(real)
+        with Beneath(self._real_root) as base:
+            st = base.lstat(rel) if rel != "." else os.stat(self._real_root)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise NotAFileError(f"{rel} is a directory — pass a file path.")
+            if self.recorder is not None:
+                self.recorder.record_before_write(real)
+            # A new file beside the old, renamed over it: a link or hard link at the name is
+            # replaced, never written through; the permission bits are kept.
+            base.write(rel, data)
         return real
 
     def delete_file(self, path: str | os.PathLike[str]) -> Path:
         real = self.check_writable(path)
-        if not os.path.lexists(real):
-            raise PathNotFoundError(f"{self.relative(real)} does not exist — nothing to delete.")
-        if real.is_dir():
-            raise NotAFileError(
-                f"{self.relative(real)} is a directory — only files can be deleted."
-            )
-        if self.recorder is not None:
-            self.recorder.record_before_write(real)
-        real.unlink()
+        rel = self._rel(real)
+        with Beneath(self._real_root) as base:
+            st = base.lstat(rel) if rel != "." else os.stat(self._real_root)
+            if st is None:
+                raise PathNotFoundError(f"{rel} does not exist — nothing to delete.")
+            if stat.S_ISDIR(st.st_mode):
+                raise NotAFileError(f"{rel} is a directory — only files can be deleted.")
+            if self.recorder is not None:
+                self.recorder.record_before_write(real)
+            base.unlink(rel)
         return real
 
-    def _open(self, real: Path, flags: int) -> int:
-        rel = Path(os.path.relpath(real, self._real_root)).as_posix()
-        try:
-            fd = os.open(real, flags | os.O_NOFOLLOW)
-        except FileNotFoundError as exc:
-            raise PathNotFoundError(
-                f"{rel} does not exist — list the directory to see what exists."
-            ) from exc
-        except IsADirectoryError as exc:
-            raise NotAFileError(
-                f"{rel} is a directory — use list_dir, or pass a file path."
-            ) from exc
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise NotAFileError(f"{rel} is not a regular file — pass the path of a regular file.")
-        return fd
+    def _read_fd(self, rel: str) -> int:
+        if rel == ".":
+            raise NotAFileError(". is a directory — use list_dir, or pass a file path.")
+        with Beneath(self._real_root) as base:
+            return base.read_fd(rel)[0]
 
     def list_dir(
         self, path: str | os.PathLike[str] = ".", depth: int = 1, *, max_entries: int = 1000
@@ -377,44 +336,46 @@ class Workspace:
         Symlinked directories are listed but not followed; DEFAULT_OPAQUE_DIRS are not entered.
         """
         real = self.check_readable(path)
-        rel_root = Path(os.path.relpath(real, self._real_root)).as_posix()
-        if not real.exists():
-            raise PathNotFoundError(f"{rel_root} does not exist — list its parent directory.")
-        if not real.is_dir():
-            raise NotAFileError(f"{rel_root} is a file — read it instead of listing it.")
+        rel_root = self._rel(real)
         entries: list[DirEntry] = []
         truncated = False
-        # Breadth first, so a truncated listing still shows the top levels.
-        queue: deque[tuple[str, int]] = deque([(str(real), 1)])
-        while queue and not truncated:
-            current, level = queue.popleft()
-            try:
-                children = sorted(os.scandir(current), key=lambda e: e.name)
-            except PermissionError:
-                continue
-            for child in children:
-                rel = Path(os.path.relpath(child.path, self._real_root)).as_posix()
-                if self.is_secret(rel):
+        with Beneath(self._real_root) as base:
+            st = base.lstat(rel_root) if rel_root != "." else os.stat(self._real_root)
+            if st is None:
+                raise PathNotFoundError(f"{rel_root} does not exist — list its parent directory.")
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotAFileError(f"{rel_root} is a file — read it instead of listing it.")
+            # Breadth first, so a truncated listing still shows the top levels.
+            queue: deque[tuple[str, int]] = deque([(rel_root, 1)])
+            while queue and not truncated:
+                current, level = queue.popleft()
+                try:
+                    children = base.scandir("" if current == "." else current)
+                except (PermissionError, PathNotFoundError):
                     continue
-                if len(entries) >= max_entries:
-                    truncated = True
-                    break
-                entries.append(_entry(child, rel))
-                if (
-                    level < depth
-                    and child.is_dir(follow_symlinks=False)
-                    and child.name not in DEFAULT_OPAQUE_DIRS
-                ):
-                    queue.append((child.path, level + 1))
+                for child in children:
+                    rel = child.name if current == "." else f"{current}/{child.name}"
+                    if self.is_secret(rel):
+                        continue
+                    if len(entries) >= max_entries:
+                        truncated = True
+                        break
+                    entries.append(_entry(child.st.st_mode, child.st.st_size, rel))
+                    if (
+                        level < depth
+                        and stat.S_ISDIR(child.st.st_mode)
+                        and child.name not in DEFAULT_OPAQUE_DIRS
+                    ):
+                        queue.append((rel, level + 1))
         entries.sort(key=lambda e: e.path)
         return DirListing(rel_root, tuple(entries), truncated)
 
 
-def _entry(child: os.DirEntry[str], rel: str) -> DirEntry:
-    if child.is_symlink():
+def _entry(mode: int, size: int, rel: str) -> DirEntry:
+    if stat.S_ISLNK(mode):
         return DirEntry(rel, "symlink", None)
-    if child.is_dir(follow_symlinks=False):
+    if stat.S_ISDIR(mode):
         return DirEntry(rel, "dir", None)
-    if child.is_file(follow_symlinks=False):
-        return DirEntry(rel, "file", child.stat(follow_symlinks=False).st_size)
+    if stat.S_ISREG(mode):
+        return DirEntry(rel, "file", size)
     return DirEntry(rel, "other", None)

@@ -103,7 +103,7 @@ def _parse_all(
     # Workers (and so the resource tracker, which waits for them) exit if this process is
     # killed: a kill -9 of `index build` leaves no orphans.
     overhead, words = None, {}
-    with spawn_pool(jobs) as pool:
+    with spawn_pool(jobs, root) as pool:  # isolated from the tree (`indexer.isolation`)
         calls = ((root, model, batch) for batch in _batches(work, size))
         for results, learned in in_flight(pool, _parse_batch_in_worker, calls, jobs * 2):
             if learned is not None:
@@ -406,7 +406,7 @@ def _build_locked(
                 with conn:
                     store.ensure_ref_indexes(db, store.RESOLVE_INDEXES)
             graph_write.resolve_pending(db, full or bulk, progress,
-                                        jobs=config.jobs or os.cpu_count() or 1)
+                                        jobs=config.jobs or os.cpu_count() or 1, tree=config.root)
         marks["resolve"] = time.perf_counter()
         if bulk or full:
             graph_write.set_build_phase(conn, "finalize")

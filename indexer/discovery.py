@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import functools
 import os
 import re
 import stat
@@ -20,7 +21,10 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import NamedTuple
 
-from .config import Config
+import pathspec
+
+from .config import Config, section_settings
+from .denylist import DEFAULT_DENY, deny_spec
 
 GITIGNORE = ".gitignore"
 REPOCTXIGNORE = ".repoctxignore"
@@ -363,6 +367,7 @@ class _Scan:
     """State shared by both discovery modes."""
 
     def __init__(self, config: Config, skip_unparsable: bool = False) -> None:
+        self.config = config
         self.root = os.path.abspath(config.root)
         self.root_real = os.path.realpath(self.root)
         self.max_bytes = config.max_file_bytes
@@ -439,7 +444,26 @@ class _Scan:
             # A link into .git or the index would expose what discovery must never index.
             self.skip("symlink_outside", rel)
             return None
+        if self.secret_target(rel, real):
+            return None
         return st, real
+
+    def secret_target(self, rel: str, real: str) -> bool:
+        """Counts and returns True when ``rel`` reaches (through a link) a file on the secrets
+        deny list: its content would be indexed, and shown, under a name no check catches."""
+        if real == self.root_real:
+            return False
+        real_rel = real[len(self.root_real) + 1 :].replace(os.sep, "/")
+        if real_rel == rel or not self.deny.match_file(real_rel):
+            return False
+        self.skip("link_to_secret", rel)
+        return True
+
+    @functools.cached_property
+    def deny(self) -> pathspec.GitIgnoreSpec:
+        # Compiled only when a link is met: most trees have none.
+        agent = section_settings(self.config, "agent")
+        return deny_spec((*DEFAULT_DENY, *agent.get("deny", ())))[1]
 
     def result(self, git: bool) -> Discovery:
         self.files.sort(key=_by_path)
@@ -493,6 +517,8 @@ def _scan_dirs(
     while pending:
         rel_dir, abs_dir, real_dir, groups = pending.pop()
         visited.add(real_dir)
+        # Under a followed directory link each file's real path is checked against the deny list.
+        linked = real_dir != (scan.root_real + sep + rel_dir if rel_dir else scan.root_real)
         try:
             with os.scandir(abs_dir) as it:
                 entries = list(it)
@@ -532,6 +558,8 @@ def _scan_dirs(
                     if name == ".git" or (check and _ignored(groups, rel, name, False)):
                         continue
                     if not rel.isascii() and scan.undecodable(rel):
+                        continue
+                    if linked and scan.secret_target(rel, real_dir + sep + name):
                         continue
                     if name[name.rfind(".") :] not in plain:
                         reason = name_skip(name) or ("no_grammar" if unparsable(name) else None)

@@ -235,7 +235,8 @@ def delete_files(db: WriteDB, existing: dict, paths: Iterable[str]) -> None:
     conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)", [(n,) for n in names])
 
 
-def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: int = 1) -> None:
+def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: int = 1,
+                    tree: str | os.PathLike | None = None) -> None:
     """Resolve new references and those whose target names changed, inherit edges first
     (member lookups through base classes need them).
 
@@ -243,7 +244,8 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
     (`resolve_page`, each with every symbol in memory) while this process writes what
     they return: resolution is the build's longest serial phase otherwise (~4 s of the
     stdlib's ~20). The workers read the committed inherit edges; what they return is what
-    this process would have computed (the same table, the same resolver)."""
+    this process would have computed (the same table, the same resolver). ``tree`` (the
+    indexed tree) is kept off the workers' path (`indexer.isolation`)."""
     conn = db.conn
     total = store.counts(db).get("refs") or conn.execute("SELECT count(*) FROM refs").fetchone()[0]
     cols = "SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs"
@@ -286,7 +288,7 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
 
     n = min(jobs, MAX_RESOLVE_WORKERS)
     db_file, key = str(db.file), f"{db.file}:{os.getpid()}:{time.time_ns()}"  # this build's
-    with spawn_pool(n) as pool:  # first: the workers load the symbols meanwhile
+    with spawn_pool(n, tree) as pool:  # first: the workers load the symbols meanwhile
         for _ in range(n):
             pool.submit(resolve_page, db_file, key, [])
         with conn:

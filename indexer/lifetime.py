@@ -55,18 +55,21 @@ def die_with_parent(parent_pid: int) -> str:
 
 
 @contextlib.contextmanager
-def spawn_pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
+def spawn_pool(jobs: int, tree: str | os.PathLike | None = None) -> Iterator[ProcessPoolExecutor]:
     """A pool of ``jobs`` spawned worker processes that die with this one (`die_with_parent`;
-    spawn, not fork: LanceDB, used by the same process for vectors, is not fork-safe).
+    spawn, not fork: LanceDB, used by the same process for vectors, is not fork-safe). They
+    start isolated from ``tree`` (the indexed tree) and from the working directory
+    (`indexer.isolation`): no module there can stand in for one of Python's or repoctx's.
 
     Left by an exception (a worker that died, the caller's error, an interrupt), it kills its
     workers instead of waiting for them: when a worker dies while the pool is starting another,
     CPython's executor (3.11) can wait forever for the new one to exit, and so would the build
     and, at exit, the interpreter."""
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+    from .isolation import spawn_context
+
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=spawn_context(tree),
                                initializer=die_with_parent, initargs=(os.getpid(),))
     try:
         # Every worker started now, not on a later submit: a worker that dies while the pool
@@ -174,10 +177,15 @@ def start_reaper(roots: list[int]) -> subprocess.Popen | None:
     ``stop_reaper`` once the helpers are shut down."""
     if not roots or not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
         return None
+    from .isolation import NEUTRAL_DIR, interpreter_args
+
+    # This file run as a script (it needs only the standard library), isolated (``-I``) and
+    # elsewhere: ``-m indexer.lifetime`` would put the working directory — the repository,
+    # often — first on its path.
     return subprocess.Popen(
-        [sys.executable, "-m", "indexer.lifetime", str(os.getpid()), *map(str, roots)],
+        [*interpreter_args(), os.path.abspath(__file__), str(os.getpid()), *map(str, roots)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        close_fds=True,
+        close_fds=True, cwd=NEUTRAL_DIR,
     )
 
 

@@ -60,10 +60,11 @@ def _helper_main(conn: Connection, root: str, model: str | None, index_dir: str,
 class _Helper:
     def __init__(self, root: str, model: str | None, index_dir: str) -> None:
         # Imported here: ~10 ms of every build, most of which (one edit) never start a helper.
-        import multiprocessing
+        from .isolation import spawn_context
 
-        # spawn, not fork: LanceDB (used by the same process for vectors) is not fork-safe.
-        ctx = multiprocessing.get_context("spawn")
+        # spawn, not fork: LanceDB (used by the same process for vectors) is not fork-safe;
+        # isolated from the tree it parses (`indexer.isolation`).
+        ctx = spawn_context(root)
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_helper_main, args=(child, root, model, index_dir, os.getpid()),
                                 daemon=True, name="repoctx-parse-helper")

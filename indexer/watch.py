@@ -711,13 +711,18 @@ def start_detached(config: Config, argv: Sequence[str], timeout: float = 60.0) -
     log_path = index_dir / LOG_FILE
     if log_path.exists() and log_path.stat().st_size > LOG_ROTATE_BYTES:
         os.replace(log_path, log_path.with_name(LOG_FILE + ".1"))
+    from .isolation import NEUTRAL_DIR, python_env
+
     with open(log_path, "ab") as log:
+        # Not in the tree, nor with it on its path (`indexer.isolation`): run there, ``-c``
+        # would import the tree's modules in place of Python's.
         proc = subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=str(config.root),
+            cwd=NEUTRAL_DIR,
+            env=python_env(config.root),
             start_new_session=True,
             close_fds=True,
         )

@@ -8,7 +8,6 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
 
 from indexer import graph
 from indexer.errors import RepoctxError
@@ -78,7 +77,7 @@ def changed_ranges(ctx: ToolContext) -> tuple[Ranges, str]:
         for abs_path, original in run_originals(store, ctx.run_id).items():
             try:
                 rel = ctx.workspace.relative(abs_path)
-                current = Path(abs_path).read_bytes()
+                current = ctx.workspace.read_bytes(rel)  # no link followed, no FIFO waited on
             except (OSError, RepoctxError):
                 continue  # deleted since, or no longer inside the workspace
             if current != original:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import difflib
-import os
 import re
 from typing import Any
 
@@ -301,7 +300,7 @@ def create_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             f"content is {len(content)} bytes, over the {ctx.agent.max_edit_bytes}-byte limit."
         )
     old: bytes | None = None
-    if os.path.lexists(real):
+    if ws.lexists(real):
         if not args["overwrite"]:
             return fail(
                 f"{rel} already exists — use edit to change it, or set overwrite: true to "

@@ -15,8 +15,8 @@ _PATH = {"type": "string", "minLength": 1, "maxLength": 4096}
 def _line_of(ctx: ToolContext, path: str, line: int, cache: dict[str, list[str]]) -> str:
     if path not in cache:
         try:
-            real = ctx.workspace.check_readable(path)
-            cache[path] = real.read_text("utf-8", errors="replace").splitlines()
+            data = ctx.workspace.read_bytes(path)  # no link followed, no FIFO waited on
+            cache[path] = data.decode("utf-8", errors="replace").splitlines()
         except (OSError, RepoctxError):
             cache[path] = []
     lines = cache[path]
@@ -36,7 +36,8 @@ def search_code(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         lang=args.get("lang"),
         path_glob=args.get("path_glob"),
     )
-    hits = [h for h in result.hits if not ctx.workspace.is_secret(h.path)]
+    # is_hidden, not is_secret: a link with an ordinary name to `.env` is indexed by its name.
+    hits = [h for h in result.hits if not ctx.workspace.is_hidden(h.path)]
     # Why the results may be lacking (vectors missing or behind), as the CLI prints it.
     warned = "".join(f"\nNote: {w}" for w in result.warnings)
     if not hits:
@@ -124,7 +125,7 @@ def find_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         for s in find_symbols(conn, args["name"], args.get("kind"), args["limit"])
         if s.kind != "module" or args.get("kind") == "module"
     ]
-    hits = [s for s in hits if not ctx.workspace.is_secret(s.path)]
+    hits = [s for s in hits if not ctx.workspace.is_hidden(s.path)]
     if not hits:
         return ok(
             f"No definition matches {args['name']!r}. Try a shorter prefix or search_code.",
@@ -181,7 +182,7 @@ def find_references(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     conn = ctx.session.conn(ctx.config)
     kinds = tuple(args["kinds"]) if args.get("kinds") else None
     targets, refs = references_to(conn, args["name"], kinds=kinds, limit=args["limit"])
-    refs = [r for r in refs if not ctx.workspace.is_secret(r.path)]
+    refs = [r for r in refs if not ctx.workspace.is_hidden(r.path)]
     names = ", ".join(f"{t.qualname} ({t.path}:{t.start_line})" for t in targets[:5])
     if not refs:
         return ok(f"No references to {names}.", targets=[t.qualname for t in targets], refs=[])

@@ -124,12 +124,12 @@ def _mentions(
     pattern = re.compile(rb"(?<![A-Za-z0-9_$])" + re.escape(old.encode()) + rb"(?![A-Za-z0-9_$])")
     out: list[str] = []
     for path in candidates:
-        if ctx.workspace.is_secret(path):
+        if ctx.workspace.is_hidden(path):
             continue
         data = written.get(path)
         if data is None:
             try:
-                data = ctx.workspace.check_readable(path).read_bytes()
+                data = ctx.workspace.read_bytes(path)
             except (OSError, RepoctxError):
                 continue
         for i, line in enumerate(data.split(b"\n"), 1):
@@ -142,7 +142,7 @@ def _pick(ctx: ToolContext, conn, name: str, kind: str | None):
     hits = [
         s
         for s in find_symbols(conn, name, kind, 50)
-        if s.kind != "module" and not ctx.workspace.is_secret(s.path)
+        if s.kind != "module" and not ctx.workspace.is_hidden(s.path)
     ]
     exact = [
         s for s in hits if s.qualname == name or s.name == name or s.qualname.endswith("." + name)

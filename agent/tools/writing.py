@@ -4,8 +4,6 @@ and re-index before returning so the next read sees the change."""
 from __future__ import annotations
 
 import difflib
-import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,21 +66,19 @@ def load_for_edit(ctx: ToolContext, path: str) -> LoadedFile:
     real = ctx.workspace.check_readable(path)
     ctx.workspace.check_writable(path)
     rel = ctx.workspace.relative(real)
+    limit = ctx.agent.max_edit_bytes
     try:
-        st = os.stat(real)
-    except FileNotFoundError as exc:
+        # Opened with no link followed and refused unless a regular file (a FIFO never blocks).
+        data = ctx.workspace.read_bytes(real, limit)
+    except PathNotFoundError as exc:
         raise PathNotFoundError(
             f"{rel} does not exist — use create_file to make it, or list_dir to find the file."
         ) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise NotAFileError(f"{rel} is not a regular file — pass the path of a file.")
-    limit = ctx.agent.max_edit_bytes
-    if st.st_size > limit:
+    if len(data) > limit:
         raise NotAFileError(
-            f"{rel} is {st.st_size} bytes, over the {limit}-byte edit limit "
-            "(`agent.max_edit_bytes`) — edit it another way."
+            f"{rel} is over the {limit}-byte edit limit (`agent.max_edit_bytes`) — edit it "
+            "another way."
         )
-    data = real.read_bytes()
     if b"\x00" in data:
         raise BinaryFileError(f"{rel} is binary — only text files can be edited.")
     try:
