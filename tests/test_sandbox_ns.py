@@ -8,9 +8,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from inspect import signature
@@ -353,7 +355,10 @@ def test_signal_to_agent_run_kills_every_command(repo: Path, tmp_path: Path, sig
             assert time.monotonic() < deadline, "the command never started"
             time.sleep(0.05)
         proc.send_signal(sig)
-        proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
+        # The run stops as an interrupted one (trace saved), with the signal's exit status.
+        assert proc.returncode == (130 if sig == signal.SIGINT else 128 + sig), err
+        assert b"Traceback" not in err, err
         time.sleep(0.5)
         size = beat.stat().st_size
         time.sleep(0.5)
@@ -365,3 +370,54 @@ def test_signal_to_agent_run_kills_every_command(repo: Path, tmp_path: Path, sig
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@needs_ns
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_proc_mount_refused_by_the_kernel_falls_back_and_says_so(repo: Path):
+    """A real refusal: in a user namespace whose /proc has a file covered by a mount (as in
+    most containers: /proc/kcore, /proc/keys), the kernel refuses a new proc mount (EPERM); the command runs in the
+    other namespaces, the result says what it lacks, and the next command does not try again."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from pathlib import Path
+        from agent.runner import run_command
+        from agent.sandbox import SandboxPolicy
+        repo = Path({str(repo)!r})
+        out = []
+        for _ in range(2):
+            r = run_command(["ls", "/proc"], repo, sandbox=SandboxPolicy(repo, userns="always"))
+            out.append([r.exit_code, r.stdout, list(r.sandbox), r.sandbox_note])
+        print(json.dumps(out))
+        """
+    )
+    covered = next(
+        (p for p in ("/proc/keys", "/proc/kcore", "/proc/sysrq-trigger") if os.path.exists(p)), None
+    )
+    if covered is None:
+        pytest.skip("no /proc file to cover here")
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "sh",
+            "-c",
+            f'mount --bind /dev/null {covered} && exec "$0" -c "$1"',
+            PY,
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if proc.returncode != 0 and covered in proc.stderr:
+        pytest.skip(f"cannot cover {covered} here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    for code, stdout, layers, note in json.loads(proc.stdout):
+        assert code == 0 and "self" in stdout.split()
+        assert {"mountns", "netns", "userns"} <= set(layers) and "pidns" not in layers, layers
+        assert "no PID or IPC namespace (mount /proc: Operation not permitted)" in note, note
