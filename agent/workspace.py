@@ -179,7 +179,7 @@ class Workspace:
         asked = os.path.normpath(raw if os.path.isabs(raw) else os.path.join(self._given_root, raw))
         base = self._given_root if _within(asked, self._given_root) else self._real_root
         for rel in (Path(os.path.relpath(asked, base)).as_posix(), self._rel(real)):
-            if is_config_path(rel):
+            if is_config_path(rel, self._real_root):
                 raise ProtectedPathError(
                     f"{rel} is repoctx's own configuration or index — the agent may not write "
                     "it; change it yourself if it must change."
