@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -209,15 +211,85 @@ def handle_errors(f: Callable) -> Callable:
         try:
             return f(*args, **kwargs)
         except RepoctxError as exc:
-            raise click.ClickException(str(exc)) from exc
+            full = _exhausted(exc)  # a disk filled up under a worker or a library's wrapper
+            raise click.ClickException(full or str(exc)) from exc
         except sqlite3.DatabaseError as exc:
             from indexer import store
 
-            if not store.is_damage(exc):
+            if store.is_damage(exc):
+                raise click.ClickException(str(store.damaged(_index_dir, exc))) from exc
+            full = _exhausted(exc)
+            if full is None:
                 raise
-            raise click.ClickException(str(store.damaged(_index_dir, exc))) from exc
+            raise click.ClickException(full) from exc
+        except (OSError, RuntimeError) as exc:  # RuntimeError: what Lance raises for IO
+            full = _exhausted(exc)
+            if full is None:
+                raise
+            raise click.ClickException(full) from exc
 
     return wrapper
+
+
+#: errno -> what to say: the disk or quota is full, or the file system is read-only.
+_EXHAUSTED = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded",
+              errno.EROFS: "Read-only file system"}
+#: The same, as Lance and SQLite word them (their errors carry no errno).
+_EXHAUSTED_TEXT = re.compile(
+    r"os error (28|122|30)\b|No space left on device|Disk quota exceeded|Read-only file system|"
+    r"database or disk is full", re.IGNORECASE)
+
+
+def _exhausted(exc: BaseException) -> str | None:
+    """The one line for a write that failed because the disk (or quota) is full or the file
+    system read-only, wherever in ``exc``'s chain it was met; None for any other error. It
+    names the directory and what was kept: SQLite rolled the write back and a full rebuild's
+    new generation is discarded, so the index answers as its last completed build left it."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        what = _EXHAUSTED.get(getattr(cause, "errno", None) or 0)
+        if what is None and (m := _EXHAUSTED_TEXT.search(str(cause))):
+            word = m.group(0).lower()
+            what = ("Disk quota exceeded" if "122" in word or "quota" in word
+                    else "Read-only file system" if word.endswith("30") or "read-only" in word
+                    else "No space left on device")
+        if what is not None:
+            return f"{what} in {_where(cause)}: {_kept()}; free space and run `repoctx index build`."
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, sqlite3.OperationalError) and _disk_is_full():
+        # SQLite says "disk I/O error" when a reader cannot size its shared-memory file
+        return f"No space left on device in {_index_dir}: {_kept()}; free space and run it again."
+    return None
+
+
+def _disk_is_full() -> bool:
+    try:
+        return _index_dir is not None and os.statvfs(_index_dir).f_bavail == 0
+    except OSError:
+        return False
+
+
+def _where(exc: BaseException) -> str:
+    """The directory a failed write was in: the index's, unless the error names another."""
+    name = getattr(exc, "filename", None)
+    if name and _index_dir is not None and not str(name).startswith(str(_index_dir)):
+        return str(Path(name).parent)
+    return str(_index_dir) if _index_dir is not None else str(Path(name).parent) if name else "the index"
+
+
+def _kept() -> str:
+    from indexer import store
+
+    if _index_dir is None or store.graph_file(_index_dir) is None:
+        return "nothing was indexed yet"
+    try:
+        gen = store.readable_meta(_index_dir).get("generation")
+    except (OSError, sqlite3.Error):
+        gen = None
+    at = f" (generation {gen})" if gen else ""
+    return f"the index keeps what its last completed write left{at}"
 
 
 def _default(obj: Any) -> Any:

@@ -137,6 +137,8 @@ def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
         v = st["vectors"]
         if v.get("state") == "missing":
             click.echo(f"Vectors: {v['model']} at {v['uri']}: missing — {v['fix']}")
+        elif v.get("state") == "damaged":
+            click.echo(f"Vectors: {v['model']} at {v['uri']}: damaged ({v['damage']}) — {v['fix']}")
         else:
             click.echo(f"Vectors: {v['model']} at {v['uri']}, {100 * v['coverage']:.1f}% of "
                        f"{v['chunks']} chunks" + (f" — {v['fix']}" if v.get("fix") else ""))

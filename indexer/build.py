@@ -184,7 +184,7 @@ def build(
                     graph_write.set_build_phase(db.conn, "embed")
                 try:
                     es = embed_pending(config, db, embedder=embedder, reembed=reembed,
-                                       progress=progress, engine=engine)
+                                       progress=progress, engine=engine, notify=notify)
                 except Exception:
                     if staged:  # the graph is complete: swap it in; the next build embeds the rest
                         store.inherit_tombstones(db)

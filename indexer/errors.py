@@ -67,3 +67,18 @@ class VectorsMissingError(RepoctxError):
 class UntrustedConfigError(ConfigError):
     """A repository's config may only tighten repoctx's limits — set the key in
     ~/.config/repoctx/config.toml or pass --trust-repo-config."""
+
+
+class VectorTableDamagedError(RepoctxError):
+    """The vector table is damaged — run `repoctx index verify --repair` to set it aside and
+    embed the chunks again; searches answer lexically meanwhile."""
+
+    def __init__(self, where: object = None, reason: str = "") -> None:
+        self.where = where
+        self.reason = " ".join(reason.split())[:300] or "unreadable"  # one line, whatever Lance said
+        at = f"The vector table at {where}" if where is not None else "The vector table"
+        super().__init__(
+            f"{at} is damaged ({self.reason}) — run `repoctx index verify --repair` to set it "
+            "aside and embed the chunks again."
+        )
+

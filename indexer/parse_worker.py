@@ -8,6 +8,7 @@ results, never exceptions. The build's driver (`indexer.build`) writes the rows.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from functools import cache
 
@@ -29,8 +30,39 @@ class FileResult:
     error: str = ""
 
 
+#: Parsing costs memory by the syntax tree's nodes, not by the bytes: tree-sitter kept ~320
+#: bytes per token of `x = [aa, aa, ...]` (20 MB: 3.2 GB), and the rows, chunks and copies of
+#: the text add ~25 bytes per byte. So whatever ``max_file_bytes`` allows, no file above
+#: MAX_PARSE_BYTES is read into memory (``skipped:too_large``), and none with more than
+#: MAX_PARSE_TOKENS tokens is parsed (``skipped:too_many_tokens``): ~0.7 GB at worst per worker.
+#: Real sources fit: sqlite3.c, a 9 MB amalgamation, has ~1.6M tokens.
+MAX_PARSE_BYTES = 16 * 1024 * 1024
+MAX_PARSE_TOKENS = 2_000_000
+#: Below this size a file cannot hold MAX_PARSE_TOKENS tokens: not counted.
+_COUNT_TOKENS_ABOVE = MAX_PARSE_TOKENS // 2
+#: A word or one punctuation character: about one syntax-tree leaf each.
+_TOKEN = re.compile(rb"\w+|[^\w\s]")
+_HASH_BLOCK = 1 << 20
+
+
 def content_hash(data: bytes) -> str:
     return blake2b(data, digest_size=16).hexdigest()
+
+
+def too_many_tokens(data: bytes) -> bool:
+    """Whether ``data`` has more than MAX_PARSE_TOKENS tokens; counting stops there (C speed,
+    one copy of at most the file)."""
+    if len(data) <= _COUNT_TOKENS_ABOVE:
+        return False
+    return _TOKEN.subn(b"", data, count=MAX_PARSE_TOKENS + 1)[1] > MAX_PARSE_TOKENS
+
+
+def _streamed_hash(fh) -> str:
+    """`content_hash` of a file read in blocks: a file too large to parse never sits in memory."""
+    h = blake2b(digest_size=16)
+    while block := fh.read(_HASH_BLOCK):
+        h.update(block)
+    return h.hexdigest()
 
 
 @cache
@@ -79,11 +111,17 @@ def load_file(
     unreadable or its content is unchanged."""
     full = os.path.join(root, path)
     try:
-        st = os.stat(full)
         with open(full, "rb") as fh:
-            data = fh.read()
+            st = os.fstat(fh.fileno())
+            if st.st_size > MAX_PARSE_BYTES:  # whatever max_file_bytes allows
+                digest = _streamed_hash(fh)
+                status = "unchanged" if digest == old_hash else "skipped:too_large"
+                return FileResult(path, st.st_size, st.st_mtime_ns, digest, status)
+            data = fh.read(MAX_PARSE_BYTES + 1)
     except OSError as exc:
         return FileResult(path, 0, 0, "", "skipped:unreadable", error=str(exc))
+    if len(data) > MAX_PARSE_BYTES:  # grew since the stat
+        return FileResult(path, st.st_size, st.st_mtime_ns, "", "skipped:too_large")
     digest = content_hash(data)
     if digest == old_hash:
         return FileResult(path, st.st_size, st.st_mtime_ns, digest, "unchanged")
@@ -103,7 +141,9 @@ def parse_content(
 ) -> FileResult:
     """Classify, parse and chunk the bytes of one changed file (wherever they were read)
     into its rows."""
-    reason = classify_content(path, data)
+    reason = "too_large" if len(data) > MAX_PARSE_BYTES else classify_content(path, data)
+    if not reason and too_many_tokens(data):
+        reason = "too_many_tokens"
     if reason:
         return FileResult(path, size, mtime_ns, digest, f"skipped:{reason}")
     try:

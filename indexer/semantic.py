@@ -91,10 +91,12 @@ def embed_pending(
     progress: Callable | None = None,
     limit: int | None = None,
     engine=None,
+    notify: Callable[[str], None] | None = None,
 ) -> EmbedStats:
     """Give every chunk a vector. ``embedder`` defaults to ``config.embed_model``; it is only
     loaded when some chunk has no vector yet. With ``engine`` (a ``RaySession``) the model
-    runs in Ray actors instead of this process."""
+    runs in Ray actors instead of this process. A damaged local table is set aside and every
+    chunk embedded again; ``notify`` receives one line saying so."""
     from .locations import storage_options
     from .vectors import VectorStore
 
@@ -107,10 +109,12 @@ def embed_pending(
         with conn:
             conn.execute("UPDATE chunks SET embedded = 0")
     else:
+        _set_aside_damaged(config, db, uri, notify)
         _forget_lost_vectors(conn, uri)
     pending_total = conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
     tombstones = [r[0] for r in conn.execute("SELECT chunk_id FROM vector_tombstones")]
     if not pending_total and not tombstones and not reembed:
+        _record_stamp(db, uri)
         done, total = graph.vector_coverage(conn)
         return EmbedStats(
             total, 0, 0, 0, model_name, time.perf_counter() - t0, done / total if total else 1.0
@@ -157,6 +161,7 @@ def embed_pending(
         vs.maybe_index()
         if vs.needs_optimize():
             vs.optimize()
+    _record_stamp(db, uri)
     done_n, total_n = graph.vector_coverage(conn)
     return EmbedStats(
         chunks=total_n,
@@ -167,6 +172,43 @@ def embed_pending(
         seconds=time.perf_counter() - t_embed,
         coverage=done_n / total_n if total_n else 1.0,
     )
+
+
+#: Graph meta: the vector table's files (names, sizes, mtimes) when this index last wrote or
+#: checked it; a build that finds them so reads nothing of the table (see _set_aside_damaged).
+STAMP_META = "vectors_stamp"
+
+
+def _record_stamp(db: WriteDB, uri: str) -> None:
+    from .vectors import table_stamp
+
+    stamp = table_stamp(uri)
+    if stamp is not None and stamp != store.get_meta(db, STAMP_META):
+        with db.conn:
+            store.set_meta(db, STAMP_META, stamp)
+
+
+def _set_aside_damaged(config: Config, db: WriteDB, uri: str, notify) -> None:
+    """Set a damaged local vector table aside (kept, renamed) and mark every chunk pending, so
+    this build embeds them into a new table instead of reporting full coverage over vectors no
+    search can read. A table whose files are as this index last left them is not read (one
+    directory listing: a no-op build stays cheap); one changed behind the index's back (a file
+    deleted, cut short, overwritten, a manifest gone) is read through (`vectors.table_damage`)."""
+    from .locations import storage_options
+    from .vectors import set_aside, table_damage
+
+    dim = store.get_meta(db, "embed_dim") or ""
+    problem = table_damage(uri, storage_options(config), store.get_meta(db, STAMP_META),
+                           store.get_meta(db, "embed_model"), int(dim) if dim.isdigit() else 0)
+    if problem is None:
+        return
+    where = set_aside(uri)
+    with db.conn:
+        db.conn.execute("UPDATE chunks SET embedded = 0 WHERE embedded != 0")
+        store.set_meta(db, STAMP_META, "")
+    if notify is not None:
+        notify(f"The vector table at {uri} was damaged ({problem}): set it aside as {where}; "
+               "embedding every chunk again.")
 
 
 def _forget_lost_vectors(conn, uri: str) -> None:

@@ -14,11 +14,14 @@ IVF_HNSW_SQ reached recall 0.1-0.4 with default settings).
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import re
+import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -26,7 +29,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import ModelMismatchError
+from .blake2 import blake2b
+from .errors import ModelMismatchError, VectorTableDamagedError
 
 TABLE = "chunks"
 VECTOR_INDEX = "vector_idx"
@@ -103,21 +107,140 @@ def local_table_dir(uri: str) -> str | None:
     return os.path.join(os.path.expanduser(uri.removeprefix("file://")), f"{TABLE}.lance")
 
 
+def table_problem(uri: str) -> str | None:
+    """Why the local table at ``uri`` cannot be a LanceDB table, told from its shape on disk
+    alone (a few stats, no import): a plain file or a symbolic link where its directory or the
+    directory holding it should be, a table directory without versions. None when it looks
+    like a table, is absent, or lives on object storage. A link is damage even when it points
+    at a table: the index writes its vectors only below directories it made, never through a
+    link someone put in their place."""
+    table = local_table_dir(uri)
+    if table is None:
+        return None
+    for path in (os.path.dirname(table), table):
+        if os.path.islink(path):
+            return f"{path} is a symbolic link, not a directory"
+        if os.path.lexists(path) and not os.path.isdir(path):
+            return f"{path} is not a directory"
+    if os.path.isdir(table) and not os.path.isdir(os.path.join(table, "_versions")):
+        return f"{table} has no _versions directory"
+    return None
+
+
 def table_missing(uri: str) -> bool | None:
-    """True when the local table at ``uri`` does not exist; None when it cannot be told
-    without connecting (object storage)."""
+    """True when there is nothing at the local table's place (``table_problem`` tells a
+    damaged one); None when it cannot be told without connecting (object storage)."""
     path = local_table_dir(uri)
-    return None if path is None else not os.path.isdir(path)
+    if path is None:
+        return None
+    return not os.path.lexists(path) and table_problem(uri) is None
+
+
+def table_stamp(uri: str) -> str | None:
+    """Names, sizes and modification times of the local table's files (data, versions,
+    indexes): what a build compares with the stamp it recorded to tell, without reading the
+    table, that nothing changed it since. None for object storage or no table."""
+    table = local_table_dir(uri)
+    if table is None or table_problem(uri) is not None or not os.path.isdir(table):
+        return None
+    entries = []
+    for sub in ("data", "_versions", "_indices", "_transactions", "_deletions"):
+        top = os.path.join(table, sub)
+        for dirpath, _, names in os.walk(top):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                entries.append(f"{os.path.relpath(path, table)}:{st.st_size}:{st.st_mtime_ns}")
+    return blake2b("\n".join(sorted(entries)).encode(), digest_size=16).hexdigest()
+
+
+def table_damage(
+    uri: str, storage_options: dict | None, stamp: str | None, model: str | None, dim: int
+) -> str | None:
+    """Why the local table at ``uri`` is damaged; None when it is sound, absent, or on object
+    storage. A table whose files match ``stamp`` (what the index recorded when it last wrote
+    or checked it: one directory listing) is not read; one changed behind the index's back is
+    opened and read through, and must hold ``model`` with ``dim`` dimensions."""
+    if table_missing(uri) is not False:
+        return None
+    problem = table_problem(uri)
+    if problem is not None or (stamp and table_stamp(uri) == stamp):
+        return problem
+    try:
+        dataset = VectorStore._open_dataset(uri, storage_options, missing_ok=True)
+        if dataset is None:
+            return None
+        found = recorded_model(dataset)
+        if model and dim and found != (model, dim):
+            return f"it holds {found[0]} ({found[1]} dims), not the index's {model} ({dim} dims)"
+        VectorStore(dataset, uri, found[1], found[0]).check_readable()
+    except VectorTableDamagedError as exc:
+        return exc.reason
+    return None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of what an error says: Lance appends Rust source locations and more."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+#: OS errors that say nothing about the table's bytes: never a reason to call it damaged.
+_NOT_DAMAGE = frozenset({errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EROFS,
+                         errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR})
+
+
+@contextmanager
+def reading(uri: str) -> Iterator[None]:
+    """Turn what Lance raises while reading a local table (a data file deleted, cut short or
+    overwritten; a manifest garbled; a foreign schema) into `VectorTableDamagedError`, so that
+    readers fall back to lexical search and builds set the table aside. On object storage an
+    error may be the network's: it is raised as it is."""
+    try:
+        yield
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+        if local_table_dir(uri) is None or getattr(exc, "errno", None) in _NOT_DAMAGE:
+            raise
+        raise VectorTableDamagedError(uri, first_line(exc)) from exc
+
+
+def set_aside(uri: str) -> str:
+    """Move a damaged local table out of the way, kept for inspection: the table directory, or
+    whatever stands where the directory holding it should be (a file, a link: the link itself,
+    never what it points at). Returns where it went. Under the write lock only."""
+    table = local_table_dir(uri)
+    assert table is not None, "object storage: drop the table instead"
+    base = os.path.dirname(table)
+    bad = base if os.path.islink(base) or (os.path.lexists(base) and not os.path.isdir(base)) \
+        else table
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, i = f"{bad}.damaged-{stamp}", 1
+    while os.path.lexists(dest):
+        i += 1
+        dest = f"{bad}.damaged-{stamp}-{i}"
+    os.replace(bad, dest)
+    return dest
 
 
 def recorded_model(dataset: Any) -> tuple[str, int]:
-    """(model, dim) a table's Lance dataset was built with: schema metadata, else its rows."""
+    """(model, dim) a table's Lance dataset was built with: schema metadata, else its rows.
+    A table without a fixed-size ``vector`` column is not ours: `VectorTableDamagedError`."""
     schema = dataset.schema
-    dim = schema.field("vector").type.list_size
+    try:
+        vtype = schema.field("vector").type
+        dim = vtype.list_size
+        schema.field("chunk_id")
+    except (KeyError, AttributeError) as exc:
+        raise VectorTableDamagedError(
+            getattr(dataset, "uri", None), f"not a repoctx vector table: {first_line(exc)}"
+        ) from exc
     meta = schema.metadata or {}
     if _META_MODEL in meta:
         return meta[_META_MODEL].decode(), int(meta.get(_META_DIM, dim))
-    rows = dataset.to_table(columns=["model"], limit=1)
+    with reading(getattr(dataset, "uri", "")):
+        rows = dataset.to_table(columns=["model"], limit=1)
     return (rows["model"][0].as_py() if rows.num_rows else "unknown model"), dim
 
 
@@ -222,6 +345,9 @@ class VectorStore:
     @staticmethod
     def _open_dataset(uri: str, storage_options: dict | None, missing_ok: bool) -> Any:
         """The table's Lance dataset; None when there is none and ``missing_ok``."""
+        problem = table_problem(uri)
+        if problem is not None:
+            raise VectorTableDamagedError(uri, problem)
         if missing_ok and table_missing(uri):
             return None
         # Lance warns on every fork once imported. repoctx forks only to exec (the agent's
@@ -232,11 +358,13 @@ class VectorStore:
         path = local_table_dir(uri) or f"{uri.rstrip('/')}/{TABLE}.lance"
         try:
             return lance.dataset(path, storage_options=storage_options)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
             # On object storage only opening tells that there is no table; a local table that
             # exists but cannot be opened is an error, not a missing table.
             if missing_ok and table_missing(uri) is None:
                 return None
+            if local_table_dir(uri) is not None and table_missing(uri) is False:
+                raise VectorTableDamagedError(uri, first_line(exc)) from exc
             raise
 
     @classmethod
@@ -281,9 +409,10 @@ class VectorStore:
 
     def _latest(self) -> Any:
         ds = self._dataset
-        latest = ds.latest_version
-        if latest != ds.version:
-            ds = self._dataset = ds.checkout_version(latest)
+        with reading(self.uri):
+            latest = ds.latest_version
+            if latest != ds.version:
+                ds = self._dataset = ds.checkout_version(latest)
         return ds
 
     def _writable(self) -> Any:
@@ -356,24 +485,32 @@ class VectorStore:
     # -- reading -----------------------------------------------------------------------
 
     def count(self) -> int:
-        return self._latest().count_rows()
+        ds = self._latest()
+        with reading(self.uri):
+            return ds.count_rows()
 
     def chunk_ids(self) -> set[str]:
-        return set(self._latest().to_table(columns=["chunk_id"])["chunk_id"].to_pylist())
+        ds = self._latest()
+        with reading(self.uri):
+            return set(ds.to_table(columns=["chunk_id"])["chunk_id"].to_pylist())
 
     def keys(self) -> tuple[set[str], set[str]]:
         """(chunk ids, content hashes) of every row: one scan of two short columns, so that a
         long embedding run asks the table only about hashes it holds and appends new ids."""
-        cols = self._latest().to_table(columns=["chunk_id", "content_hash"])
+        ds = self._latest()
+        with reading(self.uri):
+            cols = ds.to_table(columns=["chunk_id", "content_hash"])
         return set(cols["chunk_id"].to_pylist()), set(cols["content_hash"].to_pylist())
 
     def vectors_for_hashes(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored vectors by content hash, so unchanged text is never embedded twice."""
         out: dict[str, np.ndarray] = {}
         for batch in _chunks(set(hashes)):
-            rows = self._latest().to_table(
-                columns=["content_hash", "vector"], filter=_in_list("content_hash", batch)
-            )
+            ds = self._latest()
+            with reading(self.uri):
+                rows = ds.to_table(
+                    columns=["content_hash", "vector"], filter=_in_list("content_hash", batch)
+                )
             if not rows.num_rows:
                 continue
             vectors = rows["vector"].combine_chunks().flatten().to_numpy()
@@ -431,13 +568,31 @@ class VectorStore:
     ) -> list[VectorHit]:
         nearest = {"column": "vector", "q": query, "k": limit, "metric": "cosine",
                    "refine_factor": REFINE_FACTOR, "use_index": not exact}
-        t = self._latest().to_table(
-            columns=["chunk_id", "path", "start_line", "end_line", "symbol", "_distance"],
-            nearest=nearest,
-            filter=where,
-            prefilter=bool(where),
-        )
+        ds = self._latest()
+        with reading(self.uri):
+            t = ds.to_table(
+                columns=["chunk_id", "path", "start_line", "end_line", "symbol", "_distance"],
+                nearest=nearest,
+                filter=where,
+                prefilter=bool(where),
+            )
         return arrow_hits(t)
+
+    def check_readable(self) -> None:
+        """Read every data file's ``chunk_id`` column (one short column: a fraction of the
+        table) and check that each file the manifest names is there: a table whose data was
+        deleted, cut short or overwritten raises `VectorTableDamagedError` here rather than in
+        the middle of a search."""
+        ds = self._latest()
+        with reading(self.uri):
+            table = local_table_dir(self.uri)
+            if table is not None:
+                for frag in ds.get_fragments():
+                    for data in frag.data_files():
+                        path = os.path.join(table, "data", data.path)
+                        if not os.path.isfile(path):
+                            raise VectorTableDamagedError(self.uri, f"{path} is missing")
+            ds.to_table(columns=["chunk_id"])
 
     # -- maintenance -------------------------------------------------------------------
 

@@ -30,13 +30,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import store
 from .build import build, vector_table_model
 from .config import Config
 from .discovery import discover
-from .errors import IndexDamagedError
+from .errors import IndexDamagedError, VectorTableDamagedError
 from .languages import language_for_file
 from .lexical import CHUNK_TABLES
 from .lock import WriteLock
@@ -287,9 +286,8 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
     dim = int(dim_text or 0)
     try:
         rows = _vector_rows(config, conn)
-    except (RuntimeError, ValueError, OSError) as exc:  # LanceDB: a missing or garbled file
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        found.add("vector_table_damaged", [first[:200]])
+    except VectorTableDamagedError as exc:  # a data file or manifest lost or garbled, a file
+        found.add("vector_table_damaged", [exc.reason[:200]])  # or link in its place...
         return True
     if rows is None:  # the table is gone
         found.add("missing_vector", embedded)
@@ -330,13 +328,15 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
 def _vector_rows(config: Config, conn) -> tuple[str, int, list[str], list[str]] | None:
     """(model, dim, chunk id per row, model per row) read from the raw table, so duplicate rows
     (which `VectorStore.chunk_ids()` folds into a set) show; None when there is no table."""
-    from .vectors import raw_dataset, recorded_model
+    from .locations import vectors_uri
+    from .vectors import raw_dataset, reading, recorded_model
 
     dataset = raw_dataset(config, conn)
     if dataset is None:
         return None
     model, dim = recorded_model(dataset)
-    data = dataset.to_table(columns=["chunk_id", "model"])
+    with reading(vectors_uri(config, conn)):  # reads every data file: damage shows here
+        data = dataset.to_table(columns=["chunk_id", "model"])
     return model, dim, data["chunk_id"].to_pylist(), data["model"].to_pylist()
 
 
@@ -529,8 +529,10 @@ def _repair_vectors(config: Config, db, found: _Findings) -> tuple[list[str], bo
     gives every chunk exactly one vector. Returns (actions, whether to re-embed everything)."""
     ids = found.ids
     conn = db.conn
-    if "vector_model_mismatch" in ids:
-        return ["the vector table holds another model: re-embedding every chunk"], True
+    if "vector_model_mismatch" in ids:  # kept, like a damaged one: it may be someone's
+        where = _set_aside_vectors(config, conn)
+        return [f"the vector table holds another model: set it aside ({where}); "
+                "re-embedding every chunk"], True
     if "vector_table_damaged" in ids:
         where = _set_aside_vectors(config, conn)
         with conn:
@@ -561,14 +563,11 @@ def _set_aside_vectors(config: Config, conn) -> str:
     """Move an unreadable local vector table out of the way (kept for inspection), or drop
     one on object storage; says which."""
     from .locations import is_remote, storage_options, vectors_uri
-    from .vectors import TABLE
+    from .vectors import TABLE, set_aside
 
     uri = vectors_uri(config, conn)
     if not is_remote(uri):
-        table_dir = Path(uri.removeprefix("file://")).expanduser() / f"{TABLE}.lance"
-        dest = table_dir.with_name(f"{TABLE}.lance.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(table_dir, dest)
-        return f"moved to {dest}"
+        return f"moved to {set_aside(uri)}"
     import lancedb
 
     lancedb.connect(uri, storage_options=storage_options(config)).drop_table(TABLE)

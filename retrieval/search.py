@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer import graph
-from indexer.errors import VectorsMissingError
+from indexer.errors import ModelMismatchError, VectorsMissingError, VectorTableDamagedError
 from indexer.languages import KINDS, kind_of, languages_of_kind
 from indexer.testpaths import is_test_path
 
@@ -50,6 +50,8 @@ class SearchResult:
     #: What the caller must know about these results: semantic search skipped (no vectors)
     #: or based on vectors that lag behind the chunks. Empty when all sources ran in full.
     warnings: tuple[str, ...] = ()
+    #: The vector table is damaged: the semantic signal was left out (see ``warnings``).
+    vectors_damaged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,9 @@ class Searcher:
         self._vectors_uri = vectors_uri  # None: where the index says (see _vector_store)
         self._storage_options = storage_options
         self._qvecs: dict[str, object] = {}  # query text -> vector (see query_vector)
+        #: Why the vector table could not be read, when this searcher met damage (its open or
+        #: a read); the semantic signal answers nothing then, and searches say so.
+        self.vectors_damaged: str | None = None
 
     @classmethod
     def from_config(cls, conn: sqlite3.Connection, config, embedder=None) -> Searcher:
@@ -125,9 +130,24 @@ class Searcher:
             from indexer.vector_reader import VectorReader
 
             uri = locate_vectors(self._vectors_uri, self._meta("vectors_uri"), self.index_dir)
-            self._vectors = VectorReader.open(uri, int(dim), model, self._storage_options)
+            try:
+                self._vectors = VectorReader.open(uri, int(dim), model, self._storage_options)
+            except VectorTableDamagedError as exc:
+                return self._damaged(exc)
+            except ModelMismatchError as exc:  # the graph says one model, the table another
+                return self._damaged(VectorTableDamagedError(uri, str(exc).split(" — ")[0]))
             self._unavailable = None if self._vectors else f"the vector table at {uri} is missing"
+            self.vectors_damaged = None  # readable again (repaired): met damage says so anew
         return self._vectors
+
+    def _damaged(self, exc: VectorTableDamagedError) -> None:
+        """Note damage met opening or reading the vector table: semantic search is off until a
+        later call finds the table readable again (a repair while this searcher lives)."""
+        self._vectors = None
+        self.vectors_damaged = self._unavailable = (
+            f"the vector table at {exc.where} is damaged ({exc.reason})"
+        )
+        return None
 
     def vectors_unavailable(self) -> str | None:
         """Why semantic search cannot run on this index (no vectors were embedded, or the
@@ -141,6 +161,11 @@ class Searcher:
         vs = self._vector_store()
         if vs is None:
             return []
+        try:
+            rows = vs.count()
+        except VectorTableDamagedError as exc:
+            self._damaged(exc)
+            return []
         done, total = graph.vector_coverage(self.conn)
         out = []
         if done < total:
@@ -149,7 +174,6 @@ class Searcher:
                 f"Vectors cover {pct}% of {total} chunks, so semantic results miss the "
                 "rest — `repoctx index build` embeds them."
             )
-        rows = vs.count()
         if rows < done:
             out.append(
                 f"The vector table holds {rows} vectors for {done} embedded chunks — "
@@ -204,8 +228,12 @@ class Searcher:
             # new chunks' vectors before it swaps its graph in, and the vectors of chunks it
             # dropped go only later. Keep the hits of chunks this generation has; dig deeper
             # when some were another's, so the answer is what this generation alone would give.
-            found = vs.search(vec, k=limit, language=lang, path_glob=path_glob, paths=paths,
-                              languages=languages_of_kind(kinds) if kinds else None)
+            try:
+                found = vs.search(vec, k=limit, language=lang, path_glob=path_glob, paths=paths,
+                                  languages=languages_of_kind(kinds) if kinds else None)
+            except VectorTableDamagedError as exc:  # a data file lost or garbled: no hits
+                self._damaged(exc)
+                return []
             known = self._known_chunks(h.chunk_id for h in found)
             hits = [h for h in found if h.chunk_id in known]
             if len(hits) >= want or len(found) < limit:
@@ -258,10 +286,7 @@ class Searcher:
                 "the chunks, or search with `--mode lexical`."
             )
         if mode == "hybrid" and missing and self._meta("embed_model"):
-            warnings.append(
-                f"Semantic search skipped: {missing}; results are lexical and exact "
-                "only — `repoctx index build` re-embeds."
-            )
+            warnings.append(_skipped(missing, damaged=bool(self.vectors_damaged)))
         if mode != "lexical" and not missing:
             warnings.extend(self.vector_warnings())
         if mode == "lexical":
@@ -275,6 +300,13 @@ class Searcher:
         elif mode != "hybrid":
             model = FusionModel.rrf()
         ranking = rank(ctx, query, signals, model, k=depth)
+        if self.vectors_damaged and not missing and mode != "lexical":  # met while ranking
+            if mode == "semantic":
+                raise VectorsMissingError(
+                    f"Semantic search cannot run: {self.vectors_damaged} — run `repoctx index "
+                    "verify --repair`, or search with `--mode lexical`."
+                )
+            warnings = [_skipped(self.vectors_damaged, damaged=True)]  # coverage notes moot
         chunks = ranked_chunks(ranking, self.conn, k)
         self.last_timings = ctx.cache.get("timings", {})
         fused = [(c.hit.chunk_id, c.score) for c in chunks]
@@ -293,7 +325,8 @@ class Searcher:
         hits = self._hydrate(fused, per_source)
         gen = int(self._meta("generation") or 0)
         return SearchResult(
-            query, mode, tuple(hits), self.semantic_coverage(), gen, tuple(warnings)
+            query, mode, tuple(hits), self.semantic_coverage(), gen, tuple(warnings),
+            vectors_damaged=bool(self.vectors_damaged) and mode != "lexical",
         )
 
     def _hydrate(self, fused: Sequence[tuple[int, float]], per_source: dict) -> list[SearchHit]:
@@ -324,6 +357,13 @@ class Searcher:
                 )
             )
         return out
+
+
+def _skipped(why: str, damaged: bool) -> str:
+    """The one-line notice of a hybrid search that ran without its semantic signal."""
+    fix = ("`repoctx index verify --repair` sets it aside and re-embeds" if damaged
+           else "`repoctx index build` re-embeds")
+    return f"Semantic search skipped: {why}; results are lexical and exact only — {fix}."
 
 
 def _weighted_rrf(weights: dict[str, float]):

@@ -37,10 +37,12 @@ def files_by_language(conn) -> dict[str, dict[str, int]]:
 
 def _vectors(config: Config, db) -> dict[str, Any] | None:
     """Model, location (where the index recorded it; never credentials), coverage and
-    ``state``: ``ok``, ``behind`` (chunks without a vector), ``missing`` (the table is gone) or
+    ``state``: ``ok``, ``behind`` (chunks without a vector), ``missing`` (the table is gone),
+    ``damaged`` (it cannot be read; ``damage`` says why) or
     ``unchecked`` (object storage: not contacted by a status); ``fix`` says what to run."""
-    from indexer.locations import vectors_uri
-    from indexer.vectors import table_missing
+    from indexer.locations import storage_options, vectors_uri
+    from indexer.semantic import STAMP_META
+    from indexer.vectors import table_damage, table_missing
 
     model = store.get_meta(db, "embed_model")
     if not model:
@@ -48,7 +50,13 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
     done, total = graph.vector_coverage(db.conn)
     uri = vectors_uri(config, db.conn)
     missing = table_missing(uri)
-    if missing:
+    dim = store.get_meta(db, "embed_dim") or ""
+    damage = table_damage(uri, storage_options(config), store.get_meta(db, STAMP_META), model,
+                          int(dim) if dim.isdigit() else 0)
+    if damage:
+        state, fix = "damaged", "run `repoctx index verify --repair` to set it aside and re-embed"
+        missing = True  # no vector can be read: coverage 0
+    elif missing:
         state, fix = "missing", "run `repoctx index build` to re-embed"
     elif done < total:
         state, fix = "behind", "run `repoctx index build` to embed the rest"
@@ -61,6 +69,7 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
         "coverage": (0.0 if missing else int(10000 * done / total) / 10000) if total else 1.0,
         "chunks": total,
         "fix": fix,
+        **({"damage": damage} if damage else {}),
     }
 
 

@@ -205,6 +205,12 @@ class Seeds:
 
         prose_ranked = asks_docs or self.policy.rank_prose
         ctx, ranking = ranked(prose_ranked)
+        damaged = getattr(searcher, "vectors_damaged", None)
+        if damaged:  # the semantic signal answered nothing: say why, in one line
+            msg = (f"semantic search unavailable: {damaged} — `repoctx index verify --repair` "
+                   "sets it aside and re-embeds")
+            if msg not in warnings:
+                warnings.append(msg)
         if not prose_ranked and (
             not any(ru.evidence for ru in ranking.units)  # the code has nothing to say
             or any(not CODE.allows(ru.unit.path) for ru in ranking.units)  # handed a fallback
