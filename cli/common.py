@@ -195,9 +195,12 @@ def config_for(root: Path, index_dir: Path | None) -> Config:
 _index_dir: Path | None = None
 
 
-def make_config(root: Path | str, **overrides: Any) -> Config:
+def make_config(root: Path | str, *, trust_repo: bool | None = None, **overrides: Any) -> Config:
+    """load_config with this invocation's --trust-repo-config (``trust_repo``: decided already,
+    for a reload made where the click context is not current)."""
     global _index_dir
-    config = load_config(root, trust_repo=trusts_repo_config(), **overrides)
+    trust = trusts_repo_config() if trust_repo is None else trust_repo
+    config = load_config(root, trust_repo=trust, **overrides)
     _index_dir = config.index_path
     return config
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import time
@@ -172,7 +173,8 @@ def _run_foreground(
         config,
         settings,
         on_event=StatusLine(quiet),
-        reload_config=lambda: make_config(path, index_dir=index_dir, embed_model=embed_model),
+        reload_config=functools.partial(make_config, path, trust_repo=trusts_repo_config(),
+                                        index_dir=index_dir, embed_model=embed_model),
     )
 
     def on_signal(signum, _frame) -> None:

@@ -309,6 +309,8 @@ def test_a_loosening_value_written_mid_run_is_refused_on_reload(repo, tmp_path):
     (repo / ".repoctx.toml").write_text('[agent]\nsandbox = "off"\n')
     with pytest.raises(UntrustedConfigError):
         make_config(repo)
+    # the watcher's reload, decided when the command started (no click context in its thread)
+    assert make_config(repo, trust_repo=True).extra == {"agent": {"sandbox": "off"}}
 
 
 # -- the agent run end to end: a repository's narrower allowlist holds ----------------------------
