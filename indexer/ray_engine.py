@@ -14,7 +14,9 @@ instance is started for the build and stopped after it.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -121,6 +123,7 @@ class RaySession:
         self.owned = False
         self.workers = self.gpus = 0
         self._reaper = None  # kills a private Ray's processes if this one is killed
+        self._empty: str | None = None  # the workers' working directory (see `connect`)
 
     def connect(self) -> RaySession:
         if self.ray is not None:
@@ -129,7 +132,13 @@ class RaySession:
         ray = _import_ray()
         address = config.ray_address or os.environ.get("RAY_ADDRESS")
         if not ray.is_initialized():
-            kw: dict[str, Any] = {"log_to_driver": False}
+            # Ray puts the driver's working directory (and script directory) first on every
+            # worker's path and runs workers there: in a repository, its `indexer/` or
+            # `json.py` would replace ours. A working directory of Ray's own (empty, this
+            # build's) stops both: workers run in its copy, with only it added to the path.
+            self._empty = tempfile.mkdtemp(prefix="repoctx-ray-")
+            kw: dict[str, Any] = {"log_to_driver": False,
+                                  "runtime_env": {"working_dir": self._empty}}
             if address:
                 _check_reachable(address)
                 kw["address"] = address
@@ -174,6 +183,9 @@ class RaySession:
 
         stop_reaper(self._reaper)
         self._reaper = None
+        if self._empty is not None:
+            shutil.rmtree(self._empty, ignore_errors=True)
+            self._empty = None
         self.owned = False
         self.ray = None
 

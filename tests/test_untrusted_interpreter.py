@@ -335,3 +335,25 @@ def test_the_reaper_starts_isolated_away_from_the_tree(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["True", os.path.abspath(os.sep)]
     assert fired(markers) == []
+
+
+# -- Ray workers ------------------------------------------------------------------------------
+
+
+def test_no_planted_module_runs_in_a_ray_worker(tmp_path):
+    """`--engine ray` from the tree: Ray puts the driver's working directory first on its
+    workers' path unless the job has a working directory of its own."""
+    pytest.importorskip("ray")
+    markers = tmp_path / "markers"
+    tree = hostile_tree(tmp_path / "tree", markers, 6)
+    want = expected_files(tree, tmp_path)
+    proc = subprocess.run(
+        [str(REPOCTX), "index", "build", str(tree), "--full", "--no-embed", "--json", "-q",
+         "--engine", "ray", "--jobs", "1", "--index-dir", str(tmp_path / "index")],
+        cwd=tree, capture_output=True, text=True, timeout=300,
+        env=_env(REPOCTX_RAY_MIN_WORK="1", RAY_ADDRESS=""),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = json.loads(proc.stdout)
+    assert fired(markers) == []
+    assert [stats["files_total"], stats["files_parsed"], len(stats["failed"])] == [want, want, 0]
