@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import AgentError
 from .models.base import ToolSpec
+from .workspace import Workspace
 
 MEMORY_FILE = "memory.json"
 _FORMAT = 1
@@ -144,13 +145,14 @@ def read_instructions(root: Path) -> Instructions:
     """The repository's own guidance for contributors and agents, each file headed by its path."""
     parts: list[str] = []
     files: list[str] = []
+    ws = Workspace(root)
     for name in INSTRUCTION_FILES:
-        text = _read(root / name)
+        text = _read(ws, name)
         if text:
             parts.append(f"## {name}\n{text.strip()}")
             files.append(name)
     for name in READMES:
-        text = _read(root / name)
+        text = _read(ws, name)
         if text:
             section = readme_test_section(text)
             if section:
@@ -160,14 +162,14 @@ def read_instructions(root: Path) -> Instructions:
     return Instructions("\n\n".join(parts), tuple(files))
 
 
-def _read(path: Path) -> str:
-    if not path.is_file():
-        return ""
+def _read(ws: Workspace, name: str) -> str:
+    # Through the workspace: a link to a file outside it or to a deny-listed one (AGENTS.md ->
+    # ~/.netrc) is refused, and a FIFO or a device never blocks the run.
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(MAX_FILE_CHARS)
-    except OSError:
+        data = ws.read_bytes(name, MAX_FILE_CHARS * 4)
+    except (OSError, AgentError):
         return ""
+    return data.decode("utf-8", errors="replace")[:MAX_FILE_CHARS]
 
 
 def readme_test_section(text: str) -> str:

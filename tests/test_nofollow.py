@@ -27,6 +27,7 @@ import pytest
 from agent.checkpoints import CheckpointStore
 from agent.errors import AgentError, RollbackError
 from agent.loop import RunOptions, run_agent
+from agent.memory import read_instructions
 from agent.models import ScriptedModel
 from agent.tools import ALL_TOOLS, ToolContext, ToolRegistry
 from agent.workspace import Workspace
@@ -506,3 +507,36 @@ def test_the_tools_may_not_write_repoctx_config(repo, name, args):
         k: v for k, v in before.items() if not k.startswith(".repoctx/")
     }
     git(repo, "status", "--short")  # the repository is intact
+
+
+# -- instruction files read into the agent's prompt -----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["outside", "secret", "fifo", "dev-zero", "chain-outside"])
+def test_instruction_files_never_bring_in_what_a_link_or_fifo_points_to(repo, outside, kind):
+    (outside / ".netrc").write_text("machine example.com password leakmarker_netrc\n")
+    agents = repo / "AGENTS.md"
+    (repo / ".env").write_text("TOKEN=leakmarker_env\n")
+    if kind == "outside":
+        agents.symlink_to(outside / ".netrc")
+    elif kind == "secret":
+        agents.symlink_to(".env")
+    elif kind == "fifo":
+        os.mkfifo(agents)
+    elif kind == "dev-zero":
+        agents.symlink_to("/dev/zero")
+    else:
+        (repo / "docs").symlink_to(outside, target_is_directory=True)
+        agents.symlink_to("docs/.netrc")
+    (repo / "CONTRIBUTING.md").write_text("Run pytest.\n")
+    unblock = _unblocker(agents) if kind == "fifo" else (lambda: None)
+    got = _call_bounded(lambda: read_instructions(repo), unblock)
+    assert "leakmarker" not in got.text and "\0" not in got.text
+    assert got.files == ("CONTRIBUTING.md",)  # the ordinary file is still read
+
+
+def test_an_instruction_file_linked_inside_the_workspace_is_read(repo):
+    (repo / "docs").mkdir()
+    (repo / "docs/AGENTS.md").write_text("Keep functions small.\n")
+    (repo / "AGENTS.md").symlink_to("docs/AGENTS.md")
+    assert "Keep functions small." in read_instructions(repo).text
