@@ -73,11 +73,13 @@ def outside(value: Any, trusted: Any, root: Path) -> str | None:
 
 
 def differs(what: str) -> Weakens:
-    """Any value but the trusted one (a table: any key whose value differs)."""
+    """Any value but the trusted one (a table: any key it sets differently, or drops — the
+    repository's table replaces the trusted one whole)."""
 
     def weakens(value: Any, trusted: Any, root: Path) -> str | None:
         if isinstance(value, Mapping):
-            keys = [k for k, v in value.items() if (trusted or {}).get(k) != v]
+            trusted = trusted or {}
+            keys = sorted(k for k in {*value, *trusted} if value.get(k) != trusted.get(k))
             return f"{what} ({', '.join(keys)})" if keys else None
         return what if value != trusted else None
 

@@ -275,6 +275,17 @@ def test_looser_is_measured_against_the_users_own_value(repo, tmp_path):
         (repo / ".repoctx.toml").write_text(f"[agent]\n{body}\n")
         with pytest.raises(UntrustedConfigError, match=re.escape(why)):
             load_config(repo, env=env(tmp_path))
+    write_user(tmp_path, '[storage_options]\naws_region = "eu-west-1"\n'
+                         'aws_endpoint = "http://minio.internal:9000"\n'
+                         + user_file(tmp_path).read_text())
+    for body, why in [('[storage_options]\naws_region = "eu-west-1"\n',
+                       "changes object-storage options (aws_endpoint)"),
+                      ('[storage_options]\naws_region = "us-east-1"\n'
+                       'aws_endpoint = "http://minio.internal:9000"\n',
+                       "changes object-storage options (aws_region)")]:
+        (repo / ".repoctx.toml").write_text(body)
+        with pytest.raises(UntrustedConfigError, match=re.escape(why)):
+            load_config(repo, env=env(tmp_path))
     (repo / ".repoctx.toml").write_text(
         '[agent]\nsandbox = "required"\nallow_commands = ["git"]\n'
         'sandbox_deny_read = [".pgpass", ".netrc"]\nsandbox_write = []\n')
