@@ -357,3 +357,47 @@ def test_no_planted_module_runs_in_a_ray_worker(tmp_path):
     stats = json.loads(proc.stdout)
     assert fired(markers) == []
     assert [stats["files_total"], stats["files_parsed"], len(stats["failed"])] == [want, want, 0]
+
+
+# -- the MCP server's refresh builds ------------------------------------------------------------
+
+
+def test_no_planted_module_runs_in_an_mcp_refresh_build(tmp_path):
+    """`repoctx serve --mcp` started in the tree: a tool call after many files arrived first
+    refreshes the index with a build that starts a parse pool."""
+    markers = tmp_path / "markers"
+    tree = hostile_tree(tmp_path / "tree", markers, 4)
+    cli_build(tree, tree / ".repoctx", 1)
+    proc = subprocess.Popen([str(REPOCTX), "serve", "--mcp", str(tree)], cwd=tree, env=_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    def ask(rid: str, method: str, params: dict | None = None) -> dict:
+        message = {"jsonrpc": "2.0", "id": rid, "method": method, **({"params": params} if params else {})}
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        while True:  # notifications may come first
+            answer = json.loads(proc.stdout.readline() or b"null")
+            assert answer is not None, "the server ended"
+            if answer.get("id") == rid:
+                return answer
+
+    try:
+        init = {"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"}}
+        assert ask("init", "initialize", init).get("result")
+        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        staged = tmp_path / "staged"
+        staged.mkdir()
+        for i in range(POOL_THRESHOLD + 2):
+            (staged / f"n{i:03}.py").write_text(f"def newcomer{i}():\n    return {i}\n")
+        staged.rename(tree / "new")
+        found = ask("find", "tools/call", {"name": "find_symbol", "arguments": {"name": "newcomer7"}})
+        assert "new/n007.py" in json.dumps(found), found
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert fired(markers) == []
