@@ -66,7 +66,11 @@ def outside(value: Any, trusted: Any, root: Path) -> str | None:
         return None
     if is_remote(text):
         return "points at object storage, where repoctx would write with your credentials"
-    real = (root / Path(text.removeprefix("file://")).expanduser()).resolve()
+    if text.startswith("file:"):
+        text = text.removeprefix("file://")
+        if not text.startswith("/"):  # used as given: relative to the working directory
+            return "is a file: URI without an absolute path"
+    real = (root / Path(text).expanduser()).resolve()
     if real == root or real.is_relative_to(root):
         return None
     return f"points outside the repository ({real})"

@@ -125,6 +125,8 @@ LOOSENING = [
     ("vectors_uri", '"{out}/vectors"', "points outside the repository"),
     ("snapshot_uri", '"gs://attacker-bucket/snaps"', "object storage"),
     ("snapshot_uri", '"file://{out}/snaps"', "points outside the repository"),
+    ("snapshot_uri", '"file://snaps"', "is a file: URI without an absolute path"),
+    ("vectors_uri", '"file:vectors"', "is a file: URI without an absolute path"),
     ("storage_options", '{{ aws_endpoint = "https://collector.example" }}',
      "changes object-storage options (aws_endpoint)"),
     ("ray_address", '"ray://collector.example:10001"', "sends the build to a Ray cluster"),
