@@ -50,12 +50,46 @@ def scrub(env: Mapping[str, str]) -> dict[str, str]:
 def command_env(workspace: str, env: Mapping[str, str], *, git_writable: bool) -> dict[str, str]:
     """The environment of a sandboxed command run in ``workspace``: ``env`` scrubbed, then
     repoctx's git configuration, set last."""
-    out = gitsafe.git_env(workspace, base=scrub(env), read_only=not git_writable)
+    base = scrub(env)
+    # The user's own safe.directory entries, or git refuses a workspace another user owns
+    # (a repository mounted into a container) once it no longer reads ~/.gitconfig. Entries
+    # before repoctx's: git_env puts its own after them.
+    for i, value in enumerate(_safe_directories(workspace)):
+        base[f"GIT_CONFIG_KEY_{i}"] = "safe.directory"
+        base[f"GIT_CONFIG_VALUE_{i}"] = value
+        base["GIT_CONFIG_COUNT"] = str(i + 1)
+    out = gitsafe.git_env(workspace, base=base, read_only=not git_writable)
     out["GIT_CONFIG_GLOBAL"] = os.devnull
     out["GIT_CONFIG_SYSTEM"] = os.devnull
     if git_writable:
         out.update({k: v for k, v in _identity(workspace).items() if k not in out})
     return out
+
+
+def _safe_directories(workspace: str) -> list[str]:
+    """The user's `safe.directory` values (global and system configuration, which the user
+    trusts) when ``workspace`` belongs to another user — the only case git consults them."""
+    try:
+        if os.stat(workspace).st_uid == os.geteuid():
+            return []
+    except OSError:
+        return []
+    values = []
+    for scope in ("--system", "--global"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        try:
+            proc = subprocess.run(
+                ["git", "config", scope, "--get-all", "safe.directory"],
+                cwd="/",  # no repository around: only the named file is read
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue  # no git here: then none runs in the sandbox either
+        values += [v for v in proc.stdout.splitlines() if v]
+    return values
 
 
 def _identity(workspace: str) -> dict[str, str]:

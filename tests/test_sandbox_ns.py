@@ -421,3 +421,18 @@ def test_proc_mount_refused_by_the_kernel_falls_back_and_says_so(repo: Path):
         assert code == 0 and "self" in stdout.split()
         assert {"mountns", "netns", "userns"} <= set(layers) and "pidns" not in layers, layers
         assert "no PID or IPC namespace (mount /proc: Operation not permitted)" in note, note
+
+
+@needs_ns
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the workspace to another user")
+def test_git_keeps_the_users_safe_directory(repo: Path, home: Path):
+    """~/.gitconfig is not read in the sandbox, but its `safe.directory` still lets git work
+    in a workspace another user owns (a repository mounted into a container)."""
+    for path in [repo, *repo.rglob("*")]:
+        os.lchown(path, 4242, 4242)
+    (home / ".gitconfig").write_text(f"[safe]\n\tdirectory = {repo}\n")
+    result = sandboxed(repo, ["git", "log", "--oneline"])
+    assert result.exit_code == 0 and "init" in result.stdout, result.stderr
+    (home / ".gitconfig").write_text("")
+    refused = sandboxed(repo, ["git", "log", "--oneline"])
+    assert "dubious ownership" in refused.stderr
