@@ -178,8 +178,11 @@ class Workspace:
         raw = os.fspath(path)
         asked = os.path.normpath(raw if os.path.isabs(raw) else os.path.join(self._given_root, raw))
         base = self._given_root if _within(asked, self._given_root) else self._real_root
-        for rel in (Path(os.path.relpath(asked, base)).as_posix(), self._rel(real)):
-            if is_config_path(rel, self._real_root):
+        # The name asked for by its name alone; the file it resolves to also against the
+        # user's config directory (which is_config_path resolves itself, links included).
+        for rel, root in ((Path(os.path.relpath(asked, base)).as_posix(), None),
+                          (self._rel(real), self._real_root)):
+            if is_config_path(rel, root):
                 raise ProtectedPathError(
                     f"{rel} is repoctx's own configuration or index — the agent may not write "
                     "it; change it yourself if it must change."
