@@ -308,7 +308,10 @@ def _default(obj: Any) -> Any:
 
 
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, default=_default, indent=2, ensure_ascii=False))
+    # json_safe: a name's DEL, C1, U+2028 or bidi control leaves as an escape, not raw
+    from indexer.display import json_safe
+
+    click.echo(json_safe(json.dumps(data, default=_default, indent=2, ensure_ascii=False)))
 
 
 class ProgressLine:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from indexer.display import place, shown
+
 from .common import ModelSettings, echo_json, model_options, open_model, open_tokenizer
 from .query_cmds import open_graph, read_options
 
@@ -105,10 +107,8 @@ def context_cmd(
     for w in pack.warnings:
         click.echo(f"warning: {w}", err=True)
     for n, item in enumerate(pack.items, 1):
-        where = f"{item.path}:{item.start_line}" + (
-            f"-{item.end_line}" if item.kind == "full" else ""
-        )
-        why = "; ".join(str(r) for r in item.reasons)
+        where = place(item.path, item.start_line, item.end_line if item.kind == "full" else None)
+        why = shown("; ".join(str(r) for r in item.reasons))  # qualnames come from file names
         click.echo(f"{n:3} {item.kind:8} {where:40} {item.tokens:5} tok  {why}")
     if not pack.items:
         click.echo("Nothing found for this task — try other words or --focus a file.")
@@ -203,8 +203,8 @@ def ask_cmd(
             else:
                 mark, note = click.style("✓", fg="green"), "verified"
             click.echo(
-                f"  {mark} {c.path}:{c.start_line}"
-                + (f"-{c.end_line}" if c.end_line != c.start_line else "")
+                f"  {mark} "
+                + place(c.path, c.start_line, c.end_line if c.end_line != c.start_line else None)
                 + f"  {note}"
             )
     else:
@@ -213,9 +213,9 @@ def ask_cmd(
         if not c.valid:
             mark, note = click.style("✗", fg="red"), "INVALID — no such commit in HEAD's history"
         elif not c.shown:
-            mark, note = click.style("?", fg="yellow"), f"exists, but was not shown: {c.subject}"
+            mark, note = click.style("?", fg="yellow"), f"exists, but was not shown: {shown(c.subject)}"
         else:
-            mark, note = click.style("✓", fg="green"), f"verified: {c.subject}"
+            mark, note = click.style("✓", fg="green"), f"verified: {shown(c.subject)}"
         click.echo(f"  {mark} commit {c.sha[:10]}  {note}")
     if answer.invalid_citations:
         click.echo(
@@ -240,13 +240,10 @@ def _print_locations(answer) -> None:
         return
     click.echo(click.style(f"Most relevant locations for: {answer.question}", bold=True))
     for n, loc in enumerate(answer.locations, 1):
-        where = f"{loc.path}:{loc.start_line}" + (
-            f"-{loc.end_line}" if loc.end_line != loc.start_line else ""
-        )
+        where = place(loc.path, loc.start_line, loc.end_line if loc.end_line != loc.start_line else None)
         click.echo(
             click.style(f"{n:3}. {where}", bold=True)
-            + f"  {loc.symbol or '<module>'}"
-            + f"  [{'; '.join(loc.reasons)}]"
+            + shown(f"  {loc.symbol or '<module>'}  [{'; '.join(loc.reasons)}]")
         )
         for line in loc.snippet.splitlines():
             click.echo("       " + line)
@@ -258,7 +255,7 @@ def _print_commits(answer) -> None:
     click.echo(click.style("\nPast commits like this question:", bold=True))
     for c in answer.commits:
         files = ", ".join(c.files)
-        click.echo(f"  {c.sha[:10]} {c.date} {c.subject}" + (f"  [{files}]" if files else ""))
+        click.echo(shown(f"  {c.sha[:10]} {c.date} {c.subject}" + (f"  [{files}]" if files else "")))
 
 
 COMMANDS = [context_cmd, ask_cmd]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from indexer.display import shown
+
 from .common import (
     ProgressLine,
     echo_json,
@@ -97,7 +99,7 @@ def build_cmd(
             f"of {e['chunks']} chunks."
         )
     for p, err in list(stats.failed.items())[:10]:
-        click.echo(f"  failed: {p}: {err}", err=True)
+        click.echo(f"  failed: {shown(p)}: {shown(str(err))}", err=True)
     click.echo(f"Index: {config.index_path} (generation {stats.generation})")
 
 

@@ -41,6 +41,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from indexer.display import json_safe
 from indexer.errors import RepoctxError
 
 from .mcp_server import RepoctxMCP
@@ -284,7 +285,7 @@ async def serve_stdio(server: Server) -> None:
                             continue
                         data = json.dumps(error(rid, INTERNAL_ERROR, f"Internal error: the "
                                                 f"answer could not be encoded ({exc})."))
-                    await emit(data.encode())
+                    await emit(json_safe(data).encode())  # U+2028 & co. cannot split a line
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)

@@ -50,6 +50,7 @@ from agent.workspace import Workspace
 from indexer import graph, store
 from indexer.build import build, index_exists
 from indexer.config import Config
+from indexer.display import place, shown
 from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
 from indexer.watch import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
 from retrieval.freshness import generation, stale_paths
@@ -392,8 +393,8 @@ def _get_context(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             "Nothing relevant found for this task — try search_code with other words.", **data
         )
     why = "\n".join(
-        f"- {i.path}:{i.start_line}-{i.end_line} ({i.kind}, {i.tokens} tokens): "
-        + "; ".join(str(r) for r in i.reasons)
+        f"- {place(i.path, i.start_line, i.end_line)} ({i.kind}, {i.tokens} tokens): "
+        + shown("; ".join(str(r) for r in i.reasons))  # qualnames come from file names
         for i in kept
     )
     warn = "".join(f"\nNote: {w}" for w in pack.warnings)
@@ -560,19 +561,12 @@ class RepoctxMCP:
             idempotent_hint=True,
             open_world_hint=False,
         )
-        out = []
-        for name in self.registry.names():
-            tool = self.registry.get(name)
-            assert tool is not None
-            out.append(
-                types.Tool(
-                    name=tool.name,
-                    description=tool.description,
-                    input_schema=tool.parameters,
-                    annotations=read_only,
-                )
-            )
-        return out
+        tools = [self.registry.get(name) for name in self.registry.names()]
+        return [
+            types.Tool(name=t.name, description=t.description, input_schema=t.parameters,
+                       annotations=read_only)
+            for t in tools if t is not None
+        ]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         tool = self.registry.get(name)
@@ -698,7 +692,7 @@ def _stamp(fresh: dict[str, Any]) -> str:
     if fresh["note"]:
         parts.append(fresh["note"])
     if fresh["stale_files"]:
-        shown = ", ".join(fresh["stale_files"][:5])
+        names = ", ".join(place(p) for p in fresh["stale_files"][:5])
         more = f" and {len(fresh['stale_files']) - 5} more" if len(fresh["stale_files"]) > 5 else ""
-        parts.append(f"changed on disk since indexed (line numbers may be off): {shown}{more}")
+        parts.append(f"changed on disk since indexed (line numbers may be off): {names}{more}")
     return " · ".join(parts) + "]"

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from indexer.display import place, shown
+
 from .common import config_for, echo_json, handle_errors, index_dir_option, json_option, root_option
 
 
@@ -64,9 +66,11 @@ def symbol_cmd(name: str, kind: str | None, limit: int, root: Path, index_dir: P
     if not hits:
         raise click.ClickException(f"No symbol matches {name!r} — try a shorter prefix.")
     for h in hits:
-        click.echo(f"{h.path}:{h.start_line}  {h.kind:9} {h.qualname}" + ("  [stale]" if h.stale else ""))
+        # shown(): a name with a newline or an escape sequence stays one visible line.
+        click.echo(shown(f"{h.path}:{h.start_line}  {h.kind:9} {h.qualname}")
+                   + ("  [stale]" if h.stale else ""))
         if h.signature:
-            click.echo(f"    {h.signature}")
+            click.echo(f"    {shown(h.signature)}")
 
 
 @click.command("refs")
@@ -84,11 +88,11 @@ def refs_cmd(name: str, limit: int, root: Path, index_dir: Path | None, as_json:
         echo_json({"generation": generation(conn), "targets": targets, "references": refs,
                    **({"build": build} if build else {})})
         return
-    click.echo(f"{len(refs)} references to " + ", ".join(t.qualname for t in targets[:5])
+    click.echo(f"{len(refs)} references to " + shown(", ".join(t.qualname for t in targets[:5]))
                + (" …" if len(targets) > 5 else ""))
     for r in refs:
-        click.echo(f"{r.path}:{r.line}  {r.kind:7} in {r.enclosing or '<module>'}  "
-                   f"({r.resolution}, {r.confidence:.2f})")
+        click.echo(shown(f"{r.path}:{r.line}  {r.kind:7} in {r.enclosing or '<module>'}  "
+                         f"({r.resolution}, {r.confidence:.2f})"))
 
 
 def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
@@ -107,10 +111,10 @@ def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
                        **({"build": build} if build else {})})
             return
         for e in edges:
-            click.echo(f"{e.symbol.path}:{e.symbol.start_line}  {e.symbol.qualname}  "
-                       f"(call at {e.path}:{e.line}, {e.resolution}, {e.confidence:.2f})")
+            click.echo(shown(f"{e.symbol.path}:{e.symbol.start_line}  {e.symbol.qualname}  "
+                             f"(call at {e.path}:{e.line}, {e.resolution}, {e.confidence:.2f})"))
         if not edges:
-            click.echo(f"No {name} found for " + ", ".join(t.qualname for t in targets[:5]))
+            click.echo(f"No {name} found for " + shown(", ".join(t.qualname for t in targets[:5])))
 
     return command
 
@@ -153,8 +157,8 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
         return
     for h in result.hits:
         srcs = ", ".join(f"{s}#{r}" for s, r in h.ranks.items())
-        click.echo(click.style(f"{h.path}:{h.start_line}-{h.end_line}", bold=True)
-                   + f"  {h.symbol or '<module>'}  {h.score:.4f}  [{srcs}]"
+        click.echo(click.style(place(h.path, h.start_line, h.end_line), bold=True)
+                   + f"  {shown(h.symbol or '<module>')}  {h.score:.4f}  [{srcs}]"
                    + (f"  ({h.kind})" if h.kind != "code" else ""))
         for line in h.snippet.splitlines()[:4]:
             click.echo("    " + line)
@@ -179,11 +183,11 @@ def _history_search(config, conn, query: str, k: int, as_json: bool) -> None:
         echo_json({"query": query, "head": status["head"], "commits": hits})
         return
     for c in hits:
-        click.echo(click.style(f"{c.sha[:10]}  {c.date[:10]}", bold=True) + f"  {c.subject}  "
+        click.echo(click.style(f"{c.sha[:10]}  {c.date[:10]}", bold=True) + f"  {shown(c.subject)}  "
                    f"({c.score:.2f}{'' if c.votes else ', no vote'})")
         more = c.files_total - len(c.files)
         for path in c.files[:8]:
-            click.echo(f"    {path}")
+            click.echo(f"    {shown(path)}")
         if more > 0 or len(c.files) > 8:
             click.echo(f"    … {c.files_total - min(8, len(c.files))} more files")
     if not hits:

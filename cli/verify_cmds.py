@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from indexer.display import shown
+
 from .common import (
     ProgressLine,
     echo_json,
@@ -59,7 +61,7 @@ def verify_cmd(
         else:
             _print_report(res.before, "Before repair")
             for action in res.actions:
-                click.echo(f"  repaired: {action}")
+                click.echo(f"  repaired: {shown(action)}")
             _print_report(res.after, "After repair")
         ok = res.after.ok
     else:
@@ -95,7 +97,8 @@ def _print_report(report, title: str) -> None:
     checked = f"; checked {counts}" if counts else ""
     click.echo(f"{title}: {state} — {where}{checked}{vec}.")
     for issue in report.issues:
-        eg = f" (e.g. {', '.join(issue.examples[:3])})" if issue.examples else ""
+        # examples are file names from the tree: shown() keeps each issue on its line
+        eg = f" (e.g. {shown(', '.join(issue.examples[:3]))})" if issue.examples else ""
         click.echo(f"  {issue.kind}: {issue.count} — {issue.message}{eg}; --repair: {issue.repair}")
     for note in report.notes:
         click.echo(f"  note: {note.count} {note.message}; --repair: {note.repair}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from indexer.display import place, shown
 from indexer.errors import RepoctxError
 from retrieval.symbols import find_symbols, references_to
 
@@ -50,9 +51,9 @@ def search_code(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         )
     blocks = []
     for i, h in enumerate(hits, 1):
-        head = f"{i}. {h.path}:{h.start_line}-{h.end_line}"
+        head = f"{i}. {place(h.path, h.start_line, h.end_line)}"  # a name stays one line
         if h.symbol:
-            head += f"  {h.symbol}"
+            head += f"  {shown(h.symbol)}"
         body = "\n".join(
             f"   {h.start_line + n:>5}| {line}" for n, line in enumerate(h.snippet.splitlines())
         )
@@ -135,7 +136,8 @@ def find_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     for s in hits:
         doc = s.doc.strip().splitlines()[0] if s.doc.strip() else ""
         lines.append(
-            f"{s.qualname} ({s.kind}) {s.path}:{s.start_line}-{s.end_line}\n    {s.signature}"
+            f"{shown(s.qualname)} ({s.kind}) {place(s.path, s.start_line, s.end_line)}\n"
+            f"    {shown(s.signature)}"
             + (f"\n    {doc}" if doc else "")
         )
     return ok(
@@ -183,16 +185,16 @@ def find_references(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     kinds = tuple(args["kinds"]) if args.get("kinds") else None
     targets, refs = references_to(conn, args["name"], kinds=kinds, limit=args["limit"])
     refs = [r for r in refs if not ctx.workspace.is_hidden(r.path)]
-    names = ", ".join(f"{t.qualname} ({t.path}:{t.start_line})" for t in targets[:5])
+    names = ", ".join(f"{shown(t.qualname)} ({place(t.path, t.start_line)})" for t in targets[:5])
     if not refs:
         return ok(f"No references to {names}.", targets=[t.qualname for t in targets], refs=[])
     cache: dict[str, list[str]] = {}
     lines = [f"{len(refs)} reference(s) to {names}:"]
     for r in refs:
-        where = f" in {r.enclosing}" if r.enclosing else ""
+        where = f" in {shown(r.enclosing)}" if r.enclosing else ""
         how = "" if r.target_id is not None else f" [{r.resolution}]"
         lines.append(
-            f"{r.path}:{r.line} {r.kind}{where}{how}: {_line_of(ctx, r.path, r.line, cache)}"
+            f"{place(r.path, r.line)} {r.kind}{where}{how}: {_line_of(ctx, r.path, r.line, cache)}"
         )
     return ok(
         "\n".join(lines),
@@ -249,13 +251,13 @@ def read_span(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     sl = ctx.workspace.read_text(args["path"], start, end, max_lines=cap)
     if start > max(sl.total_lines, 1):
         return fail(
-            f"{sl.path} has {sl.total_lines} lines; start_line {start} is past the end.",
+            f"{place(sl.path)} has {sl.total_lines} lines; start_line {start} is past the end.",
             total_lines=sl.total_lines,
         )
     text_lines = sl.text.splitlines()
     width = len(str(sl.end_line))
     body = "\n".join(f"{sl.start_line + i:>{width}}| {line}" for i, line in enumerate(text_lines))
-    header = f"{sl.path} lines {sl.start_line}-{sl.end_line} of {sl.total_lines}"
+    header = f"{place(sl.path)} lines {sl.start_line}-{sl.end_line} of {sl.total_lines}"
     more = ""
     if sl.truncated:
         more = f"\n[{cap} lines at most per call; continue with start_line={sl.end_line + 1}]"
@@ -299,15 +301,15 @@ def list_dir(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     lines = []
     for e in listing.entries:
         if e.kind == "dir":
-            lines.append(f"{e.path}/")
+            lines.append(f"{place(e.path)}/")
         elif e.kind == "file":
-            lines.append(f"{e.path}  ({e.size} bytes)")
+            lines.append(f"{place(e.path)}  ({e.size} bytes)")
         else:
-            lines.append(f"{e.path}  [{e.kind}]")
+            lines.append(f"{place(e.path)}  [{e.kind}]")
     if listing.truncated:
         lines.append(f"[listing stopped at {args['max_entries']} entries; list a subdirectory]")
     return ok(
-        "\n".join(lines) or f"{listing.path} is empty.",
+        "\n".join(lines) or f"{place(listing.path)} is empty.",
         path=listing.path,
         entries=[{"path": e.path, "kind": e.kind, "size": e.size} for e in listing.entries],
         truncated=listing.truncated,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from indexer.display import place, shown
 from indexer.languages import language_for_path
 from indexer.models import CLASS_KINDS
 
@@ -374,8 +375,9 @@ class Packer:
                     body = [
                         f"{unit.start + i:>{width}}| {ln}" for i, ln in enumerate(body)
                     ]
-                header = f"{unit.path}:{unit.start}-{end}" + (
-                    f" ({unit.local})" if unit.local else ""
+                # place()/shown(): a file name with a newline cannot forge a block header
+                header = place(unit.path, unit.start, end) + (
+                    f" ({shown(unit.local)})" if unit.local else ""
                 )
                 text = f"{header}\n```{unit.lang}\n" + "\n".join(body) + "\n```"
                 self._texts[cache_key] = (text, self.counter.count(text + SEP_FULL))
@@ -388,17 +390,17 @@ class Packer:
                 (ln.strip() for ln in lines[unit.start - 1 : unit.end] if ln.strip()),
                 "",
             )
-            return f"{unit.path}:{unit.start}-{unit.end}  {_clip(first)}"
+            return f"{place(unit.path, unit.start, unit.end)}  {_clip(first)}"
         sym = self.repo.syms[key]
         doc = sym.doc.strip().splitlines()[0].strip() if sym.doc.strip() else ""
         if sym.kind == "module":
-            text = f"{sym.path}  module {sym.qualname}"
+            text = f"{place(sym.path)}  module {shown(sym.qualname)}"
         else:
             sig = _clip(" ".join(sym.signature.split())) or f"{sym.kind} {sym.name}"
             nested = sym.local if "." in sym.local else ""
             text = (
-                f"{sym.path}:{sym.start}-{sym.end}  "
-                + (f"{nested}: " if nested else "")
+                f"{place(sym.path, sym.start, sym.end)}  "
+                + (f"{shown(nested)}: " if nested else "")
                 + sig
             )
         return text + (f"  — {_clip(doc, 120)}" if doc else "")
