@@ -53,9 +53,9 @@ _SHELL_BUILTINS = {
     "unset",
     "wait",
 }
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-#: Variables a command may not set, in any word (`GIT_X=… git`, `env GIT_X=… git`,
-#: `export GIT_X=…`): they make git run a program or read a configuration the runner's
+#: `NAME=value` or `NAME+=value` (bash appends; to an unset variable that is plain assignment).
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+#: Variables a command may not set (`GIT_X=… git`, `env GIT_X=… git`, `export GIT_X=…`): they make git run a program or read a configuration the runner's
 #: command-scope configuration does not outrank (see agent/sandbox_env.py), or make the loader or
 #: a shell run code in an allowlisted program.
 REFUSED_VARIABLES: tuple[str, ...] = ("GIT_*", "LD_*", "BASH_ENV", "ENV")
@@ -70,6 +70,8 @@ GIT_REFUSED_OPTIONS: tuple[str, ...] = (
     "--receive-pack",
 )
 _GIT_REFUSED_SHORT = "O"
+#: Programs and builtins whose `NAME=value` arguments become variables of what runs next.
+_SETS_VARIABLES = {"env", "export", "declare", "typeset", "local", "readonly"}
 #: Short git options whose argument may follow attached: the rest of the cluster is that argument.
 _GIT_SHORT_WITH_ARGUMENT = "efABCmUS"
 
@@ -218,7 +220,7 @@ def _refuse(name: str, allowlist: tuple[str, ...]) -> CommandNotAllowedError:
 def refused_git_option(word: str) -> str | None:
     """The refused git option ``word`` spells (see GIT_REFUSED_OPTIONS), or None."""
     if word.startswith("--"):
-        name = word.split("=", 1)[0]
+        name = word.split("=", 1)[0].rstrip("+")
         if len(name) > 3:
             for option in GIT_REFUSED_OPTIONS:
                 if option.startswith(name):
@@ -233,12 +235,35 @@ def refused_git_option(word: str) -> str | None:
     return None
 
 
-def _check_variables(words: Sequence[str]) -> None:
-    for word in words:
-        match = _ASSIGNMENT.match(word)
-        if match is None:
-            continue
-        name = match.group(0)[:-1]
+def _simple_commands(parsed: _Parsed) -> list[list[str]]:
+    """The words of each simple command (redirections and their targets left out)."""
+    commands: list[list[str]] = [[]]
+    skip_target = False
+    for tok in parsed.tokens:
+        if skip_target:
+            skip_target = False
+        elif tok.kind == "redirect":
+            skip_target = True
+        elif tok.kind == "op":
+            commands.append([])
+        else:
+            commands[-1].append(tok.text)
+    return [c for c in commands if c]
+
+
+def _check_variables(command: Sequence[str]) -> None:
+    """Refuse a REFUSED_VARIABLES assignment where the shell or a program makes it a variable
+    of what runs: before the command word (`GIT_X=… git`), or in the arguments of `env`,
+    `export` and the like. Elsewhere it is only text (`grep -r LD_PRELOAD= .`)."""
+    words = [w for w in command if w not in _PREFIX_WORDS]
+    i = 0
+    while i < len(words) and _ASSIGNMENT.match(words[i]):
+        i += 1
+    assignments = words[:i]
+    if i < len(words) and os.path.basename(words[i]) in _SETS_VARIABLES:
+        assignments += [w for w in words[i + 1 :] if _ASSIGNMENT.match(w)]
+    for word in assignments:
+        name = word.split("=", 1)[0].rstrip("+")
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in REFUSED_VARIABLES):
             raise CommandNotAllowedError(
                 f"Setting `{name}` is not allowed — it can make git, the loader or a shell run "
@@ -264,7 +289,8 @@ def plan_command(command: Sequence[str] | str, allowlist: Sequence[str] | None) 
     if "\x00" in command:
         raise InvalidCommandError("The command contains a NUL byte — remove it.")
     parsed = _tokenize(command)
-    _check_variables([t.text for t in parsed.tokens if t.kind == "word"])
+    for simple in _simple_commands(parsed):
+        _check_variables(simple)
     words = _command_words(parsed)
     if not words:
         raise InvalidCommandError()

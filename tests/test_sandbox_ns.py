@@ -197,6 +197,9 @@ GIT_SHAPES = {
     ),
     "leading GIT_CONFIG_GLOBAL": "GIT_CONFIG_GLOBAL=evil.cfg git diff",
     "after &&": "true && GIT_EXTERNAL_DIFF=./x git diff",
+    "in a subshell": "(GIT_EXTERNAL_DIFF=./x git diff)",
+    # bash appends with +=; the word's basename, `git`, is what an allowlist would check
+    "appended, looking like git": "GIT_EXTERNAL_DIFF+=t/git git diff; true",
     "env wrapper": "env GIT_EXTERNAL_DIFF=./x git diff",
     "HOME pointing at the workspace": "HOME=. git diff",
     "XDG_CONFIG_HOME pointing at the workspace": "XDG_CONFIG_HOME=. git diff",
@@ -213,6 +216,9 @@ def _git_trap(repo: Path) -> None:
     x = repo / "x"
     x.write_text(f"#!/bin/sh\necho ran > {repo}/PWNED\n")
     x.chmod(0o755)
+    (repo / "t").mkdir()
+    (repo / "t" / "git").write_text(x.read_text())
+    (repo / "t" / "git").chmod(0o755)
     (repo / "evil.cfg").write_text("[diff]\n\texternal = ./x\n")
     (repo / ".gitconfig").write_text("[diff]\n\texternal = ./x\n")
     (repo / "git").mkdir()
@@ -227,6 +233,15 @@ def test_git_runs_no_program_the_command_names(repo: Path, shape: str):
     ctx = tool_ctx(repo, [*NO_INTERPRETERS, "env", "true"])
     result = run_tool(ctx, GIT_SHAPES[shape])
     assert not (repo / "PWNED").exists(), text(result)
+
+
+@needs_ns
+def test_variable_names_as_plain_text_are_not_refused(repo: Path):
+    (repo / "build.sh").write_text("LD_PRELOAD=/x.so GIT_DIR=/y make\n")
+    ctx = tool_ctx(repo, NO_INTERPRETERS)
+    for command in ("grep -r LD_PRELOAD= .", ["grep", "GIT_DIR=", "build.sh"]):
+        result = run_tool(ctx, command)
+        assert result.ok and "LD_PRELOAD=/x.so" in text(result), text(result)
 
 
 @needs_ns
