@@ -335,9 +335,13 @@ class ChildPlan:
             # A /proc of the new namespace: only the command's own processes are listed. Made
             # by PID 1, whose namespace a proc mount shows. Refused (EPERM) in a user namespace
             # when the host's /proc has parts covered: the caller then does without.
-            self._call(
-                6, _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-            )
+            proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+            self._call(6, _mount(b"proc", b"/proc", b"proc", proc_flags, None))
+            # Kernel settings stay read-only even for a root command where Landlock is missing.
+            for path in (b"/proc/sys", b"/proc/sysrq-trigger"):
+                if _mount(path, path, None, MS_BIND | MS_REC, None) == 0:
+                    flags = MS_REMOUNT | MS_BIND | MS_RDONLY | proc_flags
+                    self._call(6, _mount(None, path, None, flags, None))
         empty = -1
         if self.cover_files:
             try:

@@ -173,6 +173,19 @@ def test_command_tree_ends_with_its_pid_1(repo: Path, tmp_path: Path):
     assert slow.timed_out and slow.duration_s < 10
 
 
+@needs_ns
+@pytest.mark.parametrize("mode", list(NS_MODES))
+def test_kernel_settings_are_read_only_without_landlock(repo: Path, mode: str):
+    """The new /proc's /proc/sys is read-only: a root command where Landlock is missing cannot
+    change a setting (here one of its own network namespace's, so nothing leaks if it could)."""
+    setting = "/proc/sys/net/ipv4/ip_forward"
+    result = sandboxed(
+        repo, f"echo 1 > {setting}; cat {setting}", use_landlock=False, **NS_MODES[mode]
+    )
+    assert "pidns" in result.sandbox and "landlock" not in " ".join(result.sandbox)
+    assert result.stdout.strip() == "0", (result.stdout, result.stderr)
+
+
 def test_fallbacks_say_what_they_lack(repo: Path):
     if ABI < 6:
         pytest.skip("needs Landlock ABI >= 6")
