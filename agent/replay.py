@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from indexer.display import shown
+
 from .trace import clip as _clip
 
 
@@ -44,7 +46,8 @@ def render_trace(events: list[dict[str, Any]], *, full: bool = False) -> str:
             )
             for item in e.get("items", ())[: (None if full else 5)]:
                 out.append(
-                    f"    {item['path']}:{item['lines']} {item['kind']} {item['tokens']} tok — {item['reason']}"
+                    f"    {shown(item['path'])}:{item['lines']} {item['kind']} {item['tokens']} tok — "
+                    + shown(str(item["reason"]))
                 )
         elif kind == "model_call":
             u = e.get("usage") or {}
@@ -58,7 +61,8 @@ def render_trace(events: list[dict[str, Any]], *, full: bool = False) -> str:
         elif kind == "tool_call":
             state = "ok" if e["ok"] else f"FAILED [{e.get('kind')}]"
             out.append(
-                f"  > {e['name']} {_clip(e.get('arguments', ''), 160)}  — {state} ({e.get('seconds', 0):.2f} s)"
+                f"  > {shown(e['name'])} {shown(_clip(e.get('arguments', ''), 160))}  — {state} "
+                f"({e.get('seconds', 0):.2f} s)"
             )
             text = e.get("output", "") if e["ok"] else f"{e.get('error')}\n{e.get('output', '')}"
             out.append(_indent(_first(text, limit), 6))
@@ -66,7 +70,7 @@ def render_trace(events: list[dict[str, Any]], *, full: bool = False) -> str:
             what = e.get("message") or f"{e.get('key')} = {e.get('value')}"
             out.append(f"  [{kind}{': ' + e['kind'] if e.get('kind') else ''}] {what}")
         elif kind == "checkpoint":
-            out.append(f"  checkpoint: {', '.join(e['files'])}")
+            out.append(f"  checkpoint: {shown(', '.join(e['files']))}")
         elif kind == "interrupted":
             out.append(
                 f"\nInterrupted before step {e['next_step']} — resume with `repoctx agent run --resume {events[0]['run_id']}`"
@@ -90,7 +94,8 @@ def render_summary(s: Mapping[str, Any]) -> str:
         "Changed: "
         + (
             ", ".join(
-                f"{c['path']} (+{c['added']} -{c['removed']}{', ' + c['status'] if c['status'] != 'modified' else ''})"
+                f"{shown(c['path'])} (+{c['added']} -{c['removed']}"
+                f"{', ' + c['status'] if c['status'] != 'modified' else ''})"
                 for c in changed
             )
             or "nothing"

@@ -70,7 +70,9 @@ def _json_default(obj: Any) -> Any:
 def read_trace(path: Path) -> list[dict[str, Any]]:
     """The events of a trace; a last line cut short by a crash is skipped."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        # Events end at "\n" only: splitlines() would also cut at a U+2028 or NEL that
+        # json.dumps(ensure_ascii=False) leaves raw inside a string (a file name, an output).
+        lines = Path(path).read_text(encoding="utf-8").removesuffix("\n").split("\n")
     except FileNotFoundError as exc:
         raise TraceError(
             f"No trace at {path} — check the run id (`repoctx agent replay --list`)."

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from indexer.config import TOOL_FORMATS
+from indexer.display import shown
 
 from .common import (
     ModelSettings,
@@ -235,7 +236,7 @@ def _progress(event: dict[str, Any]) -> None:
             else click.style(f"failed ({event['kind']})", fg="red")
         )
         args = " ".join(event["arguments"].split())
-        click.echo(f"  {event['name']} {args[:100]} — {state}", err=True)
+        click.echo(f"  {shown(event['name'])} {shown(args[:100])} — {state}", err=True)
     elif kind == "plan_revision":
         click.echo(click.style(f"  plan revised: {event['reason']}", fg="yellow"), err=True)
     elif kind in ("notice", "model_error") and event.get("kind") != "index":
@@ -361,9 +362,9 @@ def undo_cmd(run: str, root: Path, index_dir: Path | None, as_json: bool) -> Non
         return
     root_path = config.root
     for p in report.restored:
-        click.echo(f"restored {os.path.relpath(p, root_path)}")
+        click.echo(f"restored {shown(os.path.relpath(p, root_path))}")
     for p in report.deleted:
-        click.echo(f"deleted  {os.path.relpath(p, root_path)}")
+        click.echo(f"deleted  {shown(os.path.relpath(p, root_path))}")
     click.echo(f"Run {report.run_id}: {len(report.steps)} step(s) undone.")
 
 

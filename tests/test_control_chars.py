@@ -227,3 +227,36 @@ def test_mcp_text_is_escaped_and_structured_content_exact(repo):
             assert f"changed on disk since indexed (line numbers may be off): {ESCAPED[0]}" in text
 
     anyio.run(main)
+
+
+# --------------------------------------------------------------------------- the agent's CLI
+
+
+def test_agent_run_replay_and_undo_show_created_names_escaped(tmp_path):
+    """A model that creates files with such names: the run's report, its replay and its undo
+    each show them escaped (the names come from the model, the most untrusted source)."""
+    root = make_repo(tmp_path / "agent", {"a.py": "x = 1\n"})
+    plan = json.dumps({"steps": [{"title": "Add files", "done_when": "they exist"}]})
+    made = NAMES[:4]
+    lines = [plan, *({"tool_calls": [{"name": "create_file",
+                                       "arguments": {"path": n, "content": "y = 2\n"}}]}
+                     for n in made),
+             {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]}]
+    script = tmp_path / "script.jsonl"
+    script.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    base = ["--root", str(root)]
+    ran = CliRunner().invoke(cli, ["agent", "run", "add files", "--model", f"scripted:{script}",
+                                   "--yes", *base], env={"NO_COLOR": "1"})
+    assert ran.exit_code == 0, ran.output
+    assert all((root / n).exists() for n in made)
+    changed = next(ln for ln in ran.output.splitlines() if ln.startswith("Changed: "))
+    for escaped in ESCAPED[:4]:
+        assert escaped in changed
+    clean(changed)
+    replay = run("agent", "replay", "last", *base)
+    clean(replay)
+    assert all(e in replay for e in ESCAPED[:4])
+    undo = run("agent", "undo", "last", *base)
+    clean(undo)
+    assert sorted(undo.splitlines()[:-1]) == sorted(f"deleted  {e}" for e in ESCAPED[:4])
+    assert not any((root / n).exists() for n in made)
