@@ -540,3 +540,50 @@ def test_an_instruction_file_linked_inside_the_workspace_is_read(repo):
     (repo / "docs/AGENTS.md").write_text("Keep functions small.\n")
     (repo / "AGENTS.md").symlink_to("docs/AGENTS.md")
     assert "Keep functions small." in read_instructions(repo).text
+
+
+# -- the JUnit report of run_tests, written where the repository's code runs -----------------------
+
+JUNIT = (
+    '<?xml version="1.0"?><testsuite name="pytest" tests="1" failures="1">'
+    '<testcase classname="tests.test_a" name="test_a" file="tests/test_a.py" line="1">'
+    '<failure message="leakmarker_junit">leakmarker_junit</failure></testcase></testsuite>'
+)
+CONFTEST = '''
+import os
+
+
+def pytest_unconfigure(config):
+    # Runs after the junitxml plugin wrote its report: put something else in its place.
+    path = config.option.xmlpath
+    os.unlink(path)
+    if {kind!r} == "fifo":
+        os.mkfifo(path)
+        with open("fifo_path.txt", "w") as fh:
+            fh.write(path)
+    else:
+        os.symlink({target!r}, path)
+'''
+
+
+@pytest.mark.parametrize("kind", ["link-outside", "fifo", "dev-zero"])
+def test_run_tests_never_reads_through_what_the_tests_put_at_the_report(tmp_path, kind):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "report.xml").write_text(JUNIT)  # a readable file outside, shaped like a report
+    target = {"link-outside": str(home / "report.xml"), "dev-zero": "/dev/zero"}.get(kind, "")
+    repo = make_repo(tmp_path / "repo", {
+        "tests/test_a.py": "def test_a():\n    assert True\n",
+        "conftest.py": CONFTEST.format(kind=kind, target=target),
+    })
+    ctx = ToolContext.create(load_config(repo, env={}, jobs=1), granted=("read", "execute"))
+
+    def unblock() -> None:
+        if (repo / "fifo_path.txt").exists():
+            _unblocker(Path((repo / "fifo_path.txt").read_text()))()
+
+    result = _call_bounded(
+        lambda: ToolRegistry(ALL_TOOLS).call("run_tests", {"scope": "full"}, ctx), unblock, 60
+    )
+    assert "leakmarker_junit" not in _everything(result)
+    assert result.ok and result.data["passed"] is True  # told by pytest's exit code and summary

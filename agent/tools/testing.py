@@ -16,7 +16,9 @@ from typing import Any
 
 from indexer import graph
 
+from ..errors import AgentError
 from ..runner import CommandResult, run_command
+from ..safe_fs import Beneath
 from .changes import ChangedSymbol, changed_ranges, changed_symbols
 from .command_tools import sandbox_policy
 from .core import Tool, ToolContext, ToolResult, fail, ok
@@ -212,8 +214,24 @@ def run_pytest(ctx: ToolContext, node_ids: Sequence[str], scope: str, timeout_s:
             # The report directory is the one place outside the workspace pytest may write.
             sandbox=sandbox_policy(ctx, write=(tmp,)),
         )
-        report = xml_path.read_bytes() if xml_path.exists() else None
+        report = _read_report(tmp)
     return parse_run(scope, res, report, tuple(node_ids))
+
+
+#: A JUnit report larger than this is not read (the output summary still tells the result).
+MAX_REPORT_BYTES = 32 << 20
+
+
+def _read_report(tmp: str) -> bytes | None:
+    """The JUnit report pytest wrote, or None. The tests run the repository's code, which may
+    leave a link to a file in $HOME, a FIFO or a device in the report's place: it is opened with
+    no link followed and read only when it is a regular file, at once either way."""
+    try:
+        with Beneath(tmp) as base:
+            data = base.read_bytes("report.xml", MAX_REPORT_BYTES)
+    except (OSError, AgentError):
+        return None
+    return None if len(data) > MAX_REPORT_BYTES else data
 
 
 def parse_run(
