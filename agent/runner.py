@@ -9,7 +9,8 @@ writable pids controller: root, or a delegated cgroup v2 subtree); RLIMIT_NPROC 
 root or with CAP_SYS_RESOURCE / CAP_SYS_ADMIN); otherwise a /proc watchdog that kills the session
 when it holds more than ``max_processes`` processes. In every case the whole process group is
 killed at the end, so nothing outlives the call unless it left the session with setsid(2) — and
-inside a cgroup even those are killed.
+inside a cgroup or the sandbox's PID namespace even those are killed. Every running command is
+registered with `agent.command_reaper`, whose `kill_running` the CLI's signal handlers call.
 
 With ``sandbox=SandboxPolicy(...)`` the command also runs in the kernel sandbox of
 agent/sandbox.py (Landlock, mount/network/user namespaces) and with git's repository-configured
