@@ -259,7 +259,10 @@ def _exhausted(exc: BaseException) -> str | None:
                     else "Read-only file system" if word.endswith("30") or "read-only" in word
                     else "No space left on device")
         if what is not None:
-            return f"{what} in {_where(cause)}: {_kept()}; free space and run `repoctx index build`."
+            where = _where(cause)
+            if _index_dir is None or not where.startswith(str(_index_dir)):
+                return f"{what} in {where}: free space and run the command again."
+            return f"{what} in {where}: {_kept()}; free space and run `repoctx index build`."
         cause = cause.__cause__ or cause.__context__
     if isinstance(exc, sqlite3.OperationalError) and _disk_is_full():
         # SQLite says "disk I/O error" when a reader cannot size its shared-memory file

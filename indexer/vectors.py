@@ -200,7 +200,7 @@ def reading(uri: str) -> Iterator[None]:
     error may be the network's: it is raised as it is."""
     try:
         yield
-    except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
         if local_table_dir(uri) is None or getattr(exc, "errno", None) in _NOT_DAMAGE:
             raise
         raise VectorTableDamagedError(uri, first_line(exc)) from exc

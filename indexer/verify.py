@@ -289,6 +289,10 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
     except VectorTableDamagedError as exc:  # a data file or manifest lost or garbled, a file
         found.add("vector_table_damaged", [exc.reason[:200]])  # or link in its place...
         return True
+    except (RuntimeError, ValueError, OSError) as exc:  # object storage: what Lance said
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        found.add("vector_table_damaged", [first[:200]])
+        return True
     if rows is None:  # the table is gone
         found.add("missing_vector", embedded)
         return True

@@ -370,3 +370,30 @@ def test_parse_memory_is_bounded_whatever_max_file_bytes_says(tmp_path):
     # the largest process of the build (driver or worker); before: GBs for these files
     if peak_kb > before:
         assert peak_kb < 1_500_000, f"peak RSS {peak_kb / 1e6:.2f} GB"
+
+
+def test_an_agent_write_on_a_full_disk_fails_in_one_line_and_keeps_the_file(tmp_path, small_fs):
+    """The agent's edit tool on a full disk: a tool error the model can read (one line, no
+    traceback), the file exactly as it was (written whole or not at all), and the same edit
+    succeeds once there is space."""
+    from agent.tools import ToolContext, default_registry
+
+    root = make_repo(small_fs / "repo", {"pkg/__init__.py": "", "pkg/m3.py": FILES["pkg/m3.py"]})
+    cfg = load_config(root, env={}, jobs=1)
+    build(cfg)
+    ctx = ToolContext.create(cfg, granted=frozenset({"read", "write", "execute"}), run_id="t1")
+    target = root / "pkg" / "m3.py"
+    original = target.read_bytes()
+    args = {"path": "pkg/m3.py", "old_text": "total = value * 5",
+            "new_text": "total = value * 5  # " + "x" * 200_000}
+    try:
+        filler = fill(small_fs)
+        result = default_registry().call("edit", args, ctx)
+        assert not result.ok, result
+        assert "\n" not in result.error and "No space left on device" in result.error, result.error
+        assert target.read_bytes() == original
+        filler.unlink()
+        assert default_registry().call("edit", args, ctx).ok
+        assert b"x" * 200_000 in target.read_bytes()
+    finally:
+        ctx.session.close()
