@@ -19,111 +19,30 @@ checked.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
-import platform
 import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
+from indexer.nofollow import READ_FLAGS, open_beneath, openat2_available, plain_relative
+
 from .errors import LinkInPathError, NotAFileError, PathEscapeError, PathNotFoundError
 
-# openat2(2): include/uapi/linux/openat2.h. One syscall number on every architecture that
-# has the generic table (x86_64's own table gave it the same number).
-_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "riscv64": 437, "ppc64le": 437, "s390x": 437}
-RESOLVE_NO_MAGICLINKS = 0x02
-RESOLVE_NO_SYMLINKS = 0x04
-RESOLVE_BENEATH = 0x08
-_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+__all__ = ["Beneath", "Entry", "open_beneath", "openat2_available"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
-
-
-class _Openat2:
-    """The ``openat2`` syscall through libc's ``syscall()``; ``usable`` is False where the kernel
-    or a seccomp filter lacks it (then callers walk components instead)."""
-
-    def __init__(self) -> None:
-        self.number = _SYS_OPENAT2.get(platform.machine())
-        self.usable = self.number is not None
-        self._syscall = None
-        if self.usable:
-            try:
-                self._syscall = ctypes.CDLL(None, use_errno=True).syscall
-            except (OSError, AttributeError):
-                self.usable = False
-
-    def __call__(self, dir_fd: int, rel: str, flags: int, mode: int) -> int:
-        how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)
-        fd = self._syscall(
-            ctypes.c_long(self.number),
-            ctypes.c_int(dir_fd),
-            ctypes.c_char_p(os.fsencode(rel)),
-            ctypes.byref(how),
-            ctypes.c_size_t(ctypes.sizeof(how)),
-        )
-        if fd >= 0:
-            return fd
-        err = ctypes.get_errno()
-        if err in (errno.ENOSYS, errno.EPERM) and self.usable:
-            # No openat2 here (old kernel, or a seccomp filter that refuses it): walk instead.
-            self.usable = False
-            return _walk_open(dir_fd, rel, flags, mode)
-        raise OSError(err, os.strerror(err), rel)
-
-
-_OPENAT2 = _Openat2()
-
-
-def openat2_available() -> bool:
-    """Whether opens use ``openat2`` (else the component walk)."""
-    return _OPENAT2.usable
-
-
-def _walk_open(dir_fd: int, rel: str, flags: int, mode: int) -> int:
-    """``openat2``'s guarantee by hand: each directory opened with O_NOFOLLOW from the last."""
-    *dirs, last = rel.split("/")
-    cur = dir_fd
-    try:
-        for part in dirs:
-            try:
-                nxt = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=cur)
-            except NotADirectoryError:
-                # O_NOFOLLOW | O_DIRECTORY on a link says ENOTDIR: tell a link from a file.
-                if stat.S_ISLNK(os.stat(part, dir_fd=cur, follow_symlinks=False).st_mode):
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), rel) from None
-                raise
-            if cur != dir_fd:
-                os.close(cur)
-            cur = nxt
-        return os.open(last, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=cur)
-    finally:
-        if cur != dir_fd:
-            os.close(cur)
+_READ_FLAGS = READ_FLAGS
 
 
 def _check_rel(rel: str) -> str:
-    parts = rel.split("/")
-    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in rel:
-        raise PathEscapeError(f"{rel!r} is not a plain relative path — pass a path inside the workspace.")
+    if not plain_relative(rel):
+        raise PathEscapeError(
+            f"{rel!r} is not a plain relative path — pass a path inside the workspace."
+        )
     return rel
-
-
-def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o666) -> int:
-    """Open ``rel`` beneath ``dir_fd`` with no link followed anywhere; OSError as the kernel says
-    (ELOOP for a link)."""
-    _check_rel(rel)
-    if _OPENAT2.usable:
-        return _OPENAT2(dir_fd, rel, flags, mode)
-    return _walk_open(dir_fd, rel, flags, mode)
 
 
 def _kind(mode: int) -> str:

@@ -5,6 +5,7 @@ otherwise put the secret's content into the index under a name no name check cat
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import pathspec
@@ -95,3 +96,14 @@ def deny_spec(patterns: Iterable[str]) -> tuple[tuple[str, ...], pathspec.GitIgn
     """The patterns kept (blank lines and comments dropped) and their gitignore-style matcher."""
     pats = tuple(p for p in patterns if p.strip() and not p.lstrip().startswith("#"))
     return pats, pathspec.GitIgnoreSpec.from_lines(pats)
+
+
+@functools.cache
+def _default_spec() -> pathspec.GitIgnoreSpec:
+    return deny_spec(DEFAULT_DENY)[1]
+
+
+def denied_by_default(rel: str) -> bool:
+    """Whether root-relative ``rel`` is on the built-in deny list (``agent.deny`` not included:
+    for readers that have no config at hand; the agent's tools apply the whole list)."""
+    return _default_spec().match_file(rel)

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer import graph
+from indexer.denylist import denied_by_default
 from indexer.errors import ModelMismatchError, VectorsMissingError, VectorTableDamagedError
 from indexer.languages import KINDS, kind_of, languages_of_kind
+from indexer.nofollow import read_regular
 from indexer.testpaths import is_test_path
 
 from .freshness import stale_paths
@@ -351,7 +353,7 @@ class Searcher:
                     score=round(score, 6),
                     scores={src: round(v[cid][1], 6) for src, v in per_source.items() if cid in v},
                     ranks={src: v[cid][0] for src, v in per_source.items() if cid in v},
-                    snippet=snippet(self.root / path, s, e),
+                    snippet=snippet(self.root, path, s, e),
                     stale=path in stale,
                     kind=kind_of(lang or ""),
                 )
@@ -374,10 +376,11 @@ def _weighted_rrf(weights: dict[str, float]):
     return FusionModel(w, w, "weighted-rrf")
 
 
-def snippet(path: Path, start: int, end: int, max_lines: int = 8) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()[start - 1 : min(end, start - 1 + max_lines)]
-    except OSError:
+def snippet(root: Path, path: str, start: int, end: int, max_lines: int = 8) -> str:
+    # Read now, not from the index: no link out of the tree or to a secret is followed, and a
+    # FIFO or device put at an indexed path gives no snippet instead of a hang.
+    data = read_regular(root, path, refuse=denied_by_default)
+    if data is None:
         return ""
-    return "\n".join(lines)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return "\n".join(lines[start - 1 : min(end, start - 1 + max_lines)])

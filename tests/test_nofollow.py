@@ -587,3 +587,89 @@ def test_run_tests_never_reads_through_what_the_tests_put_at_the_report(tmp_path
     )
     assert "leakmarker_junit" not in _everything(result)
     assert result.ok and result.data["passed"] is True  # told by pytest's exit code and summary
+
+
+# -- an indexed file replaced after the build: results are read from disk at query time ----------
+
+ORDINARY = "def ordinary_helper():\n    return 'plain words here'\n"
+
+
+def _replace_after_index(repo: Path, home: Path, kind: str) -> Callable[[], None]:
+    """Replace the indexed pkg/notes.py (what a command can do between two tool calls)."""
+    notes = repo / "pkg/notes.py"
+    notes.unlink()
+    (repo / ".env").write_text("def ordinary_helper():\n    return 'leakmarker_env_swap'\n")
+    (home / "id_rsa").write_text("def ordinary_helper():\n    return 'leakmarker_home_swap'\n")
+    if kind == "link-to-secret":
+        notes.symlink_to("../.env")
+    elif kind == "link-outside":
+        notes.symlink_to(home / "id_rsa")
+    elif kind == "directory-link-outside":
+        (repo / "pkg").rename(repo / "pkg.orig")
+        (home / "pkg").mkdir()
+        (home / "pkg/notes.py").write_text((home / "id_rsa").read_text())
+        (repo / "pkg").symlink_to(home / "pkg", target_is_directory=True)
+    elif kind == "fifo":
+        os.mkfifo(notes)
+        return _unblocker(notes)
+    elif kind == "dev-zero-link":
+        notes.symlink_to("/dev/zero")
+    return lambda: None
+
+
+@pytest.mark.parametrize(
+    "kind", ["link-to-secret", "link-outside", "directory-link-outside", "fifo", "dev-zero-link"]
+)
+@pytest.mark.parametrize(
+    "call",
+    [("search_code", {"query": "ordinary_helper plain words", "mode": "lexical"}),
+     ("get_context", {"query": "ordinary_helper plain words"})],
+    ids=["search_code", "get_context"],
+)
+def test_results_read_at_query_time_never_follow_a_swapped_link_or_wait_on_a_fifo(
+    tmp_path, kind, call
+):
+    repo = make_repo(tmp_path / "repo", {"pkg/__init__.py": "", "pkg/notes.py": ORDINARY})
+    build(load_config(repo, env={}, jobs=1, embed_model="hashing"))
+    home = tmp_path / "home"
+    home.mkdir()
+    unblock = _replace_after_index(repo, home, kind)
+    ctx = ToolContext.create(load_config(repo, env={}, jobs=1), granted=("read",))
+    reg = ToolRegistry((*ALL_TOOLS, GET_CONTEXT))
+    result = _call_bounded(lambda: reg.call(*call, ctx), unblock)
+    assert "leakmarker" not in _everything(result)
+
+
+@pytest.fixture
+def walk_only(monkeypatch):
+    """The component walk a kernel without openat2 gets, instead of openat2."""
+    from indexer import nofollow
+
+    monkeypatch.setattr(nofollow._OPENAT2, "usable", False)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("op", ["write", "create-deep", "delete"])
+def test_the_component_walk_holds_as_openat2_does(walk_only, repo, outside, tmp_path, op, shape):
+    from agent.safe_fs import openat2_available
+
+    assert not openat2_available()
+    test_a_swap_after_the_path_check_cannot_redirect_a_workspace_write(
+        repo, outside, tmp_path, op, shape
+    )
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_undo_holds_with_the_component_walk(walk_only, repo, outside, tmp_path, shape):
+    test_undo_after_a_swap_never_touches_what_the_link_points_to(repo, outside, tmp_path, shape)
+
+
+def test_openat2_is_used_where_the_kernel_has_it():
+    """Tells which path the other tests took here: on Linux ≥ 5.6 without a seccomp filter
+    refusing it, openat2."""
+    from agent.safe_fs import openat2_available
+
+    release = tuple(int(x) for x in os.uname().release.split(".")[:2] if x.isdigit())
+    if release < (5, 6):
+        pytest.skip(f"kernel {os.uname().release} has no openat2 (5.6+): the walk is used")
+    assert openat2_available()

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer import graph
+from indexer.denylist import denied_by_default
+from indexer.nofollow import read_regular
 
 if TYPE_CHECKING:
     import sqlite3
@@ -98,12 +100,11 @@ class Repo:
 
     def lines(self, path: str) -> list[str] | None:
         if path not in self._lines:
-            try:
-                text = (self.root / path).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                self._lines[path] = None
-            else:
-                self._lines[path] = text.splitlines()
+            # No link out of the tree or to a secret followed; a FIFO or device gives None.
+            data = read_regular(self.root, path, refuse=denied_by_default)
+            self._lines[path] = (
+                None if data is None else data.decode("utf-8", errors="replace").splitlines()
+            )
         return self._lines[path]
 
     def paths(self) -> set[str]:
