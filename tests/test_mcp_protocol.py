@@ -200,8 +200,12 @@ def test_stdio_answers_every_request_exactly_once(stdio, case, raw, expected):
     stdio.send(raw)
     probe = f"after {case}"
     stdio.send(req(probe))  # the server is alive and answers what comes next
-    single = [rid for rid, _ in expected if rid is not None and len(expected) == 1]
-    got = stdio.until(probe, *single)
+    got = stdio.until(probe)
+    # A tool call runs in a thread of its own: its answer may come just after the ping's.
+    seen = {m.get("id") for m in got if isinstance(m, dict)}
+    late = [rid for rid, _ in expected if rid is not None and len(expected) == 1
+            and rid not in seen]
+    got += stdio.until(*late, timeout=3) if late else []
     assert {"jsonrpc": "2.0", "id": probe, "result": {}} in got
     assert answers([m for m in got if not (isinstance(m, dict) and m.get("id") == probe)]) \
         == expected
