@@ -259,15 +259,20 @@ def _exhausted(exc: BaseException) -> str | None:
                     else "Read-only file system" if word.endswith("30") or "read-only" in word
                     else "No space left on device")
         if what is not None:
-            where = _where(cause)
-            if _index_dir is None or not where.startswith(str(_index_dir)):
-                return f"{what} in {where}: free space and run the command again."
-            return f"{what} in {where}: {_kept()}; free space and run `repoctx index build`."
+            return f"{what} in {_where(cause)}: {_then()}"
         cause = cause.__cause__ or cause.__context__
     if isinstance(exc, sqlite3.OperationalError) and _disk_is_full():
         # SQLite says "disk I/O error" when a reader cannot size its shared-memory file
-        return f"No space left on device in {_index_dir}: {_kept()}; free space and run it again."
+        return f"No space left on device in {_index_dir}: {_then()}"
     return None
+
+
+def _then() -> str:
+    """What was kept and what to run: an index command says what the index still holds."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and "index" in ctx.command_path.split()[1:]:
+        return f"{_kept()}; free space and run `repoctx index build`."
+    return "free space and run the command again."
 
 
 def _disk_is_full() -> bool:

@@ -184,6 +184,8 @@ def ask_cmd(
     )
     for note in answer.notes:
         click.echo(note, err=True)
+    for w in answer.pack.warnings:  # e.g. the vectors could not be read: answered without them
+        click.echo(f"warning: {w}", err=True)
     if as_json:
         echo_json(answer.to_dict())
         return

@@ -82,7 +82,25 @@ def check_model(db: WriteDB, model: str, reembed: bool) -> None:
         )
 
 
-def embed_pending(
+def embed_pending(config: Config, db: WriteDB, **kw) -> EmbedStats:
+    """`_embed_pending`, with a disk or quota that fills up under the vector table (Lance says
+    so only in words, with no path) raised as the OSError it is, naming the table's directory:
+    the index's own writes are SQLite's, committed batch by batch, and stay as they were."""
+    from .vectors import exhaustion_errno, local_table_dir
+
+    try:
+        return _embed_pending(config, db, **kw)
+    except (OSError, RuntimeError) as exc:
+        code = exhaustion_errno(exc)
+        if code is None:
+            raise
+        from .locations import vectors_uri
+
+        uri = vectors_uri(config, db.conn)
+        raise OSError(code, os.strerror(code), local_table_dir(uri) or uri) from exc
+
+
+def _embed_pending(
     config: Config,
     db: WriteDB,
     *,

@@ -187,6 +187,19 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
+#: How Lance words a full disk, an exceeded quota, a read-only file system (no errno).
+_EXHAUSTION_TEXT = re.compile(r"os error (28|122|30)\b")
+
+
+def exhaustion_errno(exc: BaseException) -> int | None:
+    """ENOSPC, EDQUOT or EROFS when ``exc`` (an OSError, or what Lance raised) says so."""
+    code = getattr(exc, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return code
+    m = _EXHAUSTION_TEXT.search(str(exc))
+    return int(m.group(1)) if m else None
+
+
 #: OS errors that say nothing about the table's bytes: never a reason to call it damaged.
 _NOT_DAMAGE = frozenset({errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EROFS,
                          errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR})
