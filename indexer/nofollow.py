@@ -121,6 +121,33 @@ def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o666) -> int:
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
+def open_regular(
+    root: str | os.PathLike[str], rel: str, *, refuse: Callable[[str], bool] | None = None
+) -> int:
+    """A read descriptor of the regular file at ``root/rel``. Links inside ``root`` are resolved
+    first and the real path is then opened with no link followed, so a swap between the two
+    fails instead of redirecting. OSError when there is none to read: a link leading outside
+    ``root`` or to a path ``refuse`` names (the secrets deny list), a FIFO, a socket, a device,
+    a directory, a missing file — at once: nothing here waits on a FIFO."""
+    root_real = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(root_real, rel))
+    if not real.startswith(root_real.rstrip(os.sep) + os.sep):
+        raise OSError(errno.EXDEV, "leads outside the tree", rel)
+    real_rel = real[len(root_real.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
+    if refuse is not None and real_rel != rel and refuse(real_rel):
+        raise OSError(errno.EACCES, "leads to a file on the secrets deny list", rel)
+    dir_fd = os.open(root_real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = open_beneath(dir_fd, real_rel, READ_FLAGS)
+    finally:
+        os.close(dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", rel)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def read_regular(
     root: str | os.PathLike[str],
     rel: str,
@@ -128,28 +155,11 @@ def read_regular(
     limit: int | None = None,
     refuse: Callable[[str], bool] | None = None,
 ) -> bytes | None:
-    """The bytes (at most ``limit``) of the regular file at ``root/rel``, or None when there is
-    none to show: a link leading outside ``root`` or to a path ``refuse`` names (the secrets deny
-    list), a FIFO, a socket, a device, a directory, a missing file. Links inside ``root`` are
-    resolved first and the real path is then opened with no link followed, so a swap between
-    the two fails instead of redirecting; nothing here waits on a FIFO or reads a device."""
-    root_real = os.path.realpath(root)
-    real = os.path.realpath(os.path.join(root_real, rel))
-    if not real.startswith(root_real.rstrip(os.sep) + os.sep):
-        return None
-    real_rel = real[len(root_real.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
-    if refuse is not None and real_rel != rel and refuse(real_rel):
-        return None
+    """The bytes (at most ``limit``) of the regular file :func:`open_regular` opens, or None
+    when it refuses."""
     try:
-        dir_fd = os.open(root_real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            fd = open_beneath(dir_fd, real_rel, READ_FLAGS)
-        finally:
-            os.close(dir_fd)
+        fd = open_regular(root, rel, refuse=refuse)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        os.set_blocking(fh.fileno(), True)
         return fh.read() if limit is None else fh.read(limit)

@@ -14,7 +14,9 @@ from functools import cache
 
 from .blake2 import blake2b
 from .chunking import Chunk, chunk_file
+from .denylist import denied_by_default
 from .discovery import classify_content
+from .nofollow import open_regular
 from .parser import parse_source
 from .rows import FileRows, file_rows
 
@@ -109,9 +111,10 @@ def load_file(
 ) -> FileResult | tuple[bytes, int, int, str]:
     """(bytes, size, mtime_ns, hash) of a file to parse, or its final result when it is
     unreadable or its content is unchanged."""
-    full = os.path.join(root, path)
     try:
-        with open(full, "rb") as fh:
+        # Not open(): a link swapped in after discovery must not bring a secret in under this
+        # name, and a FIFO put there must not hang the worker (indexer/nofollow.py).
+        with os.fdopen(open_regular(root, path, refuse=denied_by_default), "rb") as fh:
             st = os.fstat(fh.fileno())
             if st.st_size > MAX_PARSE_BYTES:  # whatever max_file_bytes allows
                 digest = _streamed_hash(fh)

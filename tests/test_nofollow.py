@@ -673,3 +673,20 @@ def test_openat2_is_used_where_the_kernel_has_it():
     if release < (5, 6):
         pytest.skip(f"kernel {os.uname().release} has no openat2 (5.6+): the walk is used")
     assert openat2_available()
+
+
+# -- the parse worker's read, after discovery ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["link-to-secret", "link-outside", "fifo", "dev-zero-link"])
+def test_the_parse_workers_read_refuses_what_was_swapped_in_after_discovery(tmp_path, kind):
+    """Discovery saw a regular file; by the time a parse worker reads it, it is something else."""
+    from indexer.parse_worker import load_file
+
+    repo = make_repo(tmp_path / "repo", {"pkg/notes.py": ORDINARY})
+    home = tmp_path / "home"
+    home.mkdir()
+    unblock = _replace_after_index(repo, home, kind)
+    result = _call_bounded(lambda: load_file(str(repo), "pkg/notes.py", None), unblock)
+    assert not isinstance(result, tuple), "the swapped-in content was read"
+    assert result.status == "skipped:unreadable" and "leakmarker" not in repr(result)
