@@ -20,7 +20,13 @@ on 127.0.0.1 (and on this host's non-loopback addresses), outside any sandbox.
 - **sandbox_overhead**: medians of `true` and `python3 -c pass` through
   `agent.runner.run_command`, with the sandbox the tools use and unsandboxed, interleaved.
 
+- **untrusted** / **fuzz** (issue 38, hostile_untrusted.py and hostile_fuzz.py): untrusted
+  repositories (shadowing modules, git config drivers, repository config, links, namespaces,
+  MCP replies, damage) and hypothesis-generated MCP messages; `--only untrusted|fuzz` runs one
+  of them alone, `--skip-untrusted` leaves both out.
+
     .venv/bin/python benchmarks/hostile.py [--runs 30] [--skip-damage] [--skip-overhead] [--keep]
+        [--only untrusted|fuzz] [--skip-untrusted] [--fuzz-examples 10000]
 
 Prints one JSON object on stdout (progress on stderr).
 """
@@ -1580,7 +1586,21 @@ def main() -> None:
     ap.add_argument("--skip-damage", action="store_true")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the temp directory")
+    # The untrusted-repository catalogue and fuzzing pass (issue 38): hostile_untrusted.py.
+    ap.add_argument("--only", choices=("untrusted", "fuzz"),
+                    help="run only that part of hostile_untrusted.py (nothing of this file)")
+    ap.add_argument("--skip-untrusted", action="store_true",
+                    help="leave out hostile_untrusted.py's catalogue and fuzzing pass")
+    ap.add_argument("--fuzz-examples", type=int, default=10000,
+                    help="generated MCP messages of the fuzzing pass")
     args = ap.parse_args()
+    untrusted_args = argparse.Namespace(src=None, only=args.only, cases=[], big_mb=40,
+                                        fuzz_examples=args.fuzz_examples, keep=args.keep)
+    if args.only:
+        from hostile_untrusted import run as run_untrusted
+
+        print(json.dumps(run_untrusted(untrusted_args), indent=2, default=str))
+        return
 
     base = Path(tempfile.mkdtemp(prefix="repoctx-hostile-"))
     lab = Lab(base)
@@ -1618,6 +1638,13 @@ def main() -> None:
             part: {k: result[part][k] for k in ("attempted", "contained", "lost", "lost_names")}
             for part in ("attacks", "damage") if part in result
         }
+        if not args.skip_untrusted:
+            from hostile_untrusted import run as run_untrusted
+
+            extra = run_untrusted(untrusted_args)
+            result["untrusted"], result["fuzz"] = extra["untrusted"], extra["fuzz"]
+            result["totals"]["untrusted"] = extra["untrusted"]["totals"]
+            result["totals"]["fuzz"] = extra["fuzz"]["totals"]
         result["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
         result["seconds"] = round(time.time() - started, 1)
         print(json.dumps(result, indent=2, default=str))
