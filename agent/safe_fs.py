@@ -31,7 +31,7 @@ from indexer.nofollow import READ_FLAGS, open_beneath, openat2_available, plain_
 
 from .errors import LinkInPathError, NotAFileError, PathEscapeError, PathNotFoundError
 
-__all__ = ["Beneath", "Entry", "open_beneath", "openat2_available"]
+__all__ = ["Beneath", "Entry", "kind_of", "open_beneath", "openat2_available"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _READ_FLAGS = READ_FLAGS
@@ -45,7 +45,8 @@ def _check_rel(rel: str) -> str:
     return rel
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` is, in words ("a FIFO", "a socket"…)."""
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a FIFO"),
@@ -100,8 +101,10 @@ class Beneath:
             return PathNotFoundError(f"{rel} does not exist — list the directory to see what exists.")
         if exc.errno == errno.EISDIR:
             return NotAFileError(f"{rel} is a directory — pass the path of a file.")
-        if exc.errno == errno.ENXIO:
-            return NotAFileError(f"{rel} is not a regular file — pass the path of a regular file.")
+        if exc.errno == errno.ENXIO:  # open() of a socket
+            return NotAFileError(
+                f"{rel} is a socket or device, not a regular file — only regular files are read."
+            )
         return exc
 
     # -- opening ----------------------------------------------------------------------------------
@@ -142,7 +145,7 @@ class Beneath:
             if stat.S_ISDIR(st.st_mode):
                 raise NotAFileError(f"{rel} is a directory — use list_dir, or pass a file path.")
             raise NotAFileError(
-                f"{rel} is {_kind(st.st_mode)}, not a regular file — only regular files are read."
+                f"{rel} is {kind_of(st.st_mode)}, not a regular file — only regular files are read."
             )
         # Regular files ignore O_NONBLOCK; clear it anyway so the descriptor reads as usual.
         os.set_blocking(fd, True)

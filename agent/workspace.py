@@ -24,7 +24,7 @@ from .errors import (
     ProtectedPathError,
     SecretPathError,
 )
-from .safe_fs import Beneath
+from .safe_fs import Beneath, kind_of
 
 #: Readable but never written: git's own data (a `.git` file or directory at any depth) and the index.
 DEFAULT_WRITE_DENY: tuple[str, ...] = (".git", ".repoctx/")
@@ -346,8 +346,12 @@ class Workspace:
             st = base.lstat(rel_root) if rel_root != "." else os.stat(self._real_root)
             if st is None:
                 raise PathNotFoundError(f"{rel_root} does not exist — list its parent directory.")
-            if not stat.S_ISDIR(st.st_mode):
+            if stat.S_ISREG(st.st_mode):
                 raise NotAFileError(f"{rel_root} is a file — read it instead of listing it.")
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotAFileError(
+                    f"{rel_root} is {kind_of(st.st_mode)}, not a directory — list a directory."
+                )
             # Breadth first, so a truncated listing still shows the top levels.
             queue: deque[tuple[str, int]] = deque([(rel_root, 1)])
             while queue and not truncated:
