@@ -267,10 +267,15 @@ def _exhausted(exc: BaseException) -> str | None:
     return None
 
 
+#: The commands that write the index: a full disk under them leaves it as its last completed
+#: write did, and an index build finishes the work.
+_INDEX_WRITERS = ("index build", "index verify", "index watch")
+
+
 def _then() -> str:
-    """What was kept and what to run: an index command says what the index still holds."""
+    """What was kept and what to run: a command that writes the index says what it still holds."""
     ctx = click.get_current_context(silent=True)
-    if ctx is not None and "index" in ctx.command_path.split()[1:]:
+    if ctx is not None and " ".join(ctx.command_path.split()[1:]) in _INDEX_WRITERS:
         return f"{_kept()}; free space and run `repoctx index build`."
     return "free space and run the command again."
 
@@ -283,11 +288,16 @@ def _disk_is_full() -> bool:
 
 
 def _where(exc: BaseException) -> str:
-    """The directory a failed write was in: the index's, unless the error names another."""
+    """The directory a failed write was in: the one the error names, else where the command
+    writes (a snapshot's ``--to``), else the index's."""
     name = getattr(exc, "filename", None)
-    if name and _index_dir is not None and not str(name).startswith(str(_index_dir)):
+    if name and (_index_dir is None or not str(name).startswith(str(_index_dir))):
         return str(Path(name).parent)
-    return str(_index_dir) if _index_dir is not None else str(Path(name).parent) if name else "the index"
+    ctx = click.get_current_context(silent=True)
+    target = ctx.params.get("to") if ctx is not None and not name else None
+    if target:  # pyarrow's file systems name no file
+        return str(target)
+    return str(_index_dir) if _index_dir is not None else "the index"
 
 
 def _kept() -> str:

@@ -386,6 +386,21 @@ def test_parse_memory_is_bounded_whatever_max_file_bytes_says(tmp_path):
         assert peak_kb < 1_500_000, f"peak RSS {peak_kb / 1e6:.2f} GB"
 
 
+def test_a_snapshot_push_to_a_full_disk_names_its_target(indexed, small_fs):
+    """The write is not the index's: the line names where it went (pyarrow names no file) and
+    says to run the command again, not to rebuild an index that is fine."""
+    target = small_fs / "snapshots"
+    filler = fill(small_fs)
+    args = ("index", "push", str(indexed.root), "--to", str(target), "-q", "--allow-dirty")
+    res = repoctx(*args)
+    lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
+    assert res.returncode == 1 and len(lines) == 1, res.stdout + res.stderr
+    assert lines[0] == (f"Error: No space left on device in {target}: free space and run the "
+                        "command again."), lines[0]
+    filler.unlink()
+    assert repoctx(*args).returncode == 0
+
+
 def test_an_agent_write_on_a_full_disk_fails_in_one_line_and_keeps_the_file(tmp_path, small_fs):
     """The agent's edit tool on a full disk: a tool error the model can read (one line, no
     traceback), the file exactly as it was (written whole or not at all), and the same edit
