@@ -233,7 +233,10 @@ class LiveIndex:
             n = self._markers
         path = f"{self._marker_prefix}{n}"
         try:
-            with open(path, "w") as fh:
+            # A new file, never one that is there: a link planted at the name (the index
+            # directory is writable where the sandbox has no mount namespace) is not followed.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(path, flags, 0o600), "w") as fh:
                 fh.write("repoctx MCP server sync marker\n")
         except OSError:
             return False

@@ -692,3 +692,21 @@ def test_the_parse_workers_read_refuses_what_was_swapped_in_after_discovery(tmp_
     result = _call_bounded(lambda: load_file(str(repo), "pkg/notes.py", None), unblock)
     assert not isinstance(result, tuple), "the swapped-in content was read"
     assert result.status == "skipped:unreadable" and "leakmarker" not in repr(result)
+
+
+# -- the MCP server's sync marker in the index directory ------------------------------------------
+
+
+def test_the_mcp_servers_sync_marker_never_writes_through_a_planted_link(repo, outside):
+    from agent.tools.session import ToolSession
+    from cli.mcp_server import SYNC_PREFIX, LiveIndex, ServeOptions
+
+    config = load_config(repo, env={}, jobs=1)
+    config.index_path.mkdir(parents=True, exist_ok=True)
+    victim = outside / "pkg/top.py"
+    before = victim.read_bytes()
+    # The marker names are predictable: plant a link at the next one.
+    (config.index_path / f"{SYNC_PREFIX}{os.getpid()}-1").symlink_to(victim)
+    live = LiveIndex(config, ServeOptions(), ToolSession())
+    live._catch_up(0.1)
+    assert victim.read_bytes() == before
