@@ -249,10 +249,14 @@ def _open_target(
 def vector_table_model(config: Config, conn=None) -> tuple[str, int] | None:
     """(model, dimension) recorded in the index's vector table itself, None without a table:
     what a graph too damaged to read its own meta was embedded with."""
+    from .errors import VectorTableDamagedError
     from .vectors import raw_dataset, recorded_model
 
-    dataset = raw_dataset(config, conn)
-    return None if dataset is None else recorded_model(dataset)
+    try:
+        dataset = raw_dataset(config, conn)
+        return None if dataset is None else recorded_model(dataset)
+    except VectorTableDamagedError:  # damaged too: the embedding phase sets it aside
+        return None
 
 
 def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
@@ -261,12 +265,18 @@ def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
     model, dim = store.get_meta(db, "embed_model"), store.get_meta(db, "embed_dim")
     if not model or not (dim or "").isdigit():
         return
-    from .vectors import raw_dataset
+    from .errors import VectorTableDamagedError
+    from .locations import vectors_uri
+    from .vectors import raw_dataset, reading
 
-    dataset = raw_dataset(config, db.conn)
-    if dataset is None:
+    try:
+        dataset = raw_dataset(config, db.conn)
+        if dataset is None:
+            return
+        with reading(vectors_uri(config, db.conn)):
+            ids = dataset.to_table(columns=["chunk_id"])
+    except VectorTableDamagedError:  # the embedding phase sets it aside and embeds anew
         return
-    ids = dataset.to_table(columns=["chunk_id"])
     known = graph_write.chunk_ids(db.conn)
     stray = {int(i) for i in ids["chunk_id"].to_pylist() if i.isdigit()} - known
     with db.conn:

@@ -123,11 +123,11 @@ def _embed_pending(
     model_name = canonical_model_name(config.embed_model) if embedder is None else embedder.name
     check_model(db, model_name, reembed)
     uri = _follow_vectors_uri(config, conn)
+    _set_aside_damaged(config, db, uri, notify)  # --reembed too: a file or link in its place
     if reembed:
         with conn:
             conn.execute("UPDATE chunks SET embedded = 0")
     else:
-        _set_aside_damaged(config, db, uri, notify)
         _forget_lost_vectors(conn, uri)
     pending_total = conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
     tombstones = [r[0] for r in conn.execute("SELECT chunk_id FROM vector_tombstones")]

@@ -258,6 +258,22 @@ def test_repair_restores_semantic_search(indexed, name, how):
         assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["data_deleted", "vectors_dir_is_a_file", "foreign_schema"])
+def test_graph_and_vectors_damaged_together_are_rebuilt_by_one_full_build(indexed, name):
+    from tests.test_index_damage import damage as damage_graph
+
+    root = indexed.root
+    before = semantic_hits(root)
+    damage(indexed, name)
+    damage_graph(indexed, "garbage header")
+    res = invoke(["index", "build", str(root), "--full", "--embed-model", MODEL, "-q", "--json"])
+    assert res.exit_code == 0, res.output
+    notices = json.loads(res.stdout)["notices"]
+    assert len(notices) == 2 and "was damaged" in notices[0] and "vector table" in notices[1]
+    assert semantic_hits(root) == before
+    assert invoke(["index", "verify", str(root)]).exit_code == 0
+
+
 # --------------------------------------------------------------------------- disk full
 
 
