@@ -8,10 +8,12 @@ Layout under the store directory::
 Each path is recorded once per step, before its first change in that step, so rolling the steps
 back newest first walks every file back to its state before the run.
 
-Paths are recorded as real paths (no link on them). Recording and rollback reach them from `/`
-with no link followed (agent/safe_fs.py): a directory that a command swapped for a link to
-`$HOME` between the write and the undo makes the undo of that file fail with one line; nothing is
-read, written or deleted through the link.
+Paths are recorded as real paths (no link on them). Recording and rollback reach them from the
+workspace root (from `/` for a store made without one) with no link followed (agent/safe_fs.py):
+a directory that a command swapped for a link to `$HOME` between the write and the undo makes
+the undo of that file fail with one line; nothing is read, written or deleted through the link.
+A store that knows its workspace also refuses a recorded path outside it, so not even a forged
+manifest can make an undo write elsewhere.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import AgentError, CheckpointError, RollbackError
+from .errors import AgentError, CheckpointError, PathEscapeError, RollbackError
 from .safe_fs import Beneath
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -64,9 +66,14 @@ class _Step:
 class CheckpointStore:
     """Records the state of files before the agent changes them; restores it on rollback."""
 
-    def __init__(self, dir: Path) -> None:
+    def __init__(self, dir: Path, root: str | os.PathLike[str] | None = None) -> None:
         self.dir = Path(dir)
+        #: The workspace every recorded path must lie in (None: any real path).
+        self.root = os.path.realpath(root) if root is not None else None
         self._active: _Step | None = None
+
+    def _tree(self) -> _Anchored:
+        return _Anchored(self.root or "/")
 
     # -- recording -------------------------------------------------------------------------------
 
@@ -96,9 +103,9 @@ class CheckpointStore:
         if key in current.recorded:
             return False
         entry: dict[str, Any] = {"path": key}
-        rel = _rel(path)
-        with Beneath("/") as base:
+        with self._tree() as base:
             try:
+                rel = base.rel(path)
                 st = base.lstat(rel)
             except AgentError as exc:
                 raise CheckpointError(f"{path}: {exc} Nothing was written.") from exc
@@ -182,7 +189,7 @@ class CheckpointStore:
         deleted: list[Path] = []
         failures: list[str] = []
         removed_dirs: list[Path] = []
-        with Beneath("/") as base:
+        with self._tree() as base:
             for entry in reversed(loaded.entries):
                 path = Path(entry["path"])
                 try:
@@ -200,9 +207,9 @@ class CheckpointStore:
             # put in a directory's place (rmdir does not follow it; the walk refuses it).
             for d in sorted(created, key=lambda p: p.count(os.sep), reverse=True):
                 try:
-                    base.rmdir(_rel(Path(d)))
+                    base.rmdir(base.rel(Path(d)))
                     removed_dirs.append(Path(d))
-                except OSError:
+                except (OSError, AgentError):
                     continue
         if failures:
             raise RollbackError(
@@ -285,27 +292,41 @@ class CheckpointStore:
             raise
 
 
-def _rel(path: Path) -> str:
-    """A recorded real path as a path beneath `/`."""
-    return os.path.normpath(path).lstrip("/")
+class _Anchored(Beneath):
+    """The store's base directory: the workspace root, or `/`."""
+
+    def rel(self, path: Path) -> str:
+        """``path`` (a recorded real path) beneath the base; PathEscapeError when outside it."""
+        path = os.path.normpath(path)
+        if self.base == "/":
+            return path.lstrip("/")
+        if not path.startswith(self.base.rstrip("/") + "/"):
+            raise PathEscapeError(
+                f"{path} is outside the workspace {self.base} — checkpoints hold only paths "
+                "inside it, so it is left alone."
+            )
+        return path[len(self.base.rstrip("/")) + 1 :]
+
+    def inside(self, path: Path) -> bool:
+        return self.base == "/" or os.path.normpath(path).startswith(self.base.rstrip("/") + "/")
 
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _missing_parents(base: Beneath, path: Path) -> list[Path]:
+def _missing_parents(base: _Anchored, path: Path) -> list[Path]:
     missing: list[Path] = []
     parent = path.parent
-    while parent != parent.parent and base.lstat(_rel(parent)) is None:
+    while parent != parent.parent and base.inside(parent) and base.lstat(base.rel(parent)) is None:
         missing.append(parent)
         parent = parent.parent
     return missing
 
 
-def _remove(base: Beneath, path: Path) -> bool:
+def _remove(base: _Anchored, path: Path) -> bool:
     """Delete what is at ``path`` now (file, symlink or empty directory); False if nothing was."""
-    rel = _rel(path)
+    rel = base.rel(path)
     st = base.lstat(rel)
     if st is None:
         return False
@@ -319,11 +340,11 @@ def _remove(base: Beneath, path: Path) -> bool:
     return True
 
 
-def _restore(base: Beneath, entry: dict[str, Any], blobs: Path) -> None:
+def _restore(base: _Anchored, entry: dict[str, Any], blobs: Path) -> None:
     path = Path(entry["path"])
-    rel = _rel(path)
-    if path.parent != path.parent.parent:
-        base.makedirs(_rel(path.parent))
+    rel = base.rel(path)
+    if "/" in rel:
+        base.makedirs(rel.rpartition("/")[0])
     st = base.lstat(rel)
     if st is not None and stat.S_ISDIR(st.st_mode):
         _remove(base, path)

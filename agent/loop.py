@@ -617,7 +617,9 @@ def run_agent(
 def undo_run(config: Config, run_ref: str) -> RollbackReport:
     """Put every file the run changed back as it was before the run, byte for byte."""
     run_id = resolve_run(config.index_path, run_ref)
-    report = CheckpointStore(config.index_path / "checkpoints").rollback_run(run_id)
+    # With the root: a recorded path outside the workspace is never restored or deleted.
+    store = CheckpointStore(config.index_path / "checkpoints", config.root)
+    report = store.rollback_run(run_id)
     writer = TraceWriter(trace_path(config.index_path, run_id))
     writer.write(
         "undo",

@@ -184,6 +184,45 @@ def test_cli_undo_from_another_process_refuses_a_swapped_directory(tmp_path, out
     one_line_about_a_link(res.stderr.strip().removeprefix("Error: "))
 
 
+def test_undo_never_writes_or_deletes_outside_the_workspace_whatever_the_manifest_says(
+    tmp_path, outside
+):
+    """Where the sandbox has no mount namespace the index directory is writable by commands: a
+    forged checkpoint entry naming a file in the home is refused, not restored or deleted."""
+    repo = make_repo(tmp_path / "repo", FILES)
+    script = [
+        json.dumps({"steps": [{"title": "Add", "done_when": "done"}]}),
+        {"tool_calls": [{"name": "create_file", "arguments": {
+            "path": "pkg/sub/new.py", "content": "NEW = 1\n"}}]},
+        {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]},
+    ]
+    options = RunOptions(granted=frozenset({"read", "write"}), sleep=lambda s: None)
+    config = load_config(repo, env={}, jobs=1)
+    report = run_agent(config, "t", ScriptedModel(script), options)
+    step_dir = next((config.index_path / "checkpoints" / report.run_id).iterdir())
+    manifest = json.loads((step_dir / "manifest.json").read_text())
+    (step_dir / "blobs").mkdir(exist_ok=True)
+    (step_dir / "blobs" / "999999").write_text("pwned\n")
+    manifest["entries"] += [
+        {"path": str(outside / "pkg/top.py"), "kind": "file", "blob": "999999",
+         "mode": 0o644, "mtime_ns": 0},
+        {"path": str(outside / "pkg/new.py"), "kind": "absent",
+         "created_dirs": [str(outside / "pkg")]},
+        {"path": str(repo.resolve() / "../home/pkg/sub/mod.py"), "kind": "absent"},
+    ]
+    (step_dir / "manifest.json").write_text(json.dumps(manifest))
+    home_before = snapshot(outside)
+    res = subprocess.run(
+        [sys.executable, "-c", "from cli.main import cli; cli()", "agent", "undo", "last",
+         "--root", str(repo)],
+        cwd=CODE_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert snapshot(outside) == home_before
+    assert res.returncode == 1 and "outside the workspace" in res.stderr, res.stderr
+    assert "\n" not in res.stderr.strip()
+    assert not (repo / "pkg/sub/new.py").exists()  # the run's own write was still undone
+
+
 # -- a swap between the path check and the write --------------------------------------------------
 
 

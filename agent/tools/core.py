@@ -119,7 +119,7 @@ class ToolContext:
     ) -> ToolContext:
         """A context over ``config.root`` with the configured deny lists and a checkpoint store
         under the index directory (`.repoctx/checkpoints`), which no tool may write."""
-        store = checkpoints or CheckpointStore(config.index_path / "checkpoints")
+        store = checkpoints or CheckpointStore(config.index_path / "checkpoints", config.root)
         return cls(
             Workspace.from_config(config, recorder=store),
             config,
