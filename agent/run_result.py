@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.gitsafe import git_env
+from indexer.gitsafe import GitConfigError, git_env
 
 from .budget import Limits
 from .errors import AgentError
@@ -60,7 +60,8 @@ def diff_stats(root: Path, originals: Mapping[str, bytes | None]) -> list[FileSt
 
 def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """git in ``root`` with the user's own environment (identity), but nothing the repository
-    configures runs: no hooks, fsmonitor, filters or external diff (indexer.gitsafe)."""
+    configures runs: no hooks, fsmonitor, filters or external diff (indexer.gitsafe, which asks
+    git for the configuration before every call)."""
     try:
         return subprocess.run(
             ["git", *args],
@@ -71,17 +72,28 @@ def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
             timeout=120,
             env=git_env(root, read_only=False),
         )
+    except GitConfigError as exc:
+        raise CommitError(f"{exc} The run's files are changed but not committed.") from exc
     except (OSError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
         raise CommitError(f"git {' '.join(args[:2])} failed: {detail.strip()[:500]}") from exc
 
 
 def git_stat(root: Path, paths: Iterable[str]) -> str:
-    """`git diff --stat` of ``paths`` against HEAD; '' outside a git repository."""
+    """`git diff --stat` of ``paths`` against HEAD; '' outside a git repository, one line
+    saying why when git cannot read the repository's configuration."""
     paths = list(paths)
     if not paths or not (root / ".git").exists():
         return ""
-    res = git(root, "diff", "--stat", "--no-color", "HEAD", "--", *paths, check=False)
+    # The flags keep diff drivers and submodules' own configuration out whatever the
+    # configuration says (filters are neutralised by git_env alone).
+    flags = ("--no-ext-diff", "--no-textconv", "--ignore-submodules=dirty")
+    try:
+        res = git(root, "diff", "--stat", "--no-color", *flags, "HEAD", "--", *paths, check=False)
+    except CommitError as exc:
+        if isinstance(exc.__cause__, GitConfigError):
+            return f"(not shown: {exc.__cause__})"
+        raise
     return res.stdout.rstrip() if res.returncode == 0 else ""
 
 

@@ -1,35 +1,59 @@
 """Run git without executing anything a repository's own configuration names.
 
-A repository's `.git/config` (and what it includes) can make read commands run programs:
-`core.fsmonitor` runs on `git status`, `core.hooksPath` hooks on index writes, filters on
-`git diff`, `diff.external` / `textconv` drivers, `!` aliases, `log.showSignature` with
-`gpg.program`, and more. ``git_env`` returns an environment that overrides those keys with
+A repository's configuration (`.git/config`, `config.worktree` and every file they include,
+`includeIf` and relative includes inside the work tree among them) can make ordinary commands
+run programs: filters on `git diff` and `git add`, `diff.external` / `textconv` drivers,
+`core.fsmonitor` and hooks on index writes, `!` aliases, signing programs, and more. Every
+byte of it is untrusted. ``git_env`` returns an environment that overrides those keys with
 command-line-level configuration (``GIT_CONFIG_COUNT`` / ``GIT_CONFIG_KEY_n`` /
-``GIT_CONFIG_VALUE_n``, git >= 2.31), which takes precedence over every configuration file:
+``GIT_CONFIG_VALUE_n``, git >= 2.31), which git reads after every configuration file, so it
+wins:
 
-- always: ``core.fsmonitor=false``, ``core.hooksPath=/dev/null``, ``core.pager=cat``,
-  ``core.editor=true``, ``sequence.editor=true``, ``core.askPass=`` (no askpass program),
-  ``credential.helper=`` (clears the helper list), ``protocol.ext.allow=never`` (the `ext::`
-  transport runs commands), ``log.showSignature=false``; ``GIT_CONFIG_NOSYSTEM=1``,
-  ``GIT_TERMINAL_PROMPT=0``, ``GIT_PROXY_COMMAND=`` (empty: no `core.gitProxy`), and
-  ``GIT_OPTIONAL_LOCKS=0`` for read-only use;
-- every key of ``REPO_KEY_OVERRIDES`` that the repository's own config files set (read here, by a
-  small parser that runs nothing, following `include.path` / `includeIf.*.path`), overridden to a
-  value that runs nothing: filters become empty (no filter), `textconv` becomes `cat`, external
-  diff and merge drivers become `false` (the diff or merge then fails, visibly), aliases become
-  empty (git reports the alias as broken).
+- always (``ALWAYS``): fsmonitor, hooks, pager, editors, askpass, credential helpers, the
+  `ext::` transport, signature display, submodule recursion and automatic maintenance off;
+  ``GIT_CONFIG_NOSYSTEM=1``, ``GIT_TERMINAL_PROMPT=0``, ``GIT_PROXY_COMMAND=`` (no
+  `core.gitProxy`) and, for read-only use, ``GIT_OPTIONAL_LOCKS=0``;
+- every key of a program-running family (``FAMILIES``: filters, diff, merge and tool drivers,
+  aliases, pagers, signing programs, ssh and transport commands, config-based hooks, …) that
+  an untrusted file sets: its neutral value, then the values trusted files give it (so the
+  user's own `filter.lfs.*` still applies even where the repository redefines it).
 
-The user's own global configuration (`~/.gitconfig`) is trusted and left as it is, except for
-the "always" keys above. Local-only use keeps working: no `protocol.allow` restriction, so
-`file://` and path remotes still work.
+**Which keys are set is git's answer, not ours.** The keys come from ``git config --list
+--includes --show-scope --show-origin -z`` run with the same executable (the same ``PATH``),
+working directory and environment as the command that follows, so git's own parser —
+encodings, quoting, continuation lines, `includeIf` conditions, worktree configuration —
+decides, and no hand-written reader can stop where git does not. Keys are passed back to git
+byte for byte (``-z`` output, ``surrogateescape``), whatever quotes, backslashes or non-UTF-8
+bytes their subsection holds. Listing configuration runs no program. It is bounded by
+``LIST_TIMEOUT_S`` (an include of a FIFO or a device would block it); when git times out or
+rejects the configuration, ``GitConfigError`` is raised and no command runs — never an
+unprotected one. There is no cache: git is asked again before every command, which costs one
+short git process (figures in tests/test_untrusted_git.py's module docstring).
+
+Trusted: the user's global configuration (and what it includes from outside the repository)
+and command-level configuration already in the environment. Untrusted: the ``local`` and
+``worktree`` scopes, and any file inside the repository's work tree or git directories,
+whatever includes it.
+
+**The race between asking and running** is held by who can write in between: the
+repository's untrusted writers are the agent's commands, which run sandboxed and whose
+process trees end with each command, and its file tools, which run in this process between
+steps; repoctx's own host-side git (end-of-run diff, ``--commit``, snapshots, indexing) runs
+when neither is active. Because nothing is cached, a file rewritten between two commands is
+seen by the second. Host-side callers add flags that need no configuration at all where the
+command takes them (``--no-ext-diff``, ``--no-textconv``, ``--ignore-submodules``), so their
+diff drivers stay off even against a writer that wins the race.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Iterator, Mapping
+import re
+import subprocess
+from collections.abc import Mapping
 from pathlib import Path
+
+from .errors import RepoctxError
 
 #: Set on every git call.
 ALWAYS: tuple[tuple[str, str], ...] = (
@@ -42,11 +66,17 @@ ALWAYS: tuple[tuple[str, str], ...] = (
     ("credential.helper", ""),
     ("protocol.ext.allow", "never"),
     ("log.showSignature", "false"),
+    # A submodule's git reads the submodule's own configuration, which the listing of the
+    # superproject does not show: never start one implicitly.
+    ("submodule.recurse", "false"),
+    # `git commit` may start `git maintenance` / `git gc` in the background, after we return.
+    ("maintenance.auto", "false"),
+    ("gc.auto", "0"),
 )
 
-#: Keys (lower-case, `*` for the subsection) that run programs, and the value they get when the
-#: repository's own configuration sets them.
-REPO_KEY_OVERRIDES: tuple[tuple[str, str], ...] = (
+#: Keys that run programs, and the value that runs none. ``section.*`` is every key of the
+#: section, ``section.*.name`` a key of any subsection, ``section.name`` the key without one.
+FAMILIES: tuple[tuple[str, str], ...] = (
     ("filter.*.clean", ""),
     ("filter.*.smudge", ""),
     ("filter.*.process", ""),
@@ -68,24 +98,67 @@ REPO_KEY_OVERRIDES: tuple[tuple[str, str], ...] = (
     ("gpg.x509.program", "gpgsm"),
     ("gpg.ssh.program", "ssh-keygen"),
     ("gpg.ssh.defaultkeycommand", ""),
+    ("commit.gpgsign", "false"),
+    ("tag.gpgsign", "false"),
+    ("tag.forcesignannotated", "false"),
+    ("push.gpgsign", "false"),
     ("interactive.difffilter", "cat"),
     ("tar.*.command", "false"),
     ("difftool.*.cmd", "false"),
+    ("difftool.*.path", "false"),
     ("mergetool.*.cmd", "false"),
+    ("mergetool.*.path", "false"),
     ("man.*.cmd", "false"),
+    ("man.*.path", "false"),
     ("browser.*.cmd", "false"),
     ("browser.*.path", "false"),
     ("web.browser", "false"),
+    ("guitool.*.cmd", "false"),
+    ("imap.tunnel", ""),
+    ("sendemail.smtpserver", ""),
+    ("sendemail.tocmd", ""),
+    ("sendemail.cccmd", ""),
+    ("sendemail.headercmd", ""),
+    ("sendemail.sendmailcmd", ""),
+    ("sendemail.*.smtpserver", ""),
+    ("sendemail.*.tocmd", ""),
+    ("sendemail.*.cccmd", ""),
+    ("sendemail.*.headercmd", ""),
+    ("sendemail.*.sendmailcmd", ""),
+    ("hook.*.command", ""),
 )
 
-_MAX_INCLUDE_DEPTH = 10
-_lock = threading.Lock()
-#: git dir -> ((path, mtime_ns, size) of every config file read, overrides)
-_cache: dict[str, tuple[tuple[tuple[str, int, int], ...], tuple[tuple[str, str], ...]]] = {}
+#: A driver any of whose keys an untrusted file sets also gets this key, so that a neutralised
+#: driver is not required (filters) or not run at all (config-based hooks, git >= 2.54).
+_DRIVER_EXTRA: dict[str, tuple[str, str]] = {
+    "filter": ("required", "false"),
+    "hook": ("enabled", "false"),
+}
+
+TRUSTED_SCOPES = frozenset({"system", "global", "command"})
+
+#: Seconds git may take to list the configuration; it takes milliseconds unless an include
+#: names something that never ends (a FIFO, a device).
+LIST_TIMEOUT_S = 10.0
+
+#: Variables that name programs git would run whatever the configuration says.
+_PROGRAM_VARIABLES = ("GIT_EXTERNAL_DIFF", "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR")
+_SCOPE = re.compile(rb"[a-z-]+")
+
+
+class GitConfigError(RepoctxError):
+    """git could not read this repository's configuration, so no git command ran in it — fix
+    the configuration file git names and run again."""
 
 
 def find_git_dirs(start: str | os.PathLike[str]) -> tuple[Path, Path] | None:
     """(git dir, common dir) of the repository containing ``start``, without running git."""
+    found = _locate(start)
+    return None if found is None else found[1:]
+
+
+def _locate(start: str | os.PathLike[str]) -> tuple[Path, Path, Path] | None:
+    """(work tree, git dir, common dir) of the repository containing ``start``."""
     here = Path(os.path.abspath(start))
     for directory in (here, *here.parents):
         dot = directory / ".git"
@@ -107,209 +180,141 @@ def find_git_dirs(start: str | os.PathLike[str]) -> tuple[Path, Path] | None:
             common = Path(os.path.normpath(git_dir / rel))
         except OSError:
             pass  # not a linked worktree: the git dir is the common dir
-        return git_dir, common
+        return directory, git_dir, common
     return None
 
 
-def parse_config(text: str) -> Iterator[tuple[str, str | None]]:
-    """(key, value) pairs of a git config file: section and key lower-cased, the subsection as
-    written; a key without `=` has value None. Stops at the first line git would reject."""
-    i, n = 0, len(text)
-    section = ""
-    while i < n:
-        c = text[i]
-        if c in " \t\r\n":
-            i += 1
-        elif c in "#;":
-            while i < n and text[i] != "\n":
-                i += 1
-        elif c == "[":
-            end = text.find("]", i)
-            if end < 0 or "\n" in text[i:end]:
-                return
-            section = _section(text[i + 1 : end])
-            if section is None:
-                return
-            i = end + 1
-        elif c.isalpha():
-            j = i
-            while j < n and (text[j].isalnum() or text[j] == "-"):
-                j += 1
-            name = text[i:j].lower()
-            while j < n and text[j] in " \t":
-                j += 1
-            if j < n and text[j] == "=":
-                value, i = _value(text, j + 1)
-                yield f"{section}.{name}", value
-            else:
-                yield f"{section}.{name}", None
-                i = j
-        else:
-            return
-
-
-def _section(header: str) -> str | None:
-    header = header.strip()
-    quote = header.find('"')
-    if quote < 0:
-        # [section] or the deprecated [section.subsection] (lower-cased by git)
-        return header.lower() if header else None
-    name = header[:quote].strip().lower()
-    raw = header[quote + 1 :]
-    if not raw.endswith('"'):
-        return None
-    sub = raw[:-1].replace('\\"', '"').replace("\\\\", "\\")
-    return f"{name}.{sub}"
-
-
-def _value(text: str, i: int) -> tuple[str, int]:
-    n = len(text)
-    out: list[str] = []
-    quoted = False
-    pending_space = ""
-    while i < n and text[i] in " \t" and not out:
-        i += 1
-    while i < n:
-        c = text[i]
-        if c == "\n" and not quoted:
-            break
-        if c == "\\" and i + 1 < n:
-            nxt = text[i + 1]
-            i += 2
-            if nxt == "\n":
-                continue
-            out.append(pending_space + {"n": "\n", "t": "\t", "b": "\b"}.get(nxt, nxt))
-            pending_space = ""
-            continue
-        if c == '"':
-            quoted = not quoted
-        elif c in "#;" and not quoted:
-            while i < n and text[i] != "\n":
-                i += 1
-            break
-        elif c in " \t\r" and not quoted:
-            pending_space += c
-        else:
-            out.append(pending_space + c)
-            pending_space = ""
-        i += 1
-    return "".join(out), i
-
-
-def _config_files(git_dir: Path, common: Path) -> list[Path]:
-    files = [common / "config"]
-    if git_dir != common:
-        files.append(git_dir / "config.worktree")
-    else:
-        files.append(common / "config.worktree")
-    return files
-
-
-def _scan(paths: list[Path]) -> tuple[list[tuple[str, int, int]], set[str]]:
-    """Stamps of the files read and every key they (and their includes) set."""
-    stamps: list[tuple[str, int, int]] = []
-    keys: set[str] = set()
-    queue = [(p, 0) for p in paths]
-    seen: set[str] = set()
-    while queue:
-        path, depth = queue.pop(0)
-        real = os.path.realpath(path)
-        if real in seen or depth > _MAX_INCLUDE_DEPTH:
-            continue
-        seen.add(real)
-        try:
-            st = os.stat(real)
-            with open(real, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError:
-            stamps.append((str(path), -1, -1))
-            continue
-        stamps.append((str(path), st.st_mtime_ns, st.st_size))
-        for key, value in parse_config(text):
-            keys.add(key)
-            top = key.split(".", 1)[0]
-            if top in ("include", "includeif") and key.endswith(".path") and value:
-                target = os.path.expanduser(value)
-                if not os.path.isabs(target):
-                    target = os.path.join(os.path.dirname(real), target)
-                queue.append((Path(target), depth + 1))
-    return stamps, keys
-
-
-def _matches(key: str) -> str | None:
-    """The override for ``key`` (section.key or section.subsection.key), or None."""
+def _family(key: str) -> str | None:
+    """The neutral value of ``key`` (as git lists it: section and name lower-case, the
+    subsection byte for byte) when it belongs to a program-running family, else None."""
     section, _, rest = key.partition(".")
-    section = section.lower()
-    sub, _, name = rest.rpartition(".")
-    name = name.lower()
-    for pattern, value in REPO_KEY_OVERRIDES:
+    sub, dot, name = rest.rpartition(".")
+    for pattern, value in FAMILIES:
         p_section, _, p_rest = pattern.partition(".")
         if p_section != section:
             continue
         if p_rest == "*":
             return value
-        p_sub, _, p_name = p_rest.rpartition(".")
-        if p_name != name:
-            continue
-        if (p_sub == "*" and sub) or p_sub == sub.lower():
+        p_sub, p_dot, p_name = p_rest.rpartition(".")
+        if p_name == name and bool(p_dot) == bool(dot) and p_sub in ("*", sub):
             return value
     return None
 
 
-def repo_overrides(start: str | os.PathLike[str]) -> tuple[tuple[str, str], ...]:
-    """Overrides for the dangerous keys the repository containing ``start`` sets itself."""
-    dirs = find_git_dirs(start)
-    if dirs is None:
-        return ()
-    git_dir, common = dirs
-    files = _config_files(git_dir, common)
-    cache_key = str(git_dir)
-    with _lock:
-        cached = _cache.get(cache_key)
-    if cached is not None and all(_stamp(p) == (m, s) for p, m, s in cached[0]):
-        return cached[1]
-    stamps, keys = _scan(files)
-    out: list[tuple[str, str]] = []
-    for key in sorted(keys):
-        value = _matches(key)
-        if value is not None:
-            out.append((key, value))
-        if key.startswith("filter.") and key.count(".") >= 2:
-            driver = key.rsplit(".", 1)[0]
-            out.append((f"{driver}.required", "false"))
-    result = tuple(dict.fromkeys(out))
-    with _lock:
-        _cache[cache_key] = (tuple(stamps), result)
-    return result
+def _one_line(text: str) -> str:
+    """``text`` on one line, control characters (a file name's newline) escaped."""
+    text = " ".join(text.split())
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
-def _stamp(path: str) -> tuple[int, int]:
+def _inside(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def list_config(
+    start: str | os.PathLike[str], env: Mapping[str, str]
+) -> list[tuple[str, str, str, str | None]] | None:
+    """(scope, origin, key, value) of every configuration entry git reads in ``start`` with
+    ``env``, in git's order (value None for a key given without ``=``); None when git cannot
+    be started there (not installed, or no such directory), so no git command can be either.
+    Raises GitConfigError when git rejects the configuration or does not finish in time."""
+    listing_env = dict(env)
+    # `git config` alone reads the file named by GIT_CONFIG instead of the repository's.
+    listing_env.pop("GIT_CONFIG", None)
+    argv = ["git", "config", "--list", "--includes", "--show-scope", "--show-origin", "-z"]
     try:
-        st = os.stat(path)
+        proc = subprocess.run(argv, cwd=start, env=listing_env, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=LIST_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise GitConfigError(
+            f"git did not finish reading the configuration of {_one_line(os.fspath(start))} in "
+            f"{LIST_TIMEOUT_S:g} s (an include of a FIFO or a device?), so no git command ran "
+            "there — remove that `include.path` / `includeIf` entry from its .git/config."
+        ) from None
     except OSError:
-        return (-1, -1)
-    return (st.st_mtime_ns, st.st_size)
+        # The same executable, directory and environment would fail the command itself.
+        return None
+    if proc.returncode != 0:
+        detail = _one_line(os.fsdecode(proc.stderr)) or f"exit status {proc.returncode}"
+        raise GitConfigError(
+            f"git rejects the configuration of {_one_line(os.fspath(start))} ({detail}), so no "
+            "git command ran there — fix the file it names."
+        )
+    tokens = proc.stdout.split(b"\0")
+    if tokens[-1] != b"" or (len(tokens) - 1) % 3:
+        raise GitConfigError(f"`git config --list -z` printed something unexpected in "
+                             f"{_one_line(os.fspath(start))}, so no git command ran there — "
+                             "check that `git` is git.")
+    entries: list[tuple[str, str, str, str | None]] = []
+    for i in range(0, len(tokens) - 1, 3):
+        scope, origin, pair = tokens[i : i + 3]
+        if not _SCOPE.fullmatch(scope) or b":" not in origin:
+            raise GitConfigError(f"`git config --list -z` printed something unexpected in "
+                                 f"{_one_line(os.fspath(start))}, so no git command ran there "
+                                 "— check that `git` is git.")
+        key, newline, value = pair.partition(b"\n")
+        entries.append((scope.decode(), os.fsdecode(origin), os.fsdecode(key),
+                        os.fsdecode(value) if newline else None))
+    return entries
 
 
-def git_env(
-    start: str | os.PathLike[str] | None,
-    base: Mapping[str, str] | None = None,
-    *,
-    read_only: bool = True,
-) -> dict[str, str]:
-    """``base`` (default: os.environ) plus the variables that keep git from running any program
-    the repository containing ``start`` configures. Entries already in ``GIT_CONFIG_COUNT`` are
+def overrides_for(
+    entries: list[tuple[str, str, str, str | None]], start: str | os.PathLike[str]
+) -> tuple[tuple[str, str], ...]:
+    """The command-level entries that neutralise every program-running key an untrusted file
+    sets among ``entries`` (see list_config), each followed by the trusted values of that key."""
+    located = _locate(start)
+    repo = tuple(os.path.realpath(p) for p in located) if located else ()
+
+    def trusted(scope: str, origin: str) -> bool:
+        if scope not in TRUSTED_SCOPES:
+            return False
+        if not origin.startswith("file:"):
+            return True  # command line, blob or standard input: given by the caller
+        path = origin[len("file:") :]
+        # A relative origin is relative to wherever git chose to be: not provably outside.
+        return os.path.isabs(path) and not _inside(os.path.realpath(path), repo)
+
+    tainted: dict[str, str] = {}  # key -> neutral value, in git's order
+    trusted_values: dict[str, list[str]] = {}
+    for scope, origin, key, value in entries:
+        neutral = _family(key)
+        if trusted(scope, origin):
+            if value is not None:
+                trusted_values.setdefault(key, []).append(value)
+            continue
+        section, _, rest = key.partition(".")
+        sub, dot, _name = rest.rpartition(".")
+        if dot and section in _DRIVER_EXTRA:
+            extra, extra_value = _DRIVER_EXTRA[section]
+            tainted.setdefault(f"{section}.{sub}.{extra}", extra_value)
+        if neutral is not None:
+            tainted.setdefault(key, neutral)
+    out: list[tuple[str, str]] = []
+    for key, neutral in tainted.items():
+        out.append((key, neutral))
+        out.extend((key, value) for value in trusted_values.get(key, ()))
+    return tuple(out)
+
+
+def repo_overrides(
+    start: str | os.PathLike[str], base: Mapping[str, str] | None = None
+) -> tuple[tuple[str, str], ...]:
+    """The overrides git_env adds for the repository containing ``start`` (see overrides_for)."""
+    env = _with_always(dict(os.environ if base is None else base), list(ALWAYS), read_only=True)
+    entries = list_config(start, env)
+    return () if entries is None else overrides_for(entries, start)
+
+
+def _with_always(env: dict[str, str], pairs: list[tuple[str, str]], *, read_only: bool) -> dict[str, str]:
+    """``env`` with ``pairs`` appended to its command-level configuration and git's
+    program-naming variables set or dropped. Entries already in ``GIT_CONFIG_COUNT`` are
     kept; ours come after them, so they win."""
-    env = dict(os.environ if base is None else base)
-    pairs = list(ALWAYS)
-    if start is not None:
-        pairs += repo_overrides(start)
     try:
         count = int(env.get("GIT_CONFIG_COUNT", "0"))
     except ValueError:
         count = 0
-    if count < 0:
-        count = 0
+    count = max(count, 0)
     for key, value in pairs:
         env[f"GIT_CONFIG_KEY_{count}"] = key
         env[f"GIT_CONFIG_VALUE_{count}"] = value
@@ -322,7 +327,35 @@ def git_env(
         env["GIT_OPTIONAL_LOCKS"] = "0"
     else:
         env.pop("GIT_OPTIONAL_LOCKS", None)
-    # Programs named by the environment (not the repository) would still run: drop them.
-    for name in ("GIT_EXTERNAL_DIFF", "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR"):
+    for name in _PROGRAM_VARIABLES:
         env.pop(name, None)
+    return env
+
+
+def git_env(
+    start: str | os.PathLike[str] | None,
+    base: Mapping[str, str] | None = None,
+    *,
+    read_only: bool = True,
+) -> dict[str, str]:
+    """``base`` (default: os.environ) plus the variables that keep git, run in ``start`` with
+    the returned environment, from running any program the repository configures. Asks git
+    (see the module docstring); raises GitConfigError when it cannot, and then no git
+    command may run there."""
+    env = _with_always(dict(os.environ if base is None else base), list(ALWAYS),
+                       read_only=read_only)
+    if start is None:
+        return env
+    entries = list_config(start, env)
+    if not entries:
+        return env
+    extra = overrides_for(entries, start)
+    if not extra:
+        return env
+    count = int(env["GIT_CONFIG_COUNT"])
+    for key, value in extra:
+        env[f"GIT_CONFIG_KEY_{count}"] = key
+        env[f"GIT_CONFIG_VALUE_{count}"] = value
+        count += 1
+    env["GIT_CONFIG_COUNT"] = str(count)
     return env

@@ -146,8 +146,13 @@ class _Git:
 
     def __init__(self, root: Path, attributes: str | None = None) -> None:
         self.root = str(root)
-        self.env = _git_env(root)
         self.extra = ("-c", f"core.attributesFile={attributes}") if attributes else ()
+
+    @property
+    def env(self) -> dict[str, str]:
+        # Asked of git before every call, never kept: a configuration rewritten between two
+        # calls is neutralised on the second (gitsafe's docstring).
+        return _git_env(Path(self.root))
 
     def argv(self, args: Iterable[str]) -> list[str]:
         return ["git", *_GIT_SAFE, *self.extra, *args]
@@ -664,7 +669,7 @@ def build_phase(config: Config, stats: BuildStats, progress: Callable[[Progress]
         update_history(config.root, config.index_path,
                        max_commits=config.history_max_commits,
                        progress=progress)
-    except HistoryError as exc:
+    except (HistoryError, gitsafe.GitConfigError) as exc:
         _record_error(config.index_path, str(exc))
     return replace(stats, phases={**stats.phases, "history": round(time.perf_counter() - t0, 3)})
 

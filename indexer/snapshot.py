@@ -98,7 +98,10 @@ def head_commit(root: Path) -> str:
 def _dirty_paths(config: Config) -> list[str]:
     """Uncommitted changes under the indexed root (the index directory itself excluded)."""
     top = Path(_git(config.root, "rev-parse", "--show-toplevel").strip()).resolve()
-    out = _git(config.root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", "--", ".")
+    # --ignore-submodules=dirty: a submodule's work tree is not indexed, and describing it would
+    # start git in the submodule, under its own configuration (gitsafe lists the superproject's).
+    out = _git(config.root, "status", "--porcelain=v1", "-z", "--untracked-files=normal",
+               "--ignore-submodules=dirty", "--", ".")
     index = config.index_path.resolve()
     dirty: list[str] = []
     entries = iter(out.split("\0"))
