@@ -199,7 +199,7 @@ def ask(
     fit the window it reported, and asked again.
 
     Files ``is_secret`` names (default: the agent's built-in deny list; pass
-    ``Workspace.from_config(config).is_secret`` to add `agent.deny`) are left out of the
+    ``Workspace.from_config(config).is_hidden`` to add `agent.deny`) are left out of the
     context, and tokens and keys in the rest are redacted, as in every tool result."""
     root = Path(root)
     policy = replace(PackPolicy(), line_numbers=model is not None)
@@ -228,7 +228,7 @@ def ask(
             policy=policy,
         )
         # The pack goes into the model's prompt directly, not through the tools.
-        pack = redact_pack(pack, is_secret or Workspace(root).is_secret)
+        pack = redact_pack(pack, is_secret or Workspace(root).is_hidden)
         context = pack.render() + (f"\n\n{history_text}" if history_text else "")
         messages = [
             Message.system(SYSTEM_PROMPT),

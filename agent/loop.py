@@ -336,7 +336,7 @@ class AgentRun:
             )
             # The pack enters the prompt directly, not through the tools: the same deny list
             # and the same redaction as every tool result.
-            self._packs = {key: redact_pack(pack, self.ctx.workspace.is_secret)}
+            self._packs = {key: redact_pack(pack, self.ctx.workspace.is_hidden)}
         return self._packs[key]
 
     # -- one step --------------------------------------------------------------------------------

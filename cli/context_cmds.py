@@ -178,7 +178,7 @@ def ask_cmd(
         searcher=_searcher(config, conn),
         tokenizer=tokenizer or config.extra.get("tokenizer"),
         max_tokens=max_tokens,
-        is_secret=Workspace.from_config(config).is_secret,  # with `agent.deny`
+        is_secret=Workspace.from_config(config).is_hidden,  # `agent.deny`, links
         index_dir=config.index_path,
         model_tokenizer=tokens,
     )

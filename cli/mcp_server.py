@@ -387,7 +387,7 @@ def _get_context(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         focus=focus,
         searcher=ctx.session.searcher(ctx.config, semantic=True),
     )
-    kept = tuple(i for i in pack.items if not ctx.workspace.is_secret(i.path))
+    kept = tuple(i for i in pack.items if not ctx.workspace.is_hidden(i.path))
     if len(kept) != len(pack.items):
         pack = replace(pack, items=kept)
     data = pack.to_dict()

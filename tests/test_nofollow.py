@@ -749,3 +749,27 @@ def test_the_mcp_servers_sync_marker_never_writes_through_a_planted_link(repo, o
     live = LiveIndex(config, ServeOptions(), ToolSession())
     live._catch_up(0.1)
     assert victim.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "call",
+    [("search_code", {"query": "ordinary_helper plain words", "mode": "lexical"}),
+     ("get_context", {"query": "ordinary_helper plain words"})],
+    ids=["search_code", "get_context"],
+)
+def test_a_link_swapped_in_to_a_file_only_agent_deny_names_is_not_shown(tmp_path, call):
+    """The retrieval layer knows only the built-in deny list; the tools and context packs check
+    the resolved target against the whole list, `agent.deny` included."""
+    repo = make_repo(tmp_path / "repo", {
+        "pkg/__init__.py": "", "pkg/notes.py": ORDINARY,
+        ".repoctx.toml": '[agent]\ndeny = ["*.secret"]\n',
+    })
+    build(load_config(repo, env={}, jobs=1, embed_model="hashing"))
+    (repo / "vault.secret").write_text(
+        "def ordinary_helper():\n    return 'leakmarker_agent_deny'\n"
+    )
+    (repo / "pkg/notes.py").unlink()
+    (repo / "pkg/notes.py").symlink_to("../vault.secret")
+    ctx = ToolContext.create(load_config(repo, env={}, jobs=1), granted=("read",))
+    result = ToolRegistry((*ALL_TOOLS, GET_CONTEXT)).call(*call, ctx)
+    assert "leakmarker" not in _everything(result)
