@@ -263,6 +263,8 @@ def git_case(shape: str, entry: str) -> Callable[[Lab], Verdict]:
             run = lab.agent(ws, edit)
         elif entry == "agent run --commit":
             run = lab.agent(ws, edit, "--commit")
+        elif entry == "agent git_diff tool (patch)":
+            run = lab.agent(ws, [*edit, call("git_diff")])
         elif entry == "index push":
             lab.run("index", "build", ".", "-q", "--no-embed", cwd=ws)
             (ws / "pkg" / "a.py").write_text("A = 3\n")
@@ -271,8 +273,20 @@ def git_case(shape: str, entry: str) -> Callable[[Lab], Verdict]:
         else:
             (ws / "pkg" / "a.py").write_text("A = 3\n")
             run = lab.run("index", "build", ".", "-q", "--no-embed", cwd=ws)
-        return git_verdict(mark, f"{entry}: {run.brief()}")
+        verdict = git_verdict(mark, f"{entry}: {run.brief()}")
+        return verdict[0], verdict[1] + "; " + git_control(lab, ws, mark)
     return fn
+
+
+def git_control(lab: Lab, ws: Path, mark: Path) -> str:
+    """Plain git on the same repository, afterwards: the drivers run, so the form is one git
+    honours and a contained verdict means repoctx neutralised it."""
+    before = mark.read_text() if mark.exists() else ""
+    (ws / "pkg" / "a.py").write_text("A = 9\n")
+    lab.git(ws, "diff", "--stat", "HEAD")
+    after = mark.read_text() if mark.exists() else ""
+    ran = sorted({ln.split()[-1] for ln in after[len(before):].splitlines() if ln.split()})
+    return f"control (plain git diff --stat): {'ran ' + str(ran) if ran else 'nothing ran'}"
 
 
 def git_same_size(change_size: bool) -> Callable[[Lab], Verdict]:
@@ -471,8 +485,8 @@ def undo_symlink(lab: Lab) -> Verdict:
 
 # --------------------------------------------------------------------------- catalogue
 
-ENTRIES = ("agent run (end-of-run git diff --stat)", "agent run --commit", "index push",
-           "index build")
+ENTRIES = ("agent run (end-of-run git diff --stat)", "agent run --commit",
+           "agent git_diff tool (patch)", "index push", "index build")
 
 
 def catalogue() -> list[Case]:
