@@ -12,7 +12,8 @@ wins:
 - always (``ALWAYS``): fsmonitor, hooks, pager, editors, askpass, credential helpers, the
   `ext::` transport, signature display, submodule recursion and automatic maintenance off;
   ``GIT_CONFIG_NOSYSTEM=1``, ``GIT_TERMINAL_PROMPT=0``, ``GIT_PROXY_COMMAND=`` (no
-  `core.gitProxy`) and, for read-only use, ``GIT_OPTIONAL_LOCKS=0``;
+  `core.gitProxy`) and, for read-only use, ``GIT_OPTIONAL_LOCKS=0``; ``PATH`` keeps its
+  absolute entries only (a relative one would find `git` itself in the repository);
 - every key of a program-running family (``FAMILIES``: filters, diff, merge and tool drivers,
   aliases, pagers, signing programs, ssh and transport commands, config-based hooks, …) that
   an untrusted file sets: its neutral value, then the values trusted files give it (so the
@@ -320,6 +321,11 @@ def _with_always(env: dict[str, str], pairs: list[tuple[str, str]], *, read_only
         env[f"GIT_CONFIG_VALUE_{count}"] = value
         count += 1
     env["GIT_CONFIG_COUNT"] = str(count)
+    # A relative (or empty) PATH entry is looked up from git's working directory, the
+    # repository: `git` itself, and every program git starts by name, would be its files.
+    if "PATH" in env:
+        absolute = [p for p in env["PATH"].split(os.pathsep) if os.path.isabs(p)]
+        env["PATH"] = os.pathsep.join(absolute) or os.defpath
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["GIT_PROXY_COMMAND"] = ""

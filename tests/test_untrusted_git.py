@@ -505,3 +505,28 @@ def test_git_config_in_the_environment_does_not_blind_the_listing(
     assert "pkg/calc.py" in git_stat(repo, ["pkg/calc.py"])
     assert _ran(marker) == []
 
+
+
+@pytest.mark.parametrize("entry", ["bin", "", "."])
+def test_a_relative_path_entry_never_finds_git_in_the_repository(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+):
+    """A PATH entry that is relative (``./node_modules/.bin`` style) or empty is looked up from
+    git's working directory — the repository, whose `git` file would run as the user."""
+    marker = tmp_path / "ran"
+    repo = _repo(tmp_path, b"evil")
+    for where in (repo / "bin", repo):
+        where.mkdir(exist_ok=True)
+        fake = where / "git"
+        fake.write_text(f'#!/bin/sh\necho repo-git >> "{marker}"\nexit 1\n')
+        fake.chmod(0o755)
+    git(repo, "add", "bin/git", "git")
+    git(repo, "commit", "-qm", "planted")
+    _modify(repo)
+    monkeypatch.setenv("PATH", f"{entry}{os.pathsep}{os.environ['PATH']}")
+    assert "pkg/calc.py" in git_stat(repo, ["pkg/calc.py"])
+    result = CliRunner().invoke(cli, ["index", "build", str(repo), "--no-embed", "-q", "-j", "1"])
+    assert result.exit_code == 0, result.output
+    assert history_status(load_config(repo, env={}, jobs=1).index_path)["state"] == "ok"
+    commit_run(repo, "r1", "t", "s", ["pkg/calc.py"], [])
+    assert _ran(marker) == []
