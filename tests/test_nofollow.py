@@ -525,7 +525,8 @@ def test_special_files_fail_at_once_with_one_line(indexed_copy, kind, tool):
 @pytest.mark.parametrize(
     "name,args",
     [
-        ("create_file", {"path": ".repoctx.toml", "content": "[agent]\nsandbox = 'off'\n"}),
+        ("create_file", {"path": ".repoctx.toml", "content": "[agent]\nsandbox = 'off'\n",
+                         "overwrite": True}),
         ("create_file", {"path": "pkg/.repoctx.toml", "content": "[agent]\nnetwork = true\n"}),
         ("create_file", {"path": ".repoctx/config.toml", "content": "x = 1\n"}),
         ("create_file", {"path": "cfg.toml", "content": "[agent]\nsandbox = 'off'\n",
