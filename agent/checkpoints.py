@@ -22,7 +22,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,19 +116,15 @@ class CheckpointStore:
                     entry.update(kind="symlink", target=os.readlink(name, dir_fd=dfd))
             elif stat.S_ISREG(st.st_mode):
                 blob = f"{len(current.entries):06d}"
-                blob_path = current.ref.path / "blobs" / blob
-                blob_path.parent.mkdir(parents=True, exist_ok=True)
                 try:
                     # The bytes come from the descriptor that was checked, never from a name
                     # that could be re-pointed between the check and the copy.
                     fd, st = base.read_fd(rel)
                 except AgentError as exc:
                     raise CheckpointError(f"{path}: {exc} Nothing was written.") from exc
-                with os.fdopen(fd, "rb") as src, open(blob_path, "wb") as dst:
-                    while chunk := src.read(1 << 20):
-                        dst.write(chunk)
-                    dst.flush()
-                    os.fsync(dst.fileno())
+                with os.fdopen(fd, "rb") as src:
+                    data = src.read()
+                self._write_own(f"{_step_rel(current.ref)}/blobs/{blob}", data)
                 entry.update(
                     kind="file", blob=blob, mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns
                 )
@@ -197,7 +192,8 @@ class CheckpointStore:
                         if _remove(base, path):
                             deleted.append(path)
                     else:
-                        _restore(base, entry, ref.path / "blobs")
+                        blob = self.blob(run_id, step, entry["blob"]) if entry["kind"] == "file" else b""
+                        _restore(base, entry, blob)
                         restored.append(path)
                 except (OSError, AgentError) as exc:
                     failures.append(f"{path}: {_one_line(exc)}")
@@ -261,17 +257,37 @@ class CheckpointStore:
             raise CheckpointError(f"Invalid step {step!r} — steps are integers from 0.")
         return StepRef(run_id, step, self._run_dir(run_id) / f"{step:08d}")
 
+    # The store's own files are reached with no link followed too: where the sandbox has no
+    # mount namespace, a command can plant links in the index directory.
+
+    def _write_own(self, rel: str, data: bytes) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with Beneath(self.dir) as own:
+            own.write(rel, data)
+
+    def _read_own(self, rel: str) -> bytes:
+        with Beneath(self.dir) as own:
+            return own.read_bytes(rel)
+
+    def blob(self, run_id: str, step: int, name: str) -> bytes:
+        """The bytes saved as ``name`` in (run_id, step)."""
+        return self._read_own(f"{_step_rel(self._ref(run_id, step))}/blobs/{name}")
+
+    def load(self, run_id: str, step: int) -> tuple[list[dict[str, Any]], bool]:
+        """The entries of (run_id, step) in recording order, and whether it was rolled back."""
+        loaded = self._load(self._ref(run_id, step))
+        return loaded.entries, loaded.rolled_back
+
     def _load(self, ref: StepRef) -> _Step:
         try:
-            data = json.loads((ref.path / _MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            data = json.loads(self._read_own(f"{_step_rel(ref)}/{_MANIFEST}"))
+        except (OSError, ValueError, AgentError) as exc:
             raise RollbackError(
                 f"Checkpoint {ref.path / _MANIFEST} is unreadable ({exc}) — it cannot be used to undo."
             ) from exc
         return _Step(ref, list(data["entries"]), bool(data.get("rolled_back", False)))
 
     def _save(self, current: _Step) -> None:
-        current.ref.path.mkdir(parents=True, exist_ok=True)
         data = {
             "format": _FORMAT,
             "run_id": current.ref.run_id,
@@ -279,17 +295,14 @@ class CheckpointStore:
             "rolled_back": current.rolled_back,
             "entries": current.entries,
         }
-        fd, tmp = tempfile.mkstemp(dir=current.ref.path, prefix=".manifest-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
-            # Atomic: a crash leaves the old manifest or the new one, never half of one.
-            os.replace(tmp, current.ref.path / _MANIFEST)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # Atomic (a new file renamed over the old): a crash leaves the old manifest or the new
+        # one, never half of one.
+        manifest = json.dumps(data, indent=1).encode()
+        self._write_own(f"{_step_rel(current.ref)}/{_MANIFEST}", manifest)
+
+
+def _step_rel(ref: StepRef) -> str:
+    return f"{ref.run_id}/{ref.step:08d}"
 
 
 class _Anchored(Beneath):
@@ -340,7 +353,7 @@ def _remove(base: _Anchored, path: Path) -> bool:
     return True
 
 
-def _restore(base: _Anchored, entry: dict[str, Any], blobs: Path) -> None:
+def _restore(base: _Anchored, entry: dict[str, Any], data: bytes) -> None:
     path = Path(entry["path"])
     rel = base.rel(path)
     if "/" in rel:
@@ -351,6 +364,5 @@ def _restore(base: _Anchored, entry: dict[str, Any], blobs: Path) -> None:
     if entry["kind"] == "symlink":
         base.symlink(rel, entry["target"])
         return
-    data = (blobs / entry["blob"]).read_bytes()
     # A new file renamed over the name, so a reader never sees a half-restored file.
     base.write(rel, data, mode=entry["mode"], mtime_ns=entry["mtime_ns"], create_parents=False)

@@ -774,3 +774,26 @@ def test_a_link_swapped_in_to_a_file_only_agent_deny_names_is_not_shown(tmp_path
     ctx = ToolContext.create(load_config(repo, env={}, jobs=1), granted=("read",))
     result = ToolRegistry((*ALL_TOOLS, GET_CONTEXT)).call(*call, ctx)
     assert "leakmarker" not in _everything(result)
+
+
+@pytest.mark.parametrize("planted", ["step", "run", "blobs"])
+def test_the_checkpoint_store_never_writes_its_own_files_through_a_planted_link(
+    repo, outside, tmp_path, planted
+):
+    """Where the sandbox has no mount namespace a command can plant links in the index
+    directory: the next checkpoint must not write a manifest or a blob through one."""
+    store = CheckpointStore(tmp_path / "cp", repo)
+    ws = Workspace(repo, recorder=store)
+    store.begin_step("r", 0)
+    ws.write_text("pkg/top.py", "TOP = 2\n")
+    target = outside / "pkg"
+    link = {"step": "r/00000001", "run": "s", "blobs": "r/00000001/blobs"}[planted]
+    (tmp_path / "cp" / link).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cp" / link).symlink_to(target, target_is_directory=True)
+    home_before = snapshot(outside)
+    with pytest.raises(AgentError) as info:
+        store.begin_step("s" if planted == "run" else "r", 1)
+        ws.write_text("pkg/sub/mod.py", "X = 1\n")
+    assert snapshot(outside) == home_before
+    assert "\n" not in str(info.value)
+    assert (repo / "pkg/sub/mod.py").read_text() == FILES["pkg/sub/mod.py"]  # refused first

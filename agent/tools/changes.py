@@ -4,7 +4,6 @@ and the innermost definitions those ranges touch."""
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -38,16 +37,15 @@ def run_originals(store: CheckpointStore, run_id: str) -> dict[str, bytes | None
     from the checkpoint manifests (layout in agent/checkpoints.py); rolled-back steps skipped."""
     originals: dict[str, bytes | None] = {}
     for step in store.steps(run_id):
-        step_dir = store.dir / run_id / f"{step:08d}"
-        manifest = json.loads((step_dir / "manifest.json").read_text(encoding="utf-8"))
-        if manifest.get("rolled_back"):
+        entries, rolled_back = store.load(run_id, step)
+        if rolled_back:
             continue
-        for entry in manifest["entries"]:
+        for entry in entries:
             path = entry["path"]
             if path in originals:
                 continue
             if entry["kind"] == "file":
-                originals[path] = (step_dir / "blobs" / entry["blob"]).read_bytes()
+                originals[path] = store.blob(run_id, step, entry["blob"])
             elif entry["kind"] == "absent":
                 originals[path] = None
     return originals
