@@ -797,3 +797,23 @@ def test_the_checkpoint_store_never_writes_its_own_files_through_a_planted_link(
     assert snapshot(outside) == home_before
     assert "\n" not in str(info.value)
     assert (repo / "pkg/sub/mod.py").read_text() == FILES["pkg/sub/mod.py"]  # refused first
+
+
+@pytest.mark.parametrize("mode", ["openat2", "walk"])
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s != "leaf"])
+def test_a_rename_never_moves_a_file_through_a_swapped_directory(
+    repo, outside, monkeypatch, mode, shape
+):
+    from agent.safe_fs import Beneath
+    from indexer import nofollow
+
+    if mode == "walk":
+        monkeypatch.setattr(nofollow._OPENAT2, "usable", False)
+    (repo / "moving.py").write_text("MOVING = 1\n")
+    SHAPES[shape](repo, outside)
+    home_before = snapshot(outside)
+    with Beneath(repo.resolve()) as base, pytest.raises(AgentError) as info:
+        base.rename("moving.py", "pkg/sub/moved.py")
+    assert (repo / "moving.py").exists()
+    assert snapshot(outside) == home_before
+    one_line_about_a_link(str(info.value))
