@@ -626,13 +626,24 @@ def _walk_symlink(
 # --------------------------------------------------------------------------- git mode
 
 
+#: Seconds discovery's git may take (well under one on large trees). Past it git is blocked
+#: opening an ignore file that never ends — a FIFO as `.gitignore` or `core.excludesFile`, which
+#: an agent's command can make — and the build stops with one line instead of hanging.
+GIT_TIMEOUT_S = 120.0
+
+
 def _git(root: str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    from .gitsafe import git_env  # nothing the repository configures runs (fsmonitor, filters)
+    from .gitsafe import GitStuckError, git_env  # nothing the repository configures runs
 
     env = git_env(root, {k: v for k, v in os.environ.items() if k not in _GIT_ENV_OVERRIDES})
-    return subprocess.run(
-        ["git", *args], cwd=root, input=stdin, capture_output=True, env=env, check=False
-    )
+    try:
+        return subprocess.run(["git", *args], cwd=root, input=stdin, capture_output=True,
+                              env=env, check=False, timeout=GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise GitStuckError(
+            f"`git {args[0]}` did not finish in {GIT_TIMEOUT_S:g} s in {root!r} — look for a FIFO "
+            "or device named `.gitignore` (or by `core.excludesFile`, `info/exclude`) and remove it."
+        ) from None
 
 
 def _git_ignored(root: str, paths: Iterable[str]) -> set[str] | None:

@@ -152,6 +152,11 @@ class GitConfigError(RepoctxError):
     the configuration file git names and run again."""
 
 
+class GitStuckError(RepoctxError):
+    """git did not finish in time, so repoctx stopped it — look for a FIFO or a device where
+    git reads a file (an ignore or attributes file) and remove it."""
+
+
 def find_git_dirs(start: str | os.PathLike[str]) -> tuple[Path, Path] | None:
     """(git dir, common dir) of the repository containing ``start``, without running git."""
     found = _locate(start)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -377,26 +378,33 @@ print(json.dumps(out))
 """
 
 
+def _bounded(argv: list[str], limit: float, what: str) -> subprocess.CompletedProcess:
+    """``argv`` in a process group of its own, killed whole past ``limit`` (a git blocked on
+    a FIFO would outlive its parent)."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=REPO, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail(f"{what} did not return within {limit} s")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def _probe(repo: Path, limit: float) -> dict:
     """git_env, the end-of-run stat and --commit in a child (its hang cannot hang the tests)."""
-    try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, str(REPO), str(repo)],
-                              capture_output=True, text=True, timeout=limit, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"git_env did not return within {limit} s")
+    proc = _bounded([sys.executable, "-c", _PROBE, str(REPO), str(repo)], limit, "git_env")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 def _cli(repo: Path, limit: float) -> subprocess.CompletedProcess:
-    code = ("import sys; sys.argv[0] = 'repoctx'; from indexer import gitsafe; "
-            "gitsafe.LIST_TIMEOUT_S = 2.0; from cli.main import main; main()")
-    try:
-        return subprocess.run([sys.executable, "-c", code, "index", "build", str(repo),
-                               "--no-embed", "-q", "-j", "1"], capture_output=True, text=True,
-                              timeout=limit, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`repoctx index build` did not return within {limit} s")
+    code = ("import sys; sys.argv[0] = 'repoctx'; from indexer import discovery, gitsafe; "
+            "gitsafe.LIST_TIMEOUT_S = 2.0; discovery.GIT_TIMEOUT_S = 2.0; "
+            "from cli.main import main; main()")
+    return _bounded([sys.executable, "-c", code, "index", "build", str(repo), "--no-embed", "-q",
+                     "-j", "1"], limit, "`repoctx index build`")
 
 
 @pytest.mark.parametrize("target", ["fifo", "include_of_fifo"])
@@ -530,3 +538,22 @@ def test_a_relative_path_entry_never_finds_git_in_the_repository(
     assert history_status(load_config(repo, env={}, jobs=1).index_path)["state"] == "ok"
     commit_run(repo, "r1", "t", "s", ["pkg/calc.py"], [])
     assert _ran(marker) == []
+
+
+@pytest.mark.parametrize("where", [".gitignore", "sub/.gitignore", "core.excludesFile"])
+def test_a_fifo_git_reads_as_an_ignore_file_stops_the_build_with_one_line(
+    tmp_path: Path, home: Path, where: str
+):
+    """git blocks opening a FIFO where it reads ignore patterns (an agent's command can make
+    one): discovery stops it and says so instead of hanging the build, the agent or the MCP
+    server."""
+    repo = _repo(tmp_path, b"evil")
+    if where == "core.excludesFile":
+        os.mkfifo(repo / "pipe")
+        _append(repo, f"[core]\n\texcludesFile = {repo}/pipe\n".encode())
+    else:
+        (repo / where).parent.mkdir(exist_ok=True)
+        os.mkfifo(repo / where)
+    proc = _cli(repo, 60)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "did not finish in 2 s" in proc.stderr and "FIFO" in proc.stderr
