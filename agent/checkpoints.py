@@ -261,13 +261,15 @@ class CheckpointStore:
     # mount namespace, a command can plant links in the index directory.
 
     def _write_own(self, rel: str, data: bytes) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with Beneath(self.dir) as own:
-            own.write(rel, data)
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        # From the store's parent (the index directory), so the store directory itself is not
+        # followed either when a link has taken its place.
+        with Beneath(self.dir.parent) as own:
+            own.write(f"{self.dir.name}/{rel}", data)
 
     def _read_own(self, rel: str) -> bytes:
-        with Beneath(self.dir) as own:
-            return own.read_bytes(rel)
+        with Beneath(self.dir.parent) as own:
+            return own.read_bytes(f"{self.dir.name}/{rel}")
 
     def blob(self, run_id: str, step: int, name: str) -> bytes:
         """The bytes saved as ``name`` in (run_id, step)."""

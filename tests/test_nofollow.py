@@ -776,7 +776,7 @@ def test_a_link_swapped_in_to_a_file_only_agent_deny_names_is_not_shown(tmp_path
     assert "leakmarker" not in _everything(result)
 
 
-@pytest.mark.parametrize("planted", ["step", "run", "blobs"])
+@pytest.mark.parametrize("planted", ["step", "run", "blobs", "store"])
 def test_the_checkpoint_store_never_writes_its_own_files_through_a_planted_link(
     repo, outside, tmp_path, planted
 ):
@@ -787,9 +787,14 @@ def test_the_checkpoint_store_never_writes_its_own_files_through_a_planted_link(
     store.begin_step("r", 0)
     ws.write_text("pkg/top.py", "TOP = 2\n")
     target = outside / "pkg"
-    link = {"step": "r/00000001", "run": "s", "blobs": "r/00000001/blobs"}[planted]
-    (tmp_path / "cp" / link).parent.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "cp" / link).symlink_to(target, target_is_directory=True)
+    if planted == "store":  # the whole store replaced by a link to a copy of it in the home
+        shutil.copytree(tmp_path / "cp", outside / "pkg/cp")
+        shutil.rmtree(tmp_path / "cp")
+        (tmp_path / "cp").symlink_to(outside / "pkg/cp", target_is_directory=True)
+    else:
+        link = {"step": "r/00000001", "run": "s", "blobs": "r/00000001/blobs"}[planted]
+        (tmp_path / "cp" / link).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cp" / link).symlink_to(target, target_is_directory=True)
     home_before = snapshot(outside)
     with pytest.raises(AgentError) as info:
         store.begin_step("s" if planted == "run" else "r", 1)
