@@ -93,9 +93,42 @@ def paths() -> st.SearchStrategy:
             | st.integers(1, 3000).map(lambda n: "a/" * n))
 
 
+#: What a client looking for secrets or code would ask for.
+WORDS = ["API_KEY", "SECRET", "token", "password", "credentials", "aws", "netrc", "env", "add",
+         "Calc", "Calc.run", "twice", "*", "pkg.a.add"]
+
+
+def words() -> st.SearchStrategy:
+    return st.sampled_from(WORDS) | st.text(max_size=30)
+
+
+def wellformed(name: str) -> st.SearchStrategy:
+    """Arguments the schema of ``name`` accepts, with values that probe it."""
+    ints = st.integers(-5, 10**9) | st.integers(-2**70, 2**70)
+    return {
+        "search_code": st.fixed_dictionaries({"query": words()}, optional={
+            "mode": st.sampled_from(["lexical", "semantic", "hybrid"]), "k": ints,
+            "path_glob": paths(), "lang": st.text(max_size=8)}),
+        "find_symbol": st.fixed_dictionaries({"name": words()}, optional={
+            "kind": st.text(max_size=10), "limit": ints}),
+        "find_references": st.fixed_dictionaries({"name": words()}, optional={"limit": ints}),
+        "read_span": st.fixed_dictionaries({"path": paths()}, optional={
+            "start_line": ints, "end_line": ints}),
+        "get_context": st.fixed_dictionaries({"task": words()}, optional={
+            "budget": st.integers(-10, 10**7)}),
+    }.get(name, st.fixed_dictionaries({}))
+
+
+def named_args(names: list[str]) -> st.SearchStrategy:
+    """(tool name, arguments): mostly a known tool with schema-shaped arguments, else any."""
+    known = st.sampled_from(names).flatmap(
+        lambda n: st.tuples(st.just(n), st.one_of(wellformed(n), wellformed(n), tool_args())))
+    return st.one_of(known, known, known, st.tuples(st.text(max_size=15), tool_args()))
+
+
 def tool_args() -> st.SearchStrategy:
     typed = st.fixed_dictionaries({}, optional={
-        "path": paths(), "query": st.text(max_size=80) | st.sampled_from(["add", "Calc", "*", "API_KEY", "SECRET"]),
+        "path": paths(), "query": st.text(max_size=80) | words(),
         "name": st.text(max_size=40) | st.sampled_from(["add", "Calc.run", "twice", "API_KEY"]),
         "start_line": st.integers(-2**70, 2**70) | st.integers(0, 20),
         "end_line": st.integers(-2**70, 2**70) | st.integers(0, 20),
@@ -118,8 +151,7 @@ def ids() -> st.SearchStrategy:
 def messages() -> dict[str, st.SearchStrategy]:
     tool_call = st.fixed_dictionaries({
         "id": ids(), "method": st.just("tools/call"),
-        "params": st.fixed_dictionaries({"name": st.sampled_from(TOOLS) | st.text(max_size=15),
-                                         "arguments": tool_args()})})
+        "params": named_args(TOOLS).map(lambda p: {"name": p[0], "arguments": p[1]})})
     anything = st.fixed_dictionaries({
         "id": ids(), "method": st.sampled_from(METHODS) | st.text(max_size=20) | json_values(),
         "params": json_values()})
@@ -226,7 +258,7 @@ class Fuzzer:
                            data.decode()[:200])
             self.restart("a dead server" if not alive else "no reply to ping")
             return
-        grace = 3.0 if kind == "tool" else 0.3
+        grace = 2.0 if kind == "tool" else 0.2
         for ident in valid_ids:
             self.expected += 1
             reply = self.client.wait(ident, grace)
@@ -340,8 +372,9 @@ def run_registry(lab: Lab, n: int, ws: Path, outside: Path, secrets: dict[str, s
 
     @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(st.sampled_from(names), tool_args())
-    def one(name: str, args: Any) -> None:
+    @given(named_args(names))
+    def one(pair: tuple[str, Any]) -> None:
+        name, args = pair
         nonlocal calls
         calls += 1
         box: dict[str, Any] = {}
