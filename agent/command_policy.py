@@ -213,7 +213,7 @@ def _refuse(name: str, allowlist: tuple[str, ...]) -> CommandNotAllowedError:
     allowed = ", ".join(sorted(allowlist)) or "(empty)"
     return CommandNotAllowedError(
         f"`{name}` is not in the command allowlist ({allowed}) — add it to "
-        "`agent.allow_commands` in .repoctx.toml to permit it, or use an allowed command."
+        "`agent.allow_commands` in your user-level config (~/.config/repoctx/config.toml) to permit it, or use an allowed command."
     )
 
 

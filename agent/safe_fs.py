@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
+from indexer.display import shown
 from indexer.nofollow import READ_FLAGS, open_beneath, openat2_available, plain_relative
 
 from .errors import LinkInPathError, NotAFileError, PathEscapeError, PathNotFoundError
@@ -94,16 +95,16 @@ class Beneath:
         """The one-line typed error for ``exc`` met while doing ``what`` to ``rel``."""
         if exc.errno in (errno.ELOOP, errno.EXDEV):
             return LinkInPathError(
-                f"{rel}: a link is on the path — nothing was {what} through it (a directory or "
+                f"{shown(rel)}: a link is on the path — nothing was {what} through it (a directory or "
                 "file was replaced by a link). Use the real path; see list_dir."
             )
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return PathNotFoundError(f"{rel} does not exist — list the directory to see what exists.")
+            return PathNotFoundError(f"{shown(rel)} does not exist — list the directory to see what exists.")
         if exc.errno == errno.EISDIR:
-            return NotAFileError(f"{rel} is a directory — pass the path of a file.")
+            return NotAFileError(f"{shown(rel)} is a directory — pass the path of a file.")
         if exc.errno == errno.ENXIO:  # open() of a socket
             return NotAFileError(
-                f"{rel} is a socket or device, not a regular file — only regular files are read."
+                f"{shown(rel)} is a socket or device, not a regular file — only regular files are read."
             )
         return exc
 
@@ -143,9 +144,9 @@ class Beneath:
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             if stat.S_ISDIR(st.st_mode):
-                raise NotAFileError(f"{rel} is a directory — use list_dir, or pass a file path.")
+                raise NotAFileError(f"{shown(rel)} is a directory — use list_dir, or pass a file path.")
             raise NotAFileError(
-                f"{rel} is {kind_of(st.st_mode)}, not a regular file — only regular files are read."
+                f"{shown(rel)} is {kind_of(st.st_mode)}, not a regular file — only regular files are read."
             )
         # Regular files ignore O_NONBLOCK; clear it anyway so the descriptor reads as usual.
         os.set_blocking(fd, True)
@@ -233,7 +234,7 @@ class Beneath:
                 except FileNotFoundError:
                     old = None
                 if old is not None and stat.S_ISDIR(old.st_mode):
-                    raise NotAFileError(f"{rel} is a directory — pass a file path.")
+                    raise NotAFileError(f"{shown(rel)} is a directory — pass a file path.")
                 if mode is None:
                     mode = stat.S_IMODE(old.st_mode) if old and stat.S_ISREG(old.st_mode) else None
                 tmp = f".{name[:64]}.repoctx-{secrets.token_hex(6)}"

@@ -15,6 +15,7 @@ import pathspec
 from indexer.config import Config, section_settings
 from indexer.config_files import is_config_path
 from indexer.denylist import DEFAULT_DENY, deny_spec
+from indexer.display import shown
 
 from .errors import (
     BinaryFileError,
@@ -184,7 +185,7 @@ class Workspace:
                           (self._rel(real), self._real_root)):
             if is_config_path(rel, root):
                 raise ProtectedPathError(
-                    f"{rel} is repoctx's own configuration or index — the agent may not write "
+                    f"{shown(rel)} is repoctx's own configuration or index — the agent may not write "
                     "it; change it yourself if it must change."
                 )
         return self._check(path, self._write_deny, self.write_deny_patterns, "write")
@@ -213,9 +214,9 @@ class Workspace:
             if index is not None:
                 key = "agent.write_deny" if pats[index] in self._write_only else "agent.deny"
                 raise SecretPathError(
-                    f"{rel} matches the deny pattern '{pats[index]}' — the agent may not {verb} it. "
-                    f"To allow it, add '!{rel}' to `{key}` in .repoctx.toml "
-                    "(or [tool.repoctx.agent] in pyproject.toml)."
+                    f"{shown(rel)} matches the deny pattern '{pats[index]}' — the agent may not {verb} it. "
+                    f"To allow it, add '!{shown(rel)}' to `{key}` in your user-level config "
+                    "(~/.config/repoctx/config.toml); a repository's config may only tighten."
                 )
         return real
 
@@ -255,7 +256,7 @@ class Workspace:
             # Bounded readline: a huge file without newlines must not be loaded whole.
             for piece in iter(lambda: fh.readline(65536), b""):
                 if b"\x00" in piece:
-                    raise BinaryFileError(f"{rel} is binary — only text files can be read.")
+                    raise BinaryFileError(f"{shown(rel)} is binary — only text files can be read.")
                 line_no = total + 1
                 wanted = line_no >= first and (end_line is None or line_no <= end_line)
                 if wanted and not full:
@@ -303,7 +304,7 @@ class Workspace:
         with Beneath(self._real_root) as base:
             st = base.lstat(rel) if rel != "." else os.stat(self._real_root)
             if st is not None and stat.S_ISDIR(st.st_mode):
-                raise NotAFileError(f"{rel} is a directory — pass a file path.")
+                raise NotAFileError(f"{shown(rel)} is a directory — pass a file path.")
             if self.recorder is not None:
                 self.recorder.record_before_write(real)
             # A new file beside the old, renamed over it: a link or hard link at the name is
@@ -317,9 +318,9 @@ class Workspace:
         with Beneath(self._real_root) as base:
             st = base.lstat(rel) if rel != "." else os.stat(self._real_root)
             if st is None:
-                raise PathNotFoundError(f"{rel} does not exist — nothing to delete.")
+                raise PathNotFoundError(f"{shown(rel)} does not exist — nothing to delete.")
             if stat.S_ISDIR(st.st_mode):
-                raise NotAFileError(f"{rel} is a directory — only files can be deleted.")
+                raise NotAFileError(f"{shown(rel)} is a directory — only files can be deleted.")
             if self.recorder is not None:
                 self.recorder.record_before_write(real)
             base.unlink(rel)
@@ -345,12 +346,12 @@ class Workspace:
         with Beneath(self._real_root) as base:
             st = base.lstat(rel_root) if rel_root != "." else os.stat(self._real_root)
             if st is None:
-                raise PathNotFoundError(f"{rel_root} does not exist — list its parent directory.")
+                raise PathNotFoundError(f"{shown(rel_root)} does not exist — list its parent directory.")
             if stat.S_ISREG(st.st_mode):
-                raise NotAFileError(f"{rel_root} is a file — read it instead of listing it.")
+                raise NotAFileError(f"{shown(rel_root)} is a file — read it instead of listing it.")
             if not stat.S_ISDIR(st.st_mode):
                 raise NotAFileError(
-                    f"{rel_root} is {kind_of(st.st_mode)}, not a directory — list a directory."
+                    f"{shown(rel_root)} is {kind_of(st.st_mode)}, not a directory — list a directory."
                 )
             # Breadth first, so a truncated listing still shows the top levels.
             queue: deque[tuple[str, int]] = deque([(rel_root, 1)])

@@ -317,14 +317,23 @@ def _parse_rules(lines: Iterable[str]) -> list[_Rule]:
 
 
 def _read_layer(path: str, base: str) -> _Layer | None:
+    # Non-blocking and regular files only: an ignore file the repository (or an agent's
+    # command) made a FIFO or a device must not hang the walk; a link is not followed, as git
+    # does not follow a symlinked .gitignore.
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        # An unreadable ignore file cannot hide anything; the files it names stay included.
+        # Missing, a link, or unreadable: it cannot hide anything; the files it names stay in.
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     rules = _parse_rules(text.splitlines())
     return _Layer(base, rules) if rules else None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -11,6 +12,10 @@ import pytest
 
 from indexer.build import build
 from indexer.config import Config, load_config
+
+# A developer's own user-level config (~/.config/repoctx/config.toml) must not leak into the
+# tests: every test, and every process a test starts, sees an empty config directory.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="repoctx-tests-xdg-")
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
@@ -131,7 +136,8 @@ SLOW_MODULES = frozenset({
     "test_hostile_files", "test_watch", "test_index_damage", "test_sandbox", "test_runner",
     "test_object_storage", "test_mcp", "test_incremental", "test_secrets", "test_semantic",
     "test_agent_loop", "test_snapshot", "test_llm_recordings", "test_bulk_load",
-    "test_pool_stop",
+    "test_pool_stop", "test_untrusted_interpreter", "test_sandbox_ns", "test_mcp_protocol",
+    "test_damage_exhaustion", "test_control_chars", "test_untrusted_git",
 })
 
 

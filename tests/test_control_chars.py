@@ -260,3 +260,28 @@ def test_agent_run_replay_and_undo_show_created_names_escaped(tmp_path):
     clean(undo)
     assert sorted(undo.splitlines()[:-1]) == sorted(f"deleted  {e}" for e in ESCAPED[:4])
     assert not any((root / n).exists() for n in made)
+
+
+def test_write_tool_messages_escape_names(tmp_path):
+    """create_file, edit and their refusals name the file in one line, whatever its name."""
+    root = make_repo(tmp_path / "w", {"base.py": "def base():\n    return 0\n"})
+    cfg = load_config(root, env={}, jobs=1)
+    build(cfg)
+    ctx = ToolContext.create(cfg, granted=("read", "write"))
+    reg = default_registry()
+    for name, escaped in zip(NAMES, ESCAPED, strict=True):
+        made = reg.call("create_file", {"path": name, "content": "X = 1\n"}, ctx)
+        assert made.ok, made.text()
+        clean(made.text())
+        assert escaped in made.text()
+        again = reg.call("create_file", {"path": name, "content": "X = 2\n"}, ctx)
+        assert not again.ok
+        clean(again.text())
+        assert escaped in again.text()
+        edited = reg.call("edit", {"path": name, "old_text": "X = 1", "new_text": "X = 3"}, ctx)
+        assert edited.ok, edited.text()
+        clean(edited.text())
+        assert (root / name).read_text() == "X = 3\n"
+        missing = reg.call("edit", {"path": "no" + name, "old_text": "a", "new_text": "b"}, ctx)
+        assert not missing.ok
+        clean(missing.text())

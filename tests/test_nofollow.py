@@ -822,3 +822,35 @@ def test_a_rename_never_moves_a_file_through_a_swapped_directory(
     assert (repo / "moving.py").exists()
     assert snapshot(outside) == home_before
     one_line_about_a_link(str(info.value))
+
+
+@pytest.mark.parametrize(("mode", "name"), [
+    ("walk", ".gitignore"), ("walk", "sub/.gitignore"), ("walk", ".repoctxignore"),
+    ("git", ".repoctxignore"),
+])
+def test_an_ignore_file_that_is_a_fifo_never_hangs_discovery(tmp_path, name, mode):
+    """The ignore files discovery reads itself (every layer in walk mode, .repoctxignore always):
+    one that a repository or a command made a FIFO is skipped at once, the build completes.
+    (A FIFO .gitignore under git is read by git: bounded by `GIT_TIMEOUT_S` instead, see
+    tests/test_untrusted_git.py.)"""
+    root = tmp_path / "repo"
+    files = {"a.py": "def a():\n    return 1\n", "sub/b.py": "def b():\n    return 2\n"}
+    if mode == "git":
+        make_repo(root, files)
+    else:
+        root.mkdir()
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+    os.mkfifo(root / name)
+    done: list[object] = []
+
+    def run() -> None:
+        done.append(discover(load_config(root, env={})))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), f"discovery blocked on the FIFO {name}"
+    paths = {f.path for f in done[0].files}
+    assert {"a.py", "sub/b.py"} <= paths

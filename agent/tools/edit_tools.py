@@ -7,6 +7,8 @@ import difflib
 import re
 from typing import Any
 
+from indexer.display import shown
+
 from .. import redact
 from .core import Tool, ToolContext, ToolResult, fail, ok
 from .syntax import Replacement, still_broken
@@ -249,7 +251,7 @@ def edit(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     diff = unified(loaded.path, text, new_text)
     broken = still_broken(loaded.path, change.new)
     return ok(
-        f"Edited {loaded.path}: replaced {len(hits)} occurrence(s) at line(s) "
+        f"Edited {shown(loaded.path)}: replaced {len(hits)} occurrence(s) at line(s) "
         + ", ".join(str(_line_at(text, h)) for h in hits[:10])
         + f".\n{diff}\n{outcome.note()}"
         + (f"\n{broken}" if broken else ""),
@@ -303,7 +305,7 @@ def create_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if ws.lexists(real):
         if not args["overwrite"]:
             return fail(
-                f"{rel} already exists — use edit to change it, or set overwrite: true to "
+                f"{shown(rel)} already exists — use edit to change it, or set overwrite: true to "
                 "replace it whole."
             )
         old = load_for_edit(ctx, rel).data
@@ -316,7 +318,7 @@ def create_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     verb = "Replaced" if old is not None else "Created"
     broken = still_broken(rel, content)
     return ok(
-        f"{verb} {rel} ({lines} lines, {len(content)} bytes). {outcome.note()}"
+        f"{verb} {shown(rel)} ({lines} lines, {len(content)} bytes). {outcome.note()}"
         + (f"\n{broken}" if broken else ""),
         path=rel,
         created=old is None,

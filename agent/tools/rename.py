@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from indexer import graph
+from indexer.display import shown
 from indexer.errors import RepoctxError
 from indexer.languages import is_text_format, language_for_path, ts_parser
 from retrieval.symbols import find_symbols
@@ -134,7 +135,7 @@ def _mentions(
                 continue
         for i, line in enumerate(data.split(b"\n"), 1):
             if pattern.search(line):
-                out.append(f"{path}:{i}: {line.decode('utf-8', 'replace').strip()[:120]}")
+                out.append(f"{shown(path)}:{i}: {line.decode('utf-8', 'replace').strip()[:120]}")
     return out
 
 
@@ -257,7 +258,7 @@ def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolRe
             at_def = _definition_offset(tree, data, start_byte, end_byte, old_b) if tree else None
             if at_def is None:
                 return fail(
-                    f"Could not find the name {old!r} in the definition at {path}:"
+                    f"Could not find the name {old!r} in the definition at {shown(path)}:"
                     f"{sym.start_line} — the index may be stale; run `repoctx index build`."
                 )
             offsets.add(at_def)
@@ -265,19 +266,19 @@ def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolRe
             if kind == "import":
                 found_imports = _import_offsets(tree, data, line, old_b) if tree else []
                 if not found_imports:
-                    edits.skipped.append(f"{path}:{line} (import: name not found)")
+                    edits.skipped.append(f"{shown(path)}:{line} (import: name not found)")
                 offsets.update(found_imports)
                 edits.ref_sites += bool(found_imports)
                 continue
             if line - 1 >= len(starts):
-                edits.skipped.append(f"{path}:{line} (past the end of the file)")
+                edits.skipped.append(f"{shown(path)}:{line} (past the end of the file)")
                 continue
             at = starts[line - 1] + col
             if _is_word_at(data, at, old_b):
                 offsets.add(at)
                 edits.ref_sites += 1
             else:
-                edits.skipped.append(f"{path}:{line} (text differs from the index)")
+                edits.skipped.append(f"{shown(path)}:{line} (text differs from the index)")
         if not offsets:
             continue
         ordered = sorted(offsets)
@@ -305,7 +306,7 @@ def _verify(conn, sym, new_qualname: str, paths: list[str], dangling_before, out
     if dangling:
         problems.append(
             f"{len(dangling)} reference(s) to {sym.name!r} no longer resolve: "
-            + ", ".join(f"{p}:{ln}" for p, ln, _ in dangling[:10])
+            + ", ".join(f"{shown(p)}:{ln}" for p, ln, _ in dangling[:10])
         )
     if new_id is not None:
         resolved_new = graph.resolved_reference_count(conn, new_id)
@@ -322,7 +323,7 @@ def _report(ctx, conn, sym, new_qualname, edits: _Edits, ambiguous, resolved_new
     same_named = []
     if sym.kind == "method":
         same_named = [
-            f"{q} ({p}:{ln})"
+            f"{q} ({shown(p)}:{ln})"
             for q, p, ln in graph.definitions_named(conn, old, "method", limit=10)
         ]
     lines = [
@@ -335,7 +336,7 @@ def _report(ctx, conn, sym, new_qualname, edits: _Edits, ambiguous, resolved_new
     if ambiguous:
         lines.append(
             "Not renamed — ambiguous references that may mean this symbol (check them): "
-            + ", ".join(f"{p}:{ln}" for p, ln, _ in ambiguous[:20])
+            + ", ".join(f"{shown(p)}:{ln}" for p, ln, _ in ambiguous[:20])
         )
     if skipped:
         lines.append("Skipped sites: " + ", ".join(skipped[:20]))

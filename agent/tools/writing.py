@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.display import shown
 from indexer.errors import RepoctxError
 
 from ..errors import BinaryFileError, NotAFileError, PathNotFoundError
@@ -72,20 +73,20 @@ def load_for_edit(ctx: ToolContext, path: str) -> LoadedFile:
         data = ctx.workspace.read_bytes(real, limit)
     except PathNotFoundError as exc:
         raise PathNotFoundError(
-            f"{rel} does not exist — use create_file to make it, or list_dir to find the file."
+            f"{shown(rel)} does not exist — use create_file to make it, or list_dir to find the file."
         ) from exc
     if len(data) > limit:
         raise NotAFileError(
-            f"{rel} is over the {limit}-byte edit limit (`agent.max_edit_bytes`) — edit it "
+            f"{shown(rel)} is over the {limit}-byte edit limit (`agent.max_edit_bytes`) — edit it "
             "another way."
         )
     if b"\x00" in data:
-        raise BinaryFileError(f"{rel} is binary — only text files can be edited.")
+        raise BinaryFileError(f"{shown(rel)} is binary — only text files can be edited.")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BinaryFileError(
-            f"{rel} is not valid UTF-8 (byte {exc.start}) — only UTF-8 text can be edited."
+            f"{shown(rel)} is not valid UTF-8 (byte {exc.start}) — only UTF-8 text can be edited."
         ) from exc
     return LoadedFile(rel, real, data, text)
 
@@ -128,7 +129,8 @@ def commit(ctx: ToolContext, changes: Sequence[FileChange]) -> WriteOutcome:
 def unified(path: str, old: str, new: str, limit: int = DIFF_LINES) -> str:
     lines = list(
         difflib.unified_diff(
-            old.splitlines(), new.splitlines(), f"a/{path}", f"b/{path}", n=2, lineterm=""
+            old.splitlines(), new.splitlines(), f"a/{shown(str(path))}", f"b/{shown(str(path))}",
+            n=2, lineterm="",
         )
     )
     if len(lines) > limit:
