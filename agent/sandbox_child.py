@@ -35,6 +35,11 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
+#: Mount options of each private, writable tmpfs (/tmp, /dev/shm). Its pages are the host's
+#: memory, outside every rlimit and the pids cgroup; without a size the kernel lends each one
+#: half of RAM, so one command filling both could take all of it. The inode count is bounded
+#: for the same reason (every empty file costs kernel memory too).
+PRIVATE_TMPFS_OPTIONS = b"mode=1777,size=1g,nr_inodes=262144"
 _ST_RELATIME = 4096
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
@@ -355,7 +360,7 @@ class ChildPlan:
             except OSError:
                 continue  # gone since the plan was made
         for tree in self.trees:
-            data = b"mode=1777" if tree.writable else b"mode=0755,size=64k"
+            data = PRIVATE_TMPFS_OPTIONS if tree.writable else b"mode=0755,size=64k"
             self._call(7, _mount(b"tmpfs", tree.path, b"tmpfs", MS_NOSUID | MS_NODEV, data))
         for path in self.mkdirs:
             try:

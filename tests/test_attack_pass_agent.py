@@ -1,0 +1,65 @@
+"""An independent attack pass on the agent side of issue 38: what a sandboxed command can do to
+the host beyond the cases the issue names. Real runner, real namespaces, real tools."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.runner import run_command
+from tests.conftest import make_repo
+from tests.test_sandbox import NAMESPACES, policy
+
+needs_ns = pytest.mark.skipif(not NAMESPACES, reason="needs mount namespaces")
+#: As root without a user namespace, and the path non-root users take.
+NS_MODES = {"full": {}, "userns": {"userns": "always"}}
+
+
+def sandboxed(repo: Path, command, **kw):
+    return run_command(command, repo, timeout_s=60, sandbox=policy(repo, **kw))
+
+#: Inside: how big the private tree is, then try to fill it past the bound in 64 MiB files
+#: (RLIMIT_FSIZE bounds one file, not how many).
+_FILL = """
+import os, sys
+path, fill = sys.argv[1], sys.argv[2] == "fill"
+s = os.statvfs(path)
+print("size", s.f_blocks * s.f_frsize)
+print("inodes", s.f_files)
+written = 0
+chunk = b"x" * (1 << 20)
+try:
+    for i in range(40 if fill else 0):
+        with open(os.path.join(path, f"fill{i}"), "wb") as f:
+            for _ in range(64):
+                f.write(chunk)
+                written += len(chunk)
+except OSError as exc:
+    print("stopped", exc.errno)
+print("written", written)
+"""
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", {"pkg/__init__.py": ""})
+
+
+@needs_ns
+@pytest.mark.parametrize("mode", list(NS_MODES))
+@pytest.mark.parametrize("tree", ["/tmp", "/dev/shm"])
+def test_private_tmpfs_is_bounded(repo: Path, mode: str, tree: str):
+    """A private /tmp or /dev/shm is host memory no rlimit or pids cgroup counts: unbounded, two
+    of them took all of RAM between them (each half of it). Filling one stops at its bound."""
+    # Filling costs a GiB of memory for a moment: done in one case, the others ask the kernel.
+    fill = mode == "full" and tree == "/dev/shm"
+    argv = ["python3", "-c", _FILL, tree, "fill" if fill else "ask"]
+    res = sandboxed(repo, argv, **NS_MODES[mode])
+    assert res.exit_code == 0, res.stderr
+    facts = dict(line.split(" ", 1) for line in res.stdout.splitlines())
+    assert int(facts["size"]) <= 1 << 30, f"{tree} is {int(facts['size']) >> 20} MiB"
+    assert int(facts["inodes"]) <= 1 << 20, f"{tree} has {facts['inodes']} inodes"
+    if fill:
+        assert int(facts["written"]) <= 1 << 30
+        assert facts.get("stopped") == "28"  # ENOSPC, at the bound
