@@ -232,6 +232,19 @@ def git_forms(evil: str) -> dict[str, Callable[[str], tuple[str, dict[str, str]]
         "include chain (include inside include)": lambda cur: (
             cur + "[include]\n\tpath = ../one.inc\n",
             {"one.inc": "[include]\n\tpath = two.inc\n", "two.inc": plain}),
+        # Beyond the list: other places and conditions git reads configuration from.
+        "includeIf onbranch:main": lambda cur: (
+            cur + '[includeIf "onbranch:main"]\n\tpath = ../evil.inc\n', {"evil.inc": plain}),
+        "includeIf hasconfig:remote.*.url": lambda cur: (
+            cur + '[remote "origin"]\n\turl = https://example.invalid/r.git\n'
+            '[includeIf "hasconfig:remote.*.url:https://example.invalid/**"]\n'
+            "\tpath = ../evil.inc\n", {"evil.inc": plain}),
+        "config.worktree (extensions.worktreeConfig)": lambda cur: (
+            cur.replace("repositoryformatversion = 0", "repositoryformatversion = 1")
+            + "[extensions]\n\tworktreeConfig = true\n", {".git/config.worktree": plain}),
+        "filter.<driver>.process (long-running filter)": lambda cur: (
+            cur + f'[filter "evil"]\n\tprocess = {evil} process\n', {}),
+        ".git is a gitfile naming a git dir in the worktree": lambda cur: (cur + plain, {}),
     }
 
 
@@ -245,6 +258,9 @@ def git_repo(lab: Lab, shape: str) -> tuple[Path, Path]:
     cfg.write_bytes(text.encode("utf-8"))
     for rel, body in extra.items():
         (ws / rel).write_text(body)
+    if shape.startswith(".git is a gitfile"):
+        (ws / ".git").rename(ws / ".evil-gitdir")
+        (ws / ".git").write_text("gitdir: .evil-gitdir\n")
     return ws, mark
 
 
