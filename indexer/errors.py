@@ -69,6 +69,11 @@ class UntrustedConfigError(ConfigError):
     ~/.config/repoctx/config.toml or pass --trust-repo-config."""
 
 
+class UnsafeIndexDirError(RepoctxError):
+    """The index directory holds a link or special file repoctx never makes — remove it and
+    build again."""
+
+
 class VectorTableDamagedError(RepoctxError):
     """The vector table is damaged — run `repoctx index verify --repair` to set it aside and
     embed the chunks again; searches answer lexically meanwhile."""

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from .errors import IndexLockedError
+from .index_dir_guard import check_index_dir
 
 
 class WriteLock:
@@ -28,8 +29,11 @@ class WriteLock:
 
     def acquire(self, wait: float = 0.0) -> WriteLock:
         """Take the lock, waiting up to ``wait`` seconds; raise IndexLockedError naming the holder."""
+        # Every writer of the index takes this lock first: the directory it is about to write
+        # may have come with the repository, links and all (`index_dir_guard`).
+        check_index_dir(self.path.parent)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         deadline = time.monotonic() + wait
         while True:
             try:

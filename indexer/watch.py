@@ -39,6 +39,7 @@ from .build import build
 from .config import Config
 from .discovery import is_ignored_path
 from .errors import IndexLockedError, NoIndexError, RepoctxError
+from .index_dir_guard import check_index_dir
 from .languages import extensionless, language_for_path
 
 PID_FILE = "watch.pid"
@@ -539,7 +540,8 @@ class _PidLock:
     def acquire(self) -> _PidLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -646,7 +648,10 @@ def watch_status(config: Config) -> WatchStatus:
 def check_index(index_dir: Path) -> None:
     """Refuse to start on a damaged or foreign graph (IndexDamagedError names the repair); no
     index yet, or an older schema, is fine: the first build makes or migrates it. A graph
-    damaged while the watcher runs is reported by each build that meets it."""
+    damaged while the watcher runs is reported by each build that meets it. The directory
+    itself must hold no link or special file repoctx did not make (`index_dir_guard`): the
+    watcher's log, state and pid files are opened by path."""
+    check_index_dir(index_dir)
     if store.graph_file(index_dir) is not None:
         with contextlib.suppress(NoIndexError):
             store.open_for_read(index_dir, check_version=False).conn.close()

@@ -1,0 +1,146 @@
+"""Attack pass on the host side of indexing an untrusted clone (issue 38, review time).
+
+A cloned repository can ship its own `.repoctx/` index directory — git keeps symbolic links, and
+`git add -f` gets past the `.gitignore` repoctx writes there — or make `.repoctx` itself a link.
+SQLite, LanceDB, the write lock and the watcher open their files by path, following links: on
+17a1ef1 a shipped `write.lock → ~/.bashrc` emptied the user's file, `graph.db`, `history.db` or
+`token_counts.db → ~/x.db` had the index written into it, `.repoctx → ~/dir` put the whole index
+there. `indexer.index_dir_guard` refuses, before any writer writes, an index directory that is a
+link or holds a link or special file repoctx never makes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from indexer.errors import UnsafeIndexDirError
+from indexer.watch import check_index
+from tests.conftest import git, index, make_repo
+
+CODE_ROOT = Path(__file__).resolve().parents[1]
+FILES = {
+    "pkg/a.py": "def foo():\n    return bar()\n\n\ndef bar():\n    return 1\n",
+    "main.py": "import pkg.a\n\n\nclass K:\n    def m(self):\n        return pkg.a.foo()\n",
+}
+SECRET = b"SECRET-HOME-MARKER\nexport TOKEN=abc\n"
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root`` with its type, bytes and mtime: any write shows."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            data = p.read_bytes() if p.is_file() and not p.is_symlink() else None
+            out[str(p.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, data)
+    return out
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    """A stand-in for the user's home: a dotfile with content, an empty file (SQLite takes an
+    empty file for a new database and writes one into it) and a directory."""
+    h = tmp_path / "home"
+    (h / "dir").mkdir(parents=True)
+    (h / ".bashrc").write_bytes(SECRET)
+    (h / "empty.db").write_bytes(b"")
+    return h
+
+
+def _plant(idx: Path, shape: str, home: Path) -> None:
+    """Put one shape of planted link into the index directory ``idx`` (inside the clone)."""
+    idx.mkdir(exist_ok=True)
+    target_file = home / (".bashrc" if shape.endswith(":text") else "empty.db")
+    name = shape.split(":")[0]
+    if name == "graph.N.db":  # repoctx's own link, to a generation file that is the link
+        (idx / "graph.1.db").symlink_to(target_file)
+        (idx / "graph.db").symlink_to("graph.1.db")
+    elif name == "vectors.lance/chunks.lance":  # the table, inside a real vectors directory
+        (idx / "vectors.lance").mkdir()
+        (idx / "vectors.lance" / "chunks.lance").symlink_to(home / "dir")
+    else:
+        (idx / name).symlink_to(target_file)
+
+
+SHAPES = [
+    "write.lock:text", "write.lock:empty", "graph.db:text", "graph.db:empty", "graph.N.db:empty",
+    "history.db:empty", "token_counts.db:empty", ".gitignore:text",
+    "vectors.lance/chunks.lance",
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_shipped_index_directory_is_never_written_through_its_links(tmp_path, home, shape):
+    repo = make_repo(tmp_path / "repo", FILES)
+    _plant(repo / ".repoctx", shape, home)
+    before = snapshot(home)
+    for full in (False, True):
+        with pytest.raises(UnsafeIndexDirError) as err:
+            index(repo, full=full)
+        assert "\n" not in str(err.value) and str(repo / ".repoctx") in str(err.value)
+    with pytest.raises(UnsafeIndexDirError):
+        check_index(repo / ".repoctx")  # what `index watch` checks before it opens its files
+    assert snapshot(home) == before
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_the_index_directory_itself_may_not_be_a_link(tmp_path, home, relative):
+    repo = make_repo(tmp_path / "repo", FILES)
+    (repo / ".repoctx").symlink_to(os.path.relpath(home / "dir", repo) if relative
+                                   else home / "dir")
+    before = snapshot(home)
+    with pytest.raises(UnsafeIndexDirError) as err:
+        index(repo)
+    assert "is a link" in str(err.value) and "\n" not in str(err.value)
+    assert snapshot(home) == before
+
+
+def test_a_special_file_in_the_index_directory_is_refused(tmp_path, home):
+    repo = make_repo(tmp_path / "repo", FILES)
+    (repo / ".repoctx").mkdir()
+    os.mkfifo(repo / ".repoctx" / "history.db")
+    with pytest.raises(UnsafeIndexDirError) as err:
+        index(repo)
+    assert "special file" in str(err.value)
+
+
+def test_a_real_clone_that_ships_its_index_directory_cannot_touch_the_home(tmp_path, home):
+    """End to end: the links are committed (`git add -f`), the user clones and runs
+    `repoctx index build` — one line, exit 1, the home untouched."""
+    origin = make_repo(tmp_path / "origin", FILES)
+    idx = origin / ".repoctx"
+    idx.mkdir()
+    # Relative to the clone's place, as a real attacker would guess `../../.bashrc`-style paths.
+    (idx / "write.lock").symlink_to(home / ".bashrc")
+    (idx / "history.db").symlink_to(home / "empty.db")
+    git(origin, "add", "-f", ".repoctx")
+    git(origin, "commit", "-q", "-m", "ship an index")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    assert (clone / ".repoctx" / "write.lock").is_symlink()
+    before = snapshot(home)
+    env = {**os.environ, "HOME": str(home)}
+    res = subprocess.run(
+        [sys.executable, "-c", "from cli.main import cli; cli()", "index", "build", str(clone)],
+        cwd=CODE_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert snapshot(home) == before
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    line = res.stderr.strip().removeprefix("Error: ")
+    assert "\n" not in line and "rm -r" in line, line
+
+
+def test_repoctx_own_layout_passes_through_every_kind_of_build(tmp_path):
+    """The control: the one link repoctx makes (`graph.db` → a generation) is accepted, across
+    incremental and full builds and the watcher's check."""
+    repo = make_repo(tmp_path / "repo", FILES)
+    for full in (False, False, True, False, True):
+        index(repo, full=full)
+    assert os.readlink(repo / ".repoctx" / "graph.db").startswith("graph.")
+    check_index(repo / ".repoctx")
