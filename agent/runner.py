@@ -42,7 +42,7 @@ from typing import Literal
 # defined with the settings: a repository's `agent.env_allow` may only narrow it
 from indexer.config import DEFAULT_ENV_ALLOW
 
-from . import command_reaper
+from . import command_memory, command_reaper
 from . import sandbox as _sandbox
 from .command_policy import plan_command
 from .errors import PathNotFoundError
@@ -79,7 +79,8 @@ class ResourceLimits:
 
     #: Processes (and threads) the command may have at once.
     max_processes: int | None = 1024
-    #: RLIMIT_AS per process, bytes of address space.
+    #: RLIMIT_AS per process, bytes of address space; also the bound of all the command's
+    #: processes and tmpfs pages together, where a memory cgroup can be made (command_memory).
     max_memory_bytes: int | None = 8 * 2**30
     #: RLIMIT_FSIZE, the largest file a process may write.
     max_file_bytes: int | None = 2**30
@@ -211,9 +212,11 @@ class _PidsCgroup:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: The command's memory bound as a whole (agent/command_memory.py), where one can be had.
+        self.memory: command_memory.MemoryCgroup | None = None
 
     @classmethod
-    def create(cls, max_pids: int) -> _PidsCgroup | None:
+    def create(cls, max_pids: int, max_memory: int | None = None) -> _PidsCgroup | None:
         for base in _pids_cgroup_bases():
             _remove_stale(base)
             path = base / f"repoctx-{os.getpid()}-{uuid.uuid4().hex[:10]}"
@@ -226,12 +229,21 @@ class _PidsCgroup:
             except OSError:
                 path.rmdir()
                 continue
-            return cls(path)
+            made = cls(path)
+            if max_memory is not None:
+                made.memory = command_memory.bound(path, max_memory)
+            return made
         return None
 
     @property
     def procs_file(self) -> str:
         return str(self.path / "cgroup.procs")
+
+    @property
+    def procs_files(self) -> tuple[str, ...]:
+        """Every cgroup the command's first process joins (a v1 memory cgroup is a second)."""
+        extra = self.memory.procs_file if self.memory is not None else None
+        return (self.procs_file,) if extra is None else (self.procs_file, extra)
 
     def pids(self) -> list[int]:
         try:
@@ -262,6 +274,13 @@ class _PidsCgroup:
                 continue
 
     def remove(self) -> None:
+        try:
+            self._remove_pids()
+        finally:
+            if self.memory is not None:
+                self.memory.remove()
+
+    def _remove_pids(self) -> None:
         deadline = time.monotonic() + _REAP_S
         while True:
             self.kill()
@@ -322,13 +341,13 @@ def _pids_cgroup_bases() -> list[Path]:
 
 
 def _child_setup(
-    procs_file: str | None,
+    procs_files: tuple[str, ...],
     limits: list[tuple[int, tuple[int, int]]],
     nice: int,
     sandbox: Callable[[], None] | None = None,
 ) -> None:
     """Runs in the child between fork and exec; kept to syscalls."""
-    if procs_file is not None:
+    for procs_file in procs_files:
         # Raising here fails the Popen call, and run_command retries without the cgroup.
         fd = os.open(procs_file, os.O_WRONLY)
         try:
@@ -490,7 +509,7 @@ def _spawn(
     watchdog: bool,
     prepared: _sandbox.Prepared,
 ) -> subprocess.Popen[bytes]:
-    procs_file = cgroup.procs_file if cgroup is not None else None
+    procs_files = cgroup.procs_files if cgroup is not None else ()
     # Under the watchdog the command runs at lower priority, so a fork bomb cannot starve the
     # parent that has to notice and kill it.
     nice = _WATCHDOG_NICE if watchdog else 0
@@ -504,7 +523,7 @@ def _spawn(
         start_new_session=True,
         close_fds=True,
         pass_fds=prepared.pass_fds,
-        preexec_fn=lambda: _child_setup(procs_file, setup_limits, nice, prepared.child),
+        preexec_fn=lambda: _child_setup(procs_files, setup_limits, nice, prepared.child),
     )
 
 
@@ -561,7 +580,7 @@ def _run(
 
     cgroup = None
     if limits.max_processes is not None and limits.use_cgroup:
-        cgroup = _PidsCgroup.create(limits.max_processes)
+        cgroup = _PidsCgroup.create(limits.max_processes, limits.max_memory_bytes)
     nproc_enforced = _nproc_enforced()
     nproc = None
     if limits.max_processes is not None:

@@ -3,11 +3,12 @@ the host beyond the cases the issue names. Real runner, real namespaces, real to
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from agent.runner import run_command
+from agent.runner import ResourceLimits, run_command
 from tests.conftest import make_repo
 from tests.test_sandbox import NAMESPACES, policy
 
@@ -63,3 +64,42 @@ def test_private_tmpfs_is_bounded(repo: Path, mode: str, tree: str):
     if fill:
         assert int(facts["written"]) <= 1 << 30
         assert facts.get("stopped") == "28"  # ENOSPC, at the bound
+
+
+#: Inside: N children each touch `mib` MiB at once and report; the parent prints how each ended
+#: (0: held its share to the end; -9: killed).
+_SPREAD = """
+import os, sys, time
+n, mib = int(sys.argv[1]), int(sys.argv[2])
+kids = []
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(mib << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(1.5)
+        os._exit(0)
+    kids.append(pid)
+ends = []
+for pid in kids:
+    _, status = os.waitpid(pid, 0)
+    ends.append(os.waitstatus_to_exitcode(status))
+print("ends", *ends)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a cgroup to make (root, or delegated)")
+@pytest.mark.parametrize("mode", ["unsandboxed", *NS_MODES])
+def test_memory_is_bounded_per_command_not_per_process(repo: Path, mode: str):
+    """RLIMIT_AS bounds one process: four processes of one command each under it held four
+    times the bound together. The command's memory cgroup bounds them all."""
+    bound = 256 << 20
+    limits = ResourceLimits(max_memory_bytes=bound)
+    argv = ["python3", "-c", _SPREAD, "4", "96"]  # 4 x 96 MiB: each under, all over the bound
+    kw = {} if mode == "unsandboxed" else {"sandbox": policy(repo, **NS_MODES[mode])}
+    res = run_command(argv, repo, timeout_s=60, limits=limits, **kw)
+    ends = res.stdout.split()[1:] if res.stdout.startswith("ends") else []
+    assert len(ends) == 4, (res.exit_code, res.stdout, res.stderr)  # the parent lived on
+    held = ends.count("0")
+    assert held * 96 << 20 <= bound, f"{held} of 4 held 96 MiB each: {res.stdout} {res.stderr}"
