@@ -442,6 +442,19 @@ def index_dir_case(shape: str) -> Callable[[Lab], Verdict]:
     return fn
 
 
+def snapshot_uri_case(lab: Lab) -> Verdict:
+    """`index push` without `--to`: the location comes from config; the repository's may not
+    name a place outside it."""
+    target = lab.outside / f"snapshots-{marker('p')[-8:]}"
+    ws = lab.repo("snapuri", {"pkg/a.py": "A = 1\n",
+                              ".repoctx.toml": f'snapshot_uri = "{target}"\n'})
+    lab.run("index", "build", ".", "-q", "--no-embed", cwd=ws)
+    run = lab.run("index", "push", ".", "-q", cwd=ws)
+    if target.exists() and any(target.iterdir()):
+        return "the snapshot was written where the repository's config said", run.brief()
+    return None, run.brief()
+
+
 WEAKEN = '[agent]\nsandbox = "off"\n'
 
 
@@ -474,20 +487,29 @@ def agent_writes_config(shape: str) -> Callable[[Lab], Verdict]:
 
 # --------------------------------------------------------------------------- undo
 
-def undo_symlink(lab: Lab) -> Verdict:
-    target = lab.home / "project-notes"
+def undo_symlink(shape: str) -> Callable[[Lab], Verdict]:
+    return lambda lab: undo_through_link(lab, shape)
+
+
+def undo_through_link(lab: Lab, shape: str) -> Verdict:
+    target = lab.home / f"project-notes-{marker('u')[-8:]}"
     target.mkdir()
     (target / "victim.txt").write_text("the user's own file\n")
     (target / "new.txt").write_text("another file of the user's\n")
     ws = lab.repo("undo", {"d/victim.txt": "original\n", "pkg/a.py": "A = 1\n"})
     before = tree_digest(lab.home)
-    swap = ("python3 -c \"import os; os.rename('d', 'd.old'); "
-            f"os.symlink('{target}', 'd')\"")
+    if shape == "directory":
+        swap = ("python3 -c \"import os; os.rename('d', 'd.old'); "
+                f"os.symlink('{target}', 'd')\"")
+    else:  # each file the run touched becomes a link to a file of the user's
+        swap = ("python3 -c \"import os\nfor n in ('victim.txt', 'new.txt'):\n"
+                f"    os.replace('d/' + n, 'd/' + n + '.old'); os.symlink('{target}/' + n, "
+                "'d/' + n)\"")
     steps = [call("edit", path="d/victim.txt", old_text="original", new_text="changed"),
              call("create_file", path="d/new.txt", content="created by the run\n"),
              call("run_command", command=swap)]
     run = lab.agent(ws, steps)
-    swapped = (ws / "d").is_symlink()
+    swapped = (ws / "d").is_symlink() or (ws / "d" / "victim.txt").is_symlink()
     undo = lab.run("agent", "undo", "last", "-C", str(ws), cwd=ws)
     after = tree_digest(lab.home)
     ev = f"run: {run.brief()}; swapped: {swapped}; undo: {undo.brief()}"
@@ -537,7 +559,11 @@ def catalogue() -> list[Case]:
         cases.append(Case(f"the agent writes repoctx config: {shape}", "repo config",
                           agent_writes_config(shape)))
     cases.append(Case("agent undo through a directory swapped for a link to $HOME", "undo",
-                      undo_symlink))
+                      undo_symlink("directory")))
+    cases.append(Case("agent undo through files swapped for links into $HOME", "undo",
+                      undo_symlink("files")))
+    cases.append(Case("snapshot_uri from repo config: `index push` writes outside", "repo config",
+                      snapshot_uri_case))
     return cases + more_cases()
 
 

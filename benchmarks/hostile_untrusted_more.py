@@ -90,14 +90,21 @@ def git_injection(shape: str) -> Callable[[Lab], Verdict]:
     return fn
 
 
-def signal_case(sig: signal.Signals) -> Callable[[Lab], Verdict]:
+def signal_case(sig: signal.Signals, detach: bool = False) -> Callable[[Lab], Verdict]:
+    """The run's command sleeps; with ``detach`` an earlier command left a grandchild in its
+    own session (double fork + setsid: outside every process group a walk would kill)."""
     def fn(lab: Lab) -> Verdict:
         mark = marker("survivor")
         ws = lab.repo("signals", {"pkg/a.py": "A = 1\n"})
         script = ws.parent / "script.jsonl"
-        steps = [json.dumps(PLAN),
-                 json.dumps(call("run_command", timeout_s=120, command=(
-                     f"python3 -c \"import time; time.sleep(90)\" {mark}")))]
+        steps = [json.dumps(PLAN)]
+        if detach:
+            steps.append(json.dumps(call("run_command", command=(
+                "python3 -c \"import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+                "    if os.fork() == 0:\n        time.sleep(90)\n    os._exit(0)\n"
+                f"os.wait()\" {mark}-detached"))))
+        steps.append(json.dumps(call("run_command", timeout_s=120, command=(
+            f"python3 -c \"import time; time.sleep(90)\" {mark}"))))
         script.write_text("\n".join(steps) + "\n")
         agent = subprocess.Popen(
             [*lab.repoctx(), "agent", "run", "t", "--model", f"scripted:{script}", "--yes", "-q",
@@ -105,9 +112,9 @@ def signal_case(sig: signal.Signals) -> Callable[[Lab], Verdict]:
             stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             deadline = time.monotonic() + 60
-            while not pids_with(mark) and time.monotonic() < deadline:
+            while not pids_with(mark + "\0") and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if not pids_with(mark):
+            if not pids_with(mark + "\0"):
                 raise Skip("the command never started")
             os.kill(agent.pid, sig)
             try:
@@ -117,13 +124,15 @@ def signal_case(sig: signal.Signals) -> Callable[[Lab], Verdict]:
                 exited = "agent still running 20 s after the signal"
             time.sleep(1)
             left = pids_with(mark)
+            detached_left = pids_with(mark + "-detached")
         finally:
             sweep(mark)
             if agent.poll() is None:
                 os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait()
-        return (f"{len(left)} command process(es) outlived the run" if left else None,
-                f"{sig.name}: {exited}")
+        detached = [p for p in left if p in detached_left]
+        return (f"{len(left)} process(es) outlived the run ({len(detached)} detached)" if left
+                else None, f"{sig.name}: {exited}")
     return fn
 
 
@@ -168,6 +177,10 @@ def link_case(shape: str) -> Callable[[Lab], Verdict]:
         elif shape == "keys.py -> deploy/id_rsa":
             files["deploy/id_rsa"] = body
             link, target = "keys.py", "deploy/id_rsa"
+        elif shape == "conf/ (a directory link) -> ~/.aws":
+            (lab.home / ".aws").mkdir(exist_ok=True)
+            (lab.home / ".aws" / "settings.py").write_text(body)
+            link, target = "conf", str(lab.home / ".aws")
         else:
             (lab.home / ".aws").mkdir(exist_ok=True)
             (lab.home / ".aws" / "credentials").write_text(body)
@@ -465,11 +478,14 @@ def more_cases() -> list[Case]:
     cases += [Case(f"sandboxed git: {s}", "namespaces", git_injection(s)) for s in GIT_SHAPES]
     cases += [Case(f"{s.name} to `agent run` leaves its command running", "namespaces",
                    signal_case(s)) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)]
+    cases.append(Case("SIGTERM to `agent run` leaves a detached (setsid) grandchild running",
+                      "namespaces", signal_case(signal.SIGTERM, detach=True)))
     cases += [Case(f"$HOME default-deny: ~/{r}", "namespaces", home_default_deny(r))
               for r in (".myservice/token", "notes/passwords.txt", ".local/share/app/session.json")]
     cases += [Case(f"search/find through a link: {s}", "links", link_case(s))
               for s in ("settings_link.py -> .env", "keys.py -> deploy/id_rsa",
-                        "aws_settings.py -> ~/.aws/credentials")]
+                        "aws_settings.py -> ~/.aws/credentials",
+                        "conf/ (a directory link) -> ~/.aws")]
     cases += [Case(f"MCP read_span on a {s}", "mcp", fifo_case(s))
               for s in ("FIFO named data.txt", "FIFO named pkg/b.py", "link notes.md -> FIFO")]
     cases.append(Case("agent read_span on a FIFO", "mcp", fifo_agent))
