@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from indexer.display import place, shown
+from indexer.display import content, place, shown
 
 from .common import ModelSettings, echo_json, model_options, open_model, open_tokenizer
 from .query_cmds import open_graph, read_options
@@ -93,7 +93,7 @@ def context_cmd(
         echo_json({**pack.to_dict(), "text": pack.render()})
         return
     if prompt_only:
-        click.echo(pack.render(), nl=False)
+        click.echo(content(pack.render()), nl=False)
         return
     full = sum(1 for i in pack.items if i.kind == "full")
     click.echo(
@@ -114,7 +114,7 @@ def context_cmd(
         click.echo("Nothing found for this task — try other words or --focus a file.")
         return
     click.echo(click.style("\n--- context ---", dim=True))
-    click.echo(pack.render(), nl=False)
+    click.echo(content(pack.render()), nl=False)
 
 
 @click.command("ask")
@@ -194,7 +194,7 @@ def ask_cmd(
         _print_commits(answer)
         click.echo(answer.hint, err=True)
         return
-    click.echo(answer.answer.rstrip())
+    click.echo(content(answer.answer.rstrip()))
     if answer.citations:
         click.echo(click.style("\nCitations:", bold=True))
         for c in answer.citations:
@@ -248,7 +248,7 @@ def _print_locations(answer) -> None:
             + shown(f"  {loc.symbol or '<module>'}  [{'; '.join(loc.reasons)}]")
         )
         for line in loc.snippet.splitlines():
-            click.echo("       " + line)
+            click.echo("       " + content(line))
 
 
 def _print_commits(answer) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from indexer.display import place, shown
+from indexer.display import content, place, shown
 
 from .common import config_for, echo_json, handle_errors, index_dir_option, json_option, root_option
 
@@ -161,7 +161,7 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
                    + f"  {shown(h.symbol or '<module>')}  {h.score:.4f}  [{srcs}]"
                    + (f"  ({h.kind})" if h.kind != "code" else ""))
         for line in h.snippet.splitlines()[:4]:
-            click.echo("    " + line)
+            click.echo("    " + content(line))
     if not result.hits:
         click.echo("No results.")
 

@@ -52,6 +52,18 @@ def shown(text: str) -> str:
     return text.translate(_TABLE)
 
 
+#: File *contents* keep their tabs and line breaks; every other control still becomes visible.
+_CONTENT_TABLE = {code: esc for code, esc in _TABLE.items() if code not in (0x09, 0x0A)}
+
+
+def content(text: str) -> str:
+    """File contents (or model output) made safe for a terminal: lines and tabs kept, CRLF read
+    as a line break, every other control visible as an escape. Without it a repository's file
+    shown by `search`, `context` or `ask` could set the terminal's title, write the clipboard
+    (OSC 52), hide or rewrite lines, or reorder them (bidi controls, "Trojan Source")."""
+    return text.replace("\r\n", "\n").translate(_CONTENT_TABLE)
+
+
 def place(path: str, start: int | None = None, end: int | None = None) -> str:
     """``path``, ``path:start`` or ``path:start-end``, the path shown safely."""
     where = shown(path)

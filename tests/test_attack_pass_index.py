@@ -144,3 +144,73 @@ def test_repoctx_own_layout_passes_through_every_kind_of_build(tmp_path):
         index(repo, full=full)
     assert os.readlink(repo / ".repoctx" / "graph.db").startswith("graph.")
     check_index(repo / ".repoctx")
+
+
+# -- terminal codes in file *contents* -----------------------------------------------------------
+#
+# `shown` escapes file names; the lines of a file that `search`, `context` and `ask` print went
+# out raw: a repository's file could write the user's clipboard (OSC 52), set the terminal's
+# title, clear or hide lines, or reorder them (bidi, "Trojan Source"). On a terminal click strips
+# none of it, so the commands run on a real pseudo-terminal.
+
+PAYLOADS = {
+    "osc52-clipboard": "\x1b]52;c;cm0gLXJmIH4K\x07",
+    "osc0-title": "\x1b]0;pwned-title\x07",
+    "csi-clear": "\x1b[2J\x1b[H",
+    "csi-conceal": "\x1b[8m",
+    "c1-csi": "\x9b2J",
+    "carriage-return": "\rfake = 'overwritten'",
+    "bidi-override": "\u202e",
+}
+
+
+def _on_a_terminal(argv: list[str], home: Path) -> bytes:
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from cli.main import cli; cli()", *argv], cwd=CODE_ROOT,
+        stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env={**os.environ, "HOME": str(home)})
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, out[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("name", list(PAYLOADS))
+def test_file_contents_reach_the_terminal_with_their_control_codes_visible(tmp_path, home, name):
+    payload = PAYLOADS[name]
+    repo = make_repo(tmp_path / "repo", {
+        **FILES,
+        "evil.py": f'def zebracorn():\n    """zebracorn {payload} tail"""\n    return 1\n',
+    })
+    index(repo)
+    outputs = {
+        cmd: _on_a_terminal([*cmd.split(), "zebracorn", "--root", str(repo)], home)
+        for cmd in ("search", "context", "context --prompt", "ask")
+    }
+    raw = payload.encode().split(b"\r")[0] if name == "carriage-return" else payload.encode()
+    for cmd, out in outputs.items():
+        text = out.decode("utf-8", "replace")
+        assert "zebracorn" in text and "tail" in text, (cmd, text[-1500:])
+        if name == "carriage-return":
+            # The pty turns \n into \r\n: what must not be there is a bare \r that sends the
+            # cursor back over the line (Python's splitlines may also show it as a line break).
+            assert b"\r" + b"fake" not in out, cmd
+        else:
+            assert raw not in out, (cmd, out[-800:])
+            assert "\\x" in text or "\\u" in text, cmd  # shown as an escape, not dropped
