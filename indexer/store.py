@@ -811,6 +811,17 @@ def _check_ours(db: ReadDB, index_dir: Path) -> int:
     if row is None or not str(row[0]).isdigit():
         shown = ", ".join(sorted(tables)[:4]) + (", …" if len(tables) > 4 else "")
         raise damaged(index_dir, f"not a repoctx index: a SQLite database of tables {shown}")
+    # An index can come with the repository (a shipped `.repoctx/`, a pulled snapshot): a
+    # trigger or view repoctx did not write would run its own SQL inside every build's writes.
+    # Only the counters' exact text passes (the old insert triggers are dropped, unrun, when a
+    # writer opens the file: `ensure_counters`).
+    for kind, name, sql in db.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('trigger', 'view')"):
+        body = _COUNTER_TRIGGERS.get(name)
+        if not (kind == "trigger" and (name in _OLD_TRIGGERS
+                                       or sql == f"CREATE TRIGGER {name} {body}")):
+            raise damaged(index_dir, f"not a repoctx index: it holds a {kind} repoctx never "
+                          f"makes ({name!r})")
     return int(row[0])
 
 

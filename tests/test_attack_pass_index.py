@@ -214,3 +214,47 @@ def test_file_contents_reach_the_terminal_with_their_control_codes_visible(tmp_p
         else:
             assert raw not in out, (cmd, out[-800:])
             assert "\\x" in text or "\\u" in text, cmd  # shown as an escape, not dropped
+
+
+# -- a shipped graph with SQL of its own -----------------------------------------------------------
+#
+# SQLite refuses `load_extension` from a trigger and Python registers no function with side
+# effects, so a trigger in a shipped graph runs nothing outside the database — but it ran inside
+# every build's writes (a counter trigger with another body, one that empties a table) or broke
+# the build with a 40-line traceback. The graph's schema is now checked: repoctx's own triggers,
+# by their exact text, and nothing else.
+
+SQL_SHAPES = {
+    "foreign-trigger": "CREATE TRIGGER evil AFTER INSERT ON files BEGIN "
+                       "SELECT load_extension('/nonexistent/evil.so'); END",
+    "own-name-other-body": "DROP TRIGGER symbols_count_del; CREATE TRIGGER symbols_count_del "
+                           "AFTER DELETE ON symbols BEGIN DELETE FROM refs; END",
+    "view": "CREATE VIEW v AS SELECT * FROM files",
+    "insert-trigger-on-chunks": "CREATE TRIGGER t2 BEFORE INSERT ON chunks BEGIN "
+                                "SELECT RAISE(IGNORE); END",
+}
+
+
+@pytest.mark.parametrize("shape", list(SQL_SHAPES))
+def test_a_graph_with_sql_repoctx_never_wrote_is_refused_then_set_aside(tmp_path, shape):
+    import sqlite3
+
+    from indexer import store
+    from indexer.errors import IndexDamagedError
+
+    repo = make_repo(tmp_path / "repo", FILES)
+    cfg = index(repo)
+    conn = sqlite3.connect(store.graph_file(cfg.index_path))
+    conn.executescript(SQL_SHAPES[shape])
+    conn.close()
+    (repo / "new.py").write_text("def zz():\n    return 2\n")
+    for attempt in (lambda: index(repo), lambda: store.open_for_read(cfg.index_path)):
+        with pytest.raises(IndexDamagedError) as err:
+            attempt()
+        assert "--full" in str(err.value) and "\n" not in str(err.value)
+    index(repo, full=True)  # the documented repair: the file is set aside, a new one built
+    db = store.open_for_read(cfg.index_path)
+    names = {r[0] for r in db.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('trigger', 'view')")}
+    db.conn.close()
+    assert names <= {"refs_count_del", "refs_count_upd", "symbols_count_del"}
