@@ -69,6 +69,8 @@ class CheckpointStore:
         self.dir = Path(dir)
         #: The workspace every recorded path must lie in (None: any real path).
         self.root = os.path.realpath(root) if root is not None else None
+        #: The root as given: the store's path may be spelled from it rather than its real path.
+        self._given_root = os.path.abspath(root) if root is not None else None
         self._active: _Step | None = None
 
     def _tree(self) -> _Anchored:
@@ -260,16 +262,30 @@ class CheckpointStore:
     # The store's own files are reached with no link followed too: where the sandbox has no
     # mount namespace, a command can plant links in the index directory.
 
-    def _write_own(self, rel: str, data: bytes) -> None:
+    def _own_base(self) -> tuple[str, str]:
+        """Where the store's own files are reached from, and the store below it. Inside the
+        workspace that is the workspace root: the index directory may not exist yet when a
+        command runs (then no read-only mount covers it), and the command may put a link in
+        its place, so no directory from the root down is followed. Outside it (an index
+        directory of the user's choosing) it is the store's parent, so the store directory
+        itself is not followed either when a link has taken its place."""
+        if self.root is not None:
+            for root in {self.root, self._given_root}:
+                rel = os.path.relpath(os.path.abspath(self.dir), root)
+                if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+                    return root, rel
         self.dir.parent.mkdir(parents=True, exist_ok=True)
-        # From the store's parent (the index directory), so the store directory itself is not
-        # followed either when a link has taken its place.
-        with Beneath(self.dir.parent) as own:
-            own.write(f"{self.dir.name}/{rel}", data)
+        return os.fspath(self.dir.parent), self.dir.name
+
+    def _write_own(self, rel: str, data: bytes) -> None:
+        base, store = self._own_base()
+        with Beneath(base) as own:
+            own.write(f"{store}/{rel}", data)
 
     def _read_own(self, rel: str) -> bytes:
-        with Beneath(self.dir.parent) as own:
-            return own.read_bytes(f"{self.dir.name}/{rel}")
+        base, store = self._own_base()
+        with Beneath(base) as own:
+            return own.read_bytes(f"{store}/{rel}")
 
     def blob(self, run_id: str, step: int, name: str) -> bytes:
         """The bytes saved as ``name`` in (run_id, step)."""

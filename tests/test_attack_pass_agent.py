@@ -4,11 +4,14 @@ the host beyond the cases the issue names. Real runner, real namespaces, real to
 from __future__ import annotations
 
 import os
+from inspect import signature
 from pathlib import Path
 
 import pytest
 
 from agent.runner import ResourceLimits, run_command
+from agent.tools import ToolContext, default_registry
+from indexer.config import load_config
 from tests.conftest import make_repo
 from tests.test_sandbox import NAMESPACES, policy
 
@@ -44,7 +47,7 @@ print("written", written)
 
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "repo", {"pkg/__init__.py": ""})
+    return make_repo(tmp_path / "repo", {"pkg/__init__.py": "", "pkg/calc.py": "X = 1\n"})
 
 
 @needs_ns
@@ -100,6 +103,49 @@ def test_memory_is_bounded_per_command_not_per_process(repo: Path, mode: str):
     kw = {} if mode == "unsandboxed" else {"sandbox": policy(repo, **NS_MODES[mode])}
     res = run_command(argv, repo, timeout_s=60, limits=limits, **kw)
     ends = res.stdout.split()[1:] if res.stdout.startswith("ends") else []
-    assert len(ends) == 4, (res.exit_code, res.stdout, res.stderr)  # the parent lived on
+    # The kernel kills inside the command: some children, or (sandboxed) its PID 1 — a fork of
+    # this large process, first in the OOM killer's order — and with it the whole command.
+    assert len(ends) == 4 or res.exit_code == -9, (res.exit_code, res.stdout, res.stderr)
     held = ends.count("0")
     assert held * 96 << 20 <= bound, f"{held} of 4 held 96 MiB each: {res.stdout} {res.stderr}"
+
+
+def _tool_ctx(repo: Path) -> ToolContext:
+    (repo / ".repoctx.toml").write_text('[agent]\nallow_commands = ["python3"]\n')
+    # The test's own settings, trusted as the user's would be (17a1ef1 trusted every config).
+    trust = {"trust_repo": True} if "trust_repo" in signature(load_config).parameters else {}
+    config = load_config(repo, env={}, **trust)
+    return ToolContext.create(config, granted={"read", "write", "execute"}, run_id="atk")
+
+
+#: Where a command points the index directory's name before repoctx has made it: an existing
+#: directory outside, one in $HOME, a path that does not exist yet, a chain of two links.
+_INDEX_LINKS = ["outside", "home", "dangling", "chain"]
+
+
+@pytest.mark.parametrize("shape", _INDEX_LINKS)
+def test_a_command_cannot_send_checkpoints_outside(tmp_path: Path, repo: Path, shape: str,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    """No index directory yet, so no read-only mount covers its name: a command made it a link
+    out of the workspace, and the next edit's checkpoint (the file's old bytes) was written
+    through it."""
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = {"outside": outside, "home": home / ".config", "dangling": outside / "new",
+              "chain": tmp_path / "hop"}[shape]
+    if shape == "chain":
+        target.symlink_to(outside)
+    ctx = _tool_ctx(repo)
+    (repo / "pkg" / "calc.py").write_text("SECRET_OLD = 1\n")
+    assert not (repo / ".repoctx").exists()
+    plant = f"import os; os.symlink({str(target)!r}, '.repoctx')"
+    res = default_registry().call("run_command", {"command": ["python3", "-c", plant]}, ctx)
+    assert res.ok and os.path.islink(repo / ".repoctx"), res.text()
+    default_registry().call(
+        "edit", {"path": "pkg/calc.py", "old_text": "SECRET_OLD = 1", "new_text": "X = 2"}, ctx
+    )
+    written = [p for d in (outside, home) for p in d.rglob("*") if p.name != ".config"]
+    assert written == [], written
