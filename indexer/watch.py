@@ -27,6 +27,7 @@ import json
 import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import threading
 import time
@@ -587,17 +588,25 @@ def _holder(index_dir: Path) -> int | None:
     """The pid of the live watcher of ``index_dir``, or None (a stale pid file is removed)."""
     path = index_dir / PID_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # A watcher makes its pid file O_NOFOLLOW, so a link there is not one: a repository
+        # that ships `watch.pid → some daemon's flock-ed pid file` would have `--stop` kill it.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None
+        raise
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             for _ in range(50):  # the holder writes its pid right after locking
-                pid = _read_pid(path)
-                if pid:
-                    return pid
+                text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                if text.isdigit() and int(text):
+                    return int(text)
                 time.sleep(0.01)
             return None
         # Nobody holds it: left behind by a watcher that was killed.

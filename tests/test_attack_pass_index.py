@@ -258,3 +258,37 @@ def test_a_graph_with_sql_repoctx_never_wrote_is_refused_then_set_aside(tmp_path
         "SELECT name FROM sqlite_master WHERE type IN ('trigger', 'view')")}
     db.conn.close()
     assert names <= {"refs_count_del", "refs_count_upd", "symbols_count_del"}
+
+
+# -- a shipped watch.pid ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_watch_stop_never_signals_a_process_a_shipped_pid_file_leads_to(tmp_path, home, relative):
+    """`index watch --stop` signals the holder of a flock-ed `watch.pid`: a shipped link to
+    another program's flock-ed pid file made it SIGTERM (then SIGKILL) that program."""
+    from indexer.config import load_config
+    from indexer.watch import stop_watcher, watch_status
+
+    daemon_pid_file = home / "daemon.pid"
+    daemon = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(daemon_pid_file)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.write(fd, str(os.getpid()).encode())\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert daemon.stdout.readline().strip() == "ready"
+        repo = make_repo(tmp_path / "repo", FILES)
+        (repo / ".repoctx").mkdir()
+        (repo / ".repoctx" / "watch.pid").symlink_to(
+            os.path.relpath(daemon_pid_file, repo / ".repoctx") if relative else daemon_pid_file)
+        config = load_config(repo, env={})
+        assert not watch_status(config).running
+        result = stop_watcher(config, timeout=2.0)
+        assert not result.was_running
+        assert daemon.poll() is None, "the daemon was signalled"
+    finally:
+        daemon.kill()
+        daemon.wait()
