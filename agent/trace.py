@@ -9,6 +9,7 @@ model_error, tool_call, notice, memory, checkpoint, step, interrupted, resume, e
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -18,6 +19,7 @@ from typing import Any
 
 from .errors import AgentError
 from .models.base import Message, ToolCall
+from .safe_fs import Beneath
 
 TRACE_FORMAT = 1
 RUNS_DIR = "runs"
@@ -46,8 +48,21 @@ class TraceWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # A trace is `<index_dir>/runs/<run_id>.jsonl` (trace_path). The index directory may be
+        # a link a cloned repository shipped (or hold one at `runs`), or one a command made
+        # before it existed, and the run is refused for it after this file is opened: so the
+        # file is reached from the index directory's parent with no link followed.
+        rel = "/".join(self.path.parts[-3:])
+        with Beneath(self.path.parent.parent.parent) as base, base.parent(rel, create=True) as (
+            dfd,
+            name,
+        ):
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=dfd)
+            except OSError as exc:
+                raise base.error(exc, rel, "written") from exc
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
 
     def write(self, type: str, **fields: Any) -> dict[str, Any]:
         event = {"type": type, "t": round(time.time(), 3), **fields}

@@ -3,14 +3,17 @@ the host beyond the cases the issue names. Real runner, real namespaces, real to
 
 from __future__ import annotations
 
+import json
 import os
 from inspect import signature
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from agent.runner import ResourceLimits, run_command
 from agent.tools import ToolContext, default_registry
+from cli.main import cli
 from indexer.config import load_config
 from tests.conftest import make_repo
 from tests.test_sandbox import NAMESPACES, policy
@@ -148,4 +151,33 @@ def test_a_command_cannot_send_checkpoints_outside(tmp_path: Path, repo: Path, s
         "edit", {"path": "pkg/calc.py", "old_text": "SECRET_OLD = 1", "new_text": "X = 2"}, ctx
     )
     written = [p for d in (outside, home) for p in d.rglob("*") if p.name != ".config"]
+    assert written == [], written
+
+
+@pytest.mark.parametrize("shape", ["index_dir", "runs", "home_dir"])
+def test_a_shipped_index_link_gets_no_trace(tmp_path: Path, shape: str,
+                                            monkeypatch: pytest.MonkeyPatch):
+    """A cloned repository ships `.repoctx` (or `.repoctx/runs`) as a link. The index's own
+    writers refuse it, and `agent run` stops, but its trace was written through the link first:
+    a `runs/<id>.jsonl` in the directory the repository chose."""
+    home = tmp_path / "home"
+    (home / "notes").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = make_repo(tmp_path / "repo", {"pkg/__init__.py": "", "pkg/calc.py": "X = 1\n"})
+    if shape == "runs":
+        (repo / ".repoctx").mkdir()
+        (repo / ".repoctx" / "runs").symlink_to(outside)
+    else:
+        (repo / ".repoctx").symlink_to(outside if shape == "index_dir" else home / "notes")
+    script = tmp_path / "script.jsonl"
+    finish = {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]}
+    script.write_text(json.dumps({"content": '{"steps": [{"title": "a"}]}'}) + "\n"
+                      + json.dumps(finish) + "\n")
+    res = CliRunner().invoke(
+        cli, ["agent", "run", "task", "--model", f"scripted:{script}", "--yes", "--root", str(repo)]
+    )
+    assert res.exit_code != 0 and "Traceback" not in res.output, res.output
+    written = [p for d in (outside, home / "notes") for p in d.rglob("*")]
     assert written == [], written
