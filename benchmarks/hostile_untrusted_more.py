@@ -424,15 +424,17 @@ def big_line(lab: Lab) -> Verdict:
 # --------------------------------------------------------------------------- names
 
 
-def strings(obj: Any) -> Iterator[str]:
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from strings(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from strings(v)
+def mcp_texts(reply: dict | None) -> Iterator[str]:
+    """The text blocks a client shows (structuredContent is JSON data: its strings are escaped
+    on the wire, and a consumer reads them as values, not as lines)."""
+    if not reply:
+        return
+    if "error" in reply:
+        yield str(reply["error"].get("message", ""))
+        return
+    for block in reply.get("result", {}).get("content", []):
+        if isinstance(block, dict) and block.get("type") == "text":
+            yield str(block.get("text", ""))
 
 
 def names_case(shape: str) -> Callable[[Lab], Verdict]:
@@ -454,7 +456,7 @@ def names_case(shape: str) -> Callable[[Lab], Verdict]:
             for i, (tool, args) in enumerate((("find_symbol", {"name": "hostile_forger"}),
                                               ("search_code", {"query": "hostile_forger"}))):
                 reply = client.tool(i + 1, tool, args, timeout=30)
-                texts[f"mcp {tool}"] = "\n".join(strings(reply)) if reply else ""
+                texts[f"mcp {tool}"] = "\n".join(mcp_texts(reply))
         finally:
             client.close()
         bad = []
