@@ -85,6 +85,8 @@ class Run:
 
     result: CmdResult
     text: str
+    #: For an agent run: each tool call of the newest trace, in a few words.
+    tools: str = ""
 
     @property
     def rc(self) -> int:
@@ -94,7 +96,8 @@ class Run:
         err = self.result.stderr.strip().splitlines()
         last = err[-1][:200] if err else ""
         timed = " (timed out)" if self.result.timed_out else ""
-        return f"rc {self.rc}{timed}" + (f": {last}" if last else "")
+        tools = f" [{self.tools}]" if self.tools else ""
+        return f"rc {self.rc}{timed}" + (f": {last}" if last else "") + tools
 
 
 @dataclass
@@ -189,7 +192,35 @@ class Lab:
                        "--yes", "--json", "-q", "-C", str(ws), "--max-steps", "200", *extra,
                        cwd=ws, timeout=timeout, env=env)
         run.text += "\n" + traces(ws)
+        run.tools = tool_summary(ws)
         return run
+
+
+def tool_summary(ws: Path) -> str:
+    """`name: ok|failed: first line of the error or of the command's stderr` per tool call of
+    the newest run, so a contained verdict shows what stopped the attempt."""
+    runs = sorted((ws / ".repoctx" / "runs").glob("*.jsonl")) if (ws / ".repoctx").is_dir() \
+        else []
+    if not runs:
+        return ""
+    out = []
+    for line in runs[-1].read_text(errors="replace").splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("type") != "tool_call" or e.get("name") == "finish":
+            continue
+        detail = e.get("error") or ""
+        output = e.get("output") or ""
+        if not detail and "--- stderr ---\n" in output:
+            detail = output.split("--- stderr ---\n", 1)[1].strip()
+        if not detail and "exit code" in output:
+            detail = next((ln for ln in output.splitlines() if ln.startswith("exit code")), "")
+        first = detail.strip().splitlines()[0][:110] if detail.strip() else ""
+        out.append(f"{e['name']}: {'ok' if e.get('ok') else 'failed'}"
+                   + (f": {first}" if first else ""))
+    return "; ".join(out)
 
 
 def traces(ws: Path) -> str:
