@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import AgentError
+from .errors import AgentError, PathNotFoundError
 from .models.base import Message, ToolCall
 from .safe_fs import Beneath
 
@@ -84,14 +84,20 @@ def _json_default(obj: Any) -> Any:
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
     """The events of a trace; a last line cut short by a crash is skipped."""
+    path = Path(path)
     try:
-        # Events end at "\n" only: splitlines() would also cut at a U+2028 or NEL that
-        # json.dumps(ensure_ascii=False) leaves raw inside a string (a file name, an output).
-        lines = Path(path).read_text(encoding="utf-8").removesuffix("\n").split("\n")
-    except FileNotFoundError as exc:
+        # Reached as TraceWriter reaches it, with no link followed, and read only when it is a
+        # regular file (opened non-blocking): a repository can ship `.repoctx/runs/<id>.jsonl`
+        # as a FIFO, which blocked `agent replay last` for ever, or as a link into $HOME.
+        with Beneath(path.parent.parent.parent) as base:
+            data = base.read_bytes("/".join(path.parts[-3:]))
+    except (FileNotFoundError, PathNotFoundError) as exc:
         raise TraceError(
             f"No trace at {path} — check the run id (`repoctx agent replay --list`)."
         ) from exc
+    # Events end at "\n" only: splitlines() would also cut at a U+2028 or NEL that
+    # json.dumps(ensure_ascii=False) leaves raw inside a string (a file name, an output).
+    lines = data.decode("utf-8").removesuffix("\n").split("\n")
     events = []
     for i, line in enumerate(lines):
         if not line.strip():

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from inspect import signature
 from pathlib import Path
 
@@ -181,3 +184,39 @@ def test_a_shipped_index_link_gets_no_trace(tmp_path: Path, shape: str,
     assert res.exit_code != 0 and "Traceback" not in res.output, res.output
     written = [p for d in (outside, home / "notes") for p in d.rglob("*")]
     assert written == [], written
+
+
+@pytest.mark.parametrize("shape", ["fifo", "link_to_home_file"])
+def test_replay_of_a_shipped_trace_neither_blocks_nor_follows(tmp_path: Path, shape: str):
+    """A repository ships `.repoctx/runs/<id>.jsonl` under an id that sorts last: as a FIFO,
+    `agent replay last` blocked for ever; as a link, it read a file in $HOME."""
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    secret = home / ".aws" / "credentials"
+    secret.write_text('{"type": "start", "note": "aws-marker-0042"}\n')
+    repo = make_repo(tmp_path / "repo", {"pkg/__init__.py": ""})
+    runs = repo / ".repoctx" / "runs"
+    runs.mkdir(parents=True)
+    trace = runs / "99991231T235959-ffffff.jsonl"
+    if shape == "fifo":
+        os.mkfifo(trace)
+    else:
+        trace.symlink_to(secret)
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+    # A process of its own (a FIFO blocks it for good), running this checkout's code.
+    argv = [sys.executable, "-c", "from cli.main import cli; cli(prog_name='repoctx')"]
+    started = time.monotonic()
+    try:
+        res = subprocess.run([*argv, "agent", "replay", "last", "--root", str(repo)],
+                             capture_output=True, text=True, env=env, timeout=20,
+                             cwd=Path(__file__).resolve().parents[1])
+    except subprocess.TimeoutExpired:
+        pytest.fail("agent replay blocked on the shipped trace")
+    assert time.monotonic() - started < 20
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "aws-marker" not in res.stdout + res.stderr
+    # Reading the file through the link moves its access time past its change time (relatime;
+    # on a noatime mount this check cannot fail).
+    read_through = secret.stat().st_atime_ns > secret.stat().st_mtime_ns
+    assert not read_through, "the file in $HOME was read through the shipped link"
