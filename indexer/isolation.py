@@ -34,9 +34,11 @@ repoctx's own code starts with `subprocess` (the detached watcher).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 from multiprocessing import context, process, reduction, resource_tracker, spawn, util
@@ -57,15 +59,38 @@ def _inside(path: str, tree: str) -> bool:
     return path == tree or path.startswith(tree.rstrip(os.sep) + os.sep)
 
 
+@functools.cache
+def _interpreter_path() -> frozenset[str]:
+    """The ``sys.path`` this interpreter gives itself, isolated (``-I``, started in `/`): its
+    standard library and its own site-packages (with what their ``.pth`` files add). Trusted as
+    the interpreter is, even inside the indexed tree: a virtualenv kept in the repository
+    (`make run` indexes the checkout whose `.venv` repoctx runs from), or the standard library
+    indexed as a corpus, is what the workers themselves run on."""
+    try:
+        out = subprocess.run(
+            [spawn.get_executable(), "-I", "-c", "import sys; print('\\0'.join(sys.path))"],
+            cwd=NEUTRAL_DIR, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()  # nothing trusted beyond the filter below: safe, if less useful
+    return frozenset(_real(p) for p in out.rstrip("\n").split("\0") if os.path.isabs(p))
+
+
 def child_sys_path(tree: str | os.PathLike | None = None) -> list[str]:
     """This process's ``sys.path`` for a child: without ``''``, relative entries, the working
-    directory and everything inside ``tree``; repoctx's own directory, if among those, last."""
+    directory and everything inside ``tree`` but the interpreter's own entries
+    (`_interpreter_path`); repoctx's own directory, if among those dropped, last."""
     cwd = _real(os.getcwd())
     root = _real(os.fspath(tree)) if tree is not None else None
+    own = _interpreter_path()
     kept: list[str] = []
     last: list[str] = []
     for entry in sys.path:
         if not isinstance(entry, str):
+            continue
+        if os.path.isabs(entry) and _real(entry) in own:
+            if entry not in kept:
+                kept.append(entry)
             continue
         # '' and relative entries name wherever the process happens to be: resolved here,
         # the child (elsewhere) would read them differently anyway.

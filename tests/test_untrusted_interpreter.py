@@ -401,3 +401,34 @@ def test_no_planted_module_runs_in_an_mcp_refresh_build(tmp_path):
             proc.kill()
             proc.wait()
     assert fired(markers) == []
+
+
+def test_the_interpreters_own_path_stays_when_the_tree_holds_it():
+    """The tree filter never drops what the interpreter itself runs on: a virtualenv kept in
+    the repository (`make run` indexes the checkout its `.venv` lives in) or the standard
+    library indexed as a corpus. (Dropping them broke every pooled build of such a tree:
+    workers could not import tree_sitter.)"""
+    import sysconfig
+
+    from indexer import isolation
+
+    site = sysconfig.get_paths()["purelib"]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    for tree in (os.path.dirname(site), os.path.dirname(os.path.dirname(site)), stdlib):
+        path = isolation.child_sys_path(tree)
+        assert site in path and stdlib in path, (tree, path)
+    # ... while the tree's own entries still go (here: the working directory and the tree).
+    assert str(ROOT) not in isolation.child_sys_path(ROOT) or \
+        isolation.child_sys_path(ROOT)[-1] == str(ROOT)
+
+
+def test_a_pooled_build_of_this_checkout_runs(tmp_path):
+    """The README's `make run` indexes this checkout with the venv inside it: a pooled build
+    (two workers, the real CLI) must parse every file, not lose its workers."""
+    proc = subprocess.run(
+        [str(REPOCTX), "index", "build", str(ROOT), "--index-dir", str(tmp_path / "idx"),
+         "--no-embed", "--jobs", "2", "--full", "-q"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "stopped abruptly" not in proc.stderr
