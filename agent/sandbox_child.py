@@ -16,7 +16,7 @@ import signal
 import struct
 from dataclasses import dataclass, field
 
-from . import landlock
+from . import keyring_filter, landlock
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -116,6 +116,7 @@ STEPS = (
     "landlock rule for a private tmpfs or /proc",
     "drop capabilities",
     "landlock_restrict_self",
+    "seccomp filter of the key syscalls",
 )
 LAST_PROBE_STEP = 6
 _FAIL = struct.Struct("ii")
@@ -238,6 +239,11 @@ class ChildPlan:
             if err:
                 self._fail(15, err)
             os.close(self.ruleset_fd)
+        # Kernel keyrings belong to no namespace made here (agent/keyring_filter.py). EINVAL: a
+        # kernel built without seccomp filters, where the other layers stand alone.
+        err = keyring_filter.install()
+        if err and err != errno.EINVAL:
+            self._fail(16, err)
         if self.ns_flags & CLONE_NEWPID:
             self._init()
 

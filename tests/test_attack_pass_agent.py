@@ -3,6 +3,7 @@ the host beyond the cases the issue names. Real runner, real namespaces, real to
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -220,3 +221,57 @@ def test_replay_of_a_shipped_trace_neither_blocks_nor_follows(tmp_path: Path, sh
     # on a noatime mount this check cannot fail).
     read_through = secret.stat().st_atime_ns > secret.stat().st_mtime_ns
     assert not read_through, "the file in $HOME was read through the shipped link"
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_KEY_SYSCALL = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(os.uname().machine)
+
+#: Inside: reach the host's key by several routes and print what each one read.
+_KEYS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+add_key, keyctl = int(sys.argv[1]), int(sys.argv[2])
+name = sys.argv[3].encode()
+SESSION, USER = -3, -4
+def read(kid):
+    buf = ctypes.create_string_buffer(256)
+    n = libc.syscall(keyctl, 11, kid, buf, 256)  # KEYCTL_READ
+    return buf.raw[:n] if n > 0 else b""
+def search(ring):
+    return libc.syscall(keyctl, 10, ring, b"user", name, 0)  # KEYCTL_SEARCH
+out = []
+kid = search(SESSION)  # the session keyring repoctx handed down
+out.append(read(kid) if kid > 0 else b"")
+listing = read(SESSION)  # the ids it holds, then each of them
+for i in range(0, len(listing) - 3, 4):
+    out.append(read(int.from_bytes(listing[i:i + 4], "little")))
+persistent = libc.syscall(keyctl, 22, -1, SESSION)  # KEYCTL_GET_PERSISTENT, linked in
+if persistent > 0:
+    kid = libc.syscall(keyctl, 10, persistent, b"user", name, 0)
+    out.append(read(kid) if kid > 0 else b"")
+print(b"|".join(out).decode(errors="replace"))
+"""
+
+
+@pytest.mark.skipif(_KEY_SYSCALL is None, reason="key syscall numbers known for x86_64, aarch64")
+@pytest.mark.parametrize("mode", [*NS_MODES, "landlock-only"])
+def test_a_command_reads_no_key_of_the_host(repo: Path, mode: str):
+    """Keyrings are not namespaced: a command possessed repoctx's session keyring and read
+    its keys (and could link the user's persistent keyring, where Kerberos keeps tickets)."""
+    # A session keyring of this test's own, so nothing is left in the user's.
+    if _libc.syscall(_KEY_SYSCALL[1], 1, None) < 0:  # KEYCTL_JOIN_SESSION_KEYRING
+        pytest.skip(f"no session keyring: {os.strerror(ctypes.get_errno())}")
+    name = f"atk-{os.getpid()}"
+    secret = f"keyring-secret-{os.urandom(4).hex()}".encode()
+    if _libc.syscall(_KEY_SYSCALL[0], b"user", name.encode(), secret, len(secret), -3) < 0:
+        pytest.skip(f"add_key: {os.strerror(ctypes.get_errno())}")
+    argv = ["python3", "-c", _KEYS, *map(str, _KEY_SYSCALL), name]
+    # Unconfined, the same script reads it: the attack is a real one.
+    control = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert secret.decode() in control.stdout, control.stderr
+    kw = {"use_namespaces": False} if mode == "landlock-only" else NS_MODES[mode]
+    res = sandboxed(repo, argv, **kw)
+    assert res.exit_code == 0, res.stderr
+    assert secret.decode() not in res.stdout
