@@ -237,6 +237,14 @@ class Fuzzer:
             else:
                 invalid = True
         data = json.dumps(msgs if kind == "batch" else msgs[0]).encode()
+        if kind == "batch" and all("id" not in m for m in msgs):
+            # a batch of notifications only: JSON-RPC 2.0 says to send nothing back
+            self.sent += 1
+            self.counts["sent notification batch"] += 1
+            if not self.client.send(data):
+                self.violation("server dead", data.decode()[:200])
+                self.restart("a dead server")
+            return
         if invalid:
             self.send_invalid(data, data.decode()[:200])
             return
