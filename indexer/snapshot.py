@@ -40,6 +40,7 @@ from typing import Any
 from . import store
 from .build import build
 from .config import Config
+from .denylist import denied_by_default
 from .errors import RepoctxError
 from .gitsafe import git_env
 from .locations import (
@@ -52,6 +53,7 @@ from .locations import (
 )
 from .lock import WriteLock
 from .models import Progress
+from .nofollow import open_regular
 from .parse_worker import content_hash
 from .vectors import TABLE, open_vectors
 
@@ -545,12 +547,15 @@ def adopt(conn: sqlite3.Connection, root: Path, progress: ProgressFn | None = No
     def restamp(row: tuple[str, int, str]) -> tuple[int, int, str] | None:
         path, size, digest = row
         try:
-            st = os.stat(os.path.join(root, path))
-            if st.st_size != size:  # cannot hold the same bytes: skip the read
-                return None
-            with open(os.path.join(root, path), "rb") as fh:
-                same = content_hash(fh.read()) == digest
-        except OSError:
+            # The paths come from the pulled graph, which is untrusted: an absolute or `../`
+            # path, a link out of the tree, a device or a FIFO must not be read (`/dev/zero`
+            # read forever). The same regular-only, beneath-the-root open as the parse worker.
+            with os.fdopen(open_regular(root, path, refuse=denied_by_default), "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if st.st_size != size:  # cannot hold the same bytes: skip the read
+                    return None
+                same = content_hash(fh.read(size + 1)) == digest
+        except (OSError, ValueError):  # ValueError: a NUL byte in the path
             return None
         return (st.st_size, st.st_mtime_ns, path) if same else None
 

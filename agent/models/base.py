@@ -45,6 +45,9 @@ class ToolCall:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
             return cls(id, name, None, raw, f"arguments are not valid JSON: {exc}")
+        except RecursionError:  # model output nested deeper than the decoder goes
+            return cls(id, name, None, raw, "arguments are nested too deeply — send a flat "
+                       "JSON object")
         if not isinstance(value, dict):
             kind = type(value).__name__
             return cls(id, name, None, raw, f"arguments must be a JSON object, got {kind}")

@@ -167,6 +167,13 @@ def _scan(text: str, names: frozenset[str]) -> tuple[list[_Found], dict[int, str
                 broken.setdefault(i, _json_problem(text, i, exc))
             i += 1
             continue
+        except RecursionError:
+            # Nested deeper than the decoder goes: no call is that deep, and every inner
+            # bracket would fail the same way, so skip the whole run of them at once.
+            if text[i] == "{" and _looks_like_call(text[i : _region_end(text, i)]):
+                broken.setdefault(i, "an object nested too deeply — send a flat JSON object")
+            i = _region_end(text, i + 1)
+            continue
         calls = tuple(_calls_in(value, names))
         if calls:
             found.append(_Found(i, end, calls))
