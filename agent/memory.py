@@ -13,6 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from indexer.index_dir_guard import check_index_dir
+from indexer.nofollow import read_regular
+
 from .errors import AgentError
 from .models.base import ToolSpec
 from .workspace import Workspace
@@ -71,13 +74,18 @@ class ProjectMemory:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.entries: dict[str, MemoryEntry] = {}
-        if self.path.is_file():
+        # The index directory can come with the clone (`.repoctx` → ~/dir, `memory.json` →
+        # ~/secret.json): refuse a linked or special one as every index writer does, and read
+        # the file regular-only with no link followed out of it.
+        check_index_dir(self.path.parent)
+        raw = read_regular(self.path.parent, self.path.name)
+        if raw is not None:
             try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
+                data = json.loads(raw.decode("utf-8"))
                 self.entries = {
                     k: MemoryEntry(**{"key": k, **v}) for k, v in data.get("entries", {}).items()
                 }
-            except (OSError, ValueError, TypeError, AttributeError) as exc:
+            except (OSError, ValueError, TypeError, AttributeError, RecursionError) as exc:
                 raise ProjectMemoryError(
                     f"Cannot read {self.path} ({exc}) — fix the JSON or delete the file."
                 ) from exc
@@ -114,6 +122,7 @@ class ProjectMemory:
         return {k: asdict(e) for k, e in self.entries.items()}
 
     def save(self) -> None:
+        check_index_dir(self.path.parent)  # swapped for a link since it was read: write nothing
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "format": _FORMAT,

@@ -143,3 +143,59 @@ def test_deeply_nested_native_arguments_are_an_error_for_the_model(depth, bracke
 
     call = ToolCall.from_raw("1", "read_span", '{"x":' + bracket * depth)
     assert call.arguments is None and call.error
+
+
+# -- project memory in a shipped index directory -------------------------------------------------
+# On 17a1ef1 `repoctx agent memory` read `.repoctx/memory.json` through a committed link (a file
+# of the home shown, and fed to every agent run's prompt) and `--edit` wrote `memory.json` into
+# whatever directory a committed `.repoctx` link led to.
+
+HOME_MEMORY = '{"format": 1, "entries": {"k": {"value": "HOME-MARKER", "source": "user", "updated": "x"}}}'
+
+
+def _ship(origin: Path, home: Path, shape: str) -> None:
+    (home / "dir").mkdir(parents=True)
+    (home / "dir" / "m.json").write_text(HOME_MEMORY)
+    if shape == "index dir is a link":
+        (origin / ".repoctx").symlink_to(os.path.relpath(home / "dir", origin))
+    elif shape == "memory.json is a link":
+        (origin / ".repoctx").mkdir()
+        (origin / ".repoctx" / "memory.json").symlink_to(home / "dir" / "m.json")
+    elif shape == "link beside memory.json":
+        (origin / ".repoctx").mkdir()
+        (origin / ".repoctx" / "memory.json").write_text(HOME_MEMORY.replace("HOME-", "REPO-"))
+        (origin / ".repoctx" / "d").symlink_to(home / "dir")
+    git(origin, "add", "-f", ".repoctx")
+    git(origin, "commit", "-q", "-m", "ship memory")
+
+
+@pytest.mark.parametrize("shape", ["index dir is a link", "memory.json is a link",
+                                   "link beside memory.json"])
+@pytest.mark.parametrize("edit", [False, True])
+def test_shipped_project_memory_reads_and_writes_nothing_outside(tmp_path, shape, edit):
+    home = tmp_path / "home"
+    origin = make_repo(tmp_path / "origin", FILES)
+    _ship(origin, home, shape)
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    before = {p.name: p.read_bytes() for p in (home / "dir").iterdir()}
+    res = _cli(["agent", "memory", "-C", str(clone), *(["--edit", "k2=v"] if edit else [])], home)
+    assert "HOME-MARKER" not in res.stdout + res.stderr
+    assert {p.name: p.read_bytes() for p in (home / "dir").iterdir()} == before
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
+
+
+@pytest.mark.parametrize("shape", ["fifo", "deep"])
+def test_a_special_or_deep_memory_file_is_one_line(tmp_path, shape):
+    home = tmp_path / "home"
+    home.mkdir()
+    repo = make_repo(tmp_path / "repo", FILES)
+    (repo / ".repoctx").mkdir()
+    if shape == "fifo":
+        os.mkfifo(repo / ".repoctx" / "memory.json")
+    else:
+        (repo / ".repoctx" / "memory.json").write_text('{"entries": ' + "[" * 100_000)
+    res = _cli(["agent", "memory", "-C", str(repo)], home)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
