@@ -55,6 +55,7 @@ from .lock import WriteLock
 from .models import Progress
 from .nofollow import open_regular
 from .parse_worker import content_hash
+from .vector_damage import exhaustion_errno, first_line, table_missing, table_problem
 from .vectors import TABLE, open_vectors
 
 FORMAT = 1
@@ -506,7 +507,7 @@ def _install_vectors(config: Config, src_uri: str | None, progress: ProgressFn |
     options = storage_options(config)
     source = None
     if src_uri is not None:
-        source = lancedb.connect(src_uri, storage_options=options).open_table(TABLE)
+        source = _open_source(src_uri, options)
     if is_remote(dest):
         db = lancedb.connect(dest, storage_options=options)
         if source is not None:
@@ -524,6 +525,28 @@ def _install_vectors(config: Config, src_uri: str | None, progress: ProgressFn |
             os.replace(local, Path(stage) / "old")
         if source is not None:
             os.replace(staged, local)
+
+
+def _open_source(src_uri: str, options: dict[str, str]) -> Any:
+    """The snapshot's vector table, or one SnapshotError: a snapshot is someone else's bytes,
+    and a link, a file or a FIFO in its table's place, or a garbled table, is no traceback.
+    Its shape is checked before LanceDB touches it (which would follow a link, or try to make
+    a directory where a file stands)."""
+    import lancedb
+
+    problem = table_problem(src_uri) or ("it has no vector table" if table_missing(src_uri)
+                                         else None)
+    if problem is None:
+        try:
+            return lancedb.connect(src_uri, storage_options=options).open_table(TABLE)
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            if exhaustion_errno(exc) is not None:
+                raise
+            problem = first_line(exc)
+    raise SnapshotError(
+        f"The snapshot's vectors at {src_uri} cannot be used ({problem}) — push that commit "
+        "again, or run `repoctx index build` to build the index locally."
+    )
 
 
 def _index_vectors(config: Config, manifest: dict) -> None:

@@ -199,3 +199,43 @@ def test_a_special_or_deep_memory_file_is_one_line(tmp_path, shape):
     res = _cli(["agent", "memory", "-C", str(repo)], home)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.count("\n") == 1, res.stderr
+
+
+# -- a crafted vector table in a snapshot --------------------------------------------------------
+# On 17a1ef1 each shape below gave a 43-56 line traceback from LanceDB (a file in the table's
+# place even made LanceDB try to create directories in the snapshot location).
+
+def _vector_shape(snap: Path, home: Path, shape: str) -> None:
+    vectors = snap / "vectors"
+    if shape == "file":
+        vectors.write_text("x")
+    elif shape == "link to the home":
+        vectors.symlink_to(home)
+    elif shape == "fifo":
+        os.mkfifo(vectors)
+    elif shape == "garbled table":
+        (vectors / "chunks.lance" / "_versions").mkdir(parents=True)
+        (vectors / "chunks.lance" / "_versions" / "1.manifest").write_bytes(b"junk\n")
+
+
+@pytest.mark.parametrize("shape", ["missing", "file", "link to the home", "fifo", "garbled table"])
+def test_a_crafted_snapshot_vector_table_is_one_line(tmp_path, shape):
+    home = tmp_path / "home"
+    home.mkdir()
+    origin = make_repo(tmp_path / "origin", FILES)
+    snaps = tmp_path / "snaps"
+    for args in (["index", "build", "--no-embed", "-q", str(origin)],
+                 ["index", "push", "--to", str(snaps), "-q", str(origin)]):
+        assert _cli(args, home).returncode == 0
+    (snap,) = snaps.iterdir()
+    manifest = json.loads((snap / "manifest.json").read_text())
+    manifest.update(vectors={"bytes": 1}, embed_dim=4)  # no embed_model: no model to load
+    (snap / "manifest.json").write_text(json.dumps(manifest))
+    _vector_shape(snap, home, shape)
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    before = sorted(os.listdir(home))
+    res = _cli(["index", "pull", "--from", str(snaps), "-q", str(clone)], home)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1 and "push that commit again" in res.stderr, res.stderr
+    assert sorted(os.listdir(home)) == before
