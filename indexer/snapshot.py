@@ -170,9 +170,40 @@ def _complete_commits(fs: Any, base: str) -> set[str]:
             if info.type == pafs.FileType.File}
 
 
+#: A manifest is a few hundred bytes; a snapshot is someone else's bytes.
+_MAX_MANIFEST = 1 << 20
+
+
+def _regular(fs: Any, path: str) -> None:
+    """Refuse, before opening it, anything but a regular file: a FIFO in a snapshot would
+    block the pull for good (its type as the file system says it, links followed)."""
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        raise SnapshotError(
+            f"{path} is not a regular file — push that commit again, or run `repoctx index "
+            "build` to build the index locally."
+        )
+
+
 def _read_manifest(fs: Any, path: str) -> dict:
+    _regular(fs, path)
     with fs.open_input_stream(path) as fh:
-        return json.loads(fh.read().decode("utf-8"))
+        raw = fh.read(_MAX_MANIFEST + 1)
+    try:
+        manifest = json.loads(raw.decode("utf-8")) if len(raw) <= _MAX_MANIFEST else None
+    except (ValueError, RecursionError):
+        manifest = None
+    graph = manifest.get("graph") if isinstance(manifest, dict) else None
+    vectors = manifest.get("vectors") if isinstance(manifest, dict) else None
+    if not (isinstance(graph, dict) and isinstance(graph.get("sha256"), str)
+            and isinstance(graph.get("compressed_bytes"), int)
+            and (vectors is None or isinstance(vectors, dict))):
+        raise SnapshotError(
+            f"{path} is not a snapshot manifest this repoctx can read — push that commit "
+            "again, or run `repoctx index build` to build the index locally."
+        )
+    return manifest
 
 
 def list_snapshots(uri: str, options: dict[str, str] | None = None) -> list[dict]:
@@ -483,11 +514,21 @@ def _check_compatible(manifest: dict, model: str | None, config: Config, uri: st
 
 def _download_graph(fs: Any, src: str, dest: Path, sha256: str, uri: str) -> None:
     digest = hashlib.sha256()
+    _regular(fs, src)
     # Buffered: on object storage every read of an unbuffered stream is a ranged GET, and the
     # decompressor reads in 64 KB pieces (a 75 MB graph took 55 s through S3 that way).
     with fs.open_input_stream(src, compression="zstd", buffer_size=_DOWNLOAD_BUFFER) as inp, \
             open(dest, "wb") as out:
-        while block := inp.read(_IO_CHUNK):
+        while True:
+            try:
+                block = inp.read(_IO_CHUNK)
+            except OSError as exc:  # not zstd, cut short: the snapshot's bytes, not our disk
+                raise SnapshotError(
+                    f"The graph at {src} cannot be read ({str(exc)[:200]}) — push that commit "
+                    "again, or run `repoctx index build` to build the index locally."
+                ) from exc
+            if not block:
+                break
             digest.update(block)
             out.write(block)
     if digest.hexdigest() != sha256:

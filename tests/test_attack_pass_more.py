@@ -239,3 +239,46 @@ def test_a_crafted_snapshot_vector_table_is_one_line(tmp_path, shape):
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.count("\n") == 1 and "push that commit again" in res.stderr, res.stderr
     assert sorted(os.listdir(home)) == before
+
+
+# -- a crafted manifest or graph file ------------------------------------------------------------
+# On 17a1ef1: a FIFO as `graph.db.zst` blocked the pull for good; the other shapes were 34-46
+# line tracebacks (RecursionError, KeyError, AttributeError, a zstd OSError).
+
+def _snapshot_file_shape(snap: Path, shape: str) -> None:
+    manifest, graph = snap / "manifest.json", snap / "graph.db.zst"
+    if shape == "deep manifest":
+        manifest.write_text('{"a":' * 100_000)
+    elif shape == "manifest a list":
+        manifest.write_text("[1]")
+    elif shape == "manifest without graph":
+        data = json.loads(manifest.read_text())
+        del data["graph"]
+        manifest.write_text(json.dumps(data))
+    elif shape == "graph a FIFO":
+        graph.unlink()
+        os.mkfifo(graph)
+    elif shape == "graph a link to a device":
+        graph.unlink()
+        graph.symlink_to("/dev/zero")
+    elif shape == "graph not zstd":
+        graph.write_bytes(b"SQLite format 3\x00" + b"\x00" * 4096)
+
+
+@pytest.mark.parametrize("shape", ["deep manifest", "manifest a list", "manifest without graph",
+                                   "graph a FIFO", "graph a link to a device", "graph not zstd"])
+def test_a_crafted_snapshot_file_is_one_line_at_once(tmp_path, shape):
+    home = tmp_path / "home"
+    home.mkdir()
+    origin = make_repo(tmp_path / "origin", FILES)
+    snaps = tmp_path / "snaps"
+    for args in (["index", "build", "--no-embed", "-q", str(origin)],
+                 ["index", "push", "--to", str(snaps), "-q", str(origin)]):
+        assert _cli(args, home).returncode == 0
+    (snap,) = snaps.iterdir()
+    _snapshot_file_shape(snap, shape)
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    res = _cli(["index", "pull", "--from", str(snaps), "-q", str(clone)], home)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1 and "push that commit again" in res.stderr, res.stderr
