@@ -138,7 +138,7 @@ SLOW_MODULES = frozenset({
     "test_agent_loop", "test_snapshot", "test_llm_recordings", "test_bulk_load",
     "test_pool_stop", "test_untrusted_interpreter", "test_sandbox_ns", "test_mcp_protocol",
     "test_damage_exhaustion", "test_control_chars", "test_untrusted_git", "test_attack_pass_index",
-    "test_attack_pass_agent", "test_hostile_untrusted_bench",
+    "test_attack_pass_agent", "test_hostile_untrusted_bench", "test_attack_pass_more",
 })
 
 
