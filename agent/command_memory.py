@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,19 +39,8 @@ class MemoryCgroup:
         return str(self.path / "cgroup.procs") if self.own else None
 
     def remove(self) -> None:
-        if not self.own:
-            return
-        deadline = time.monotonic() + _REMOVE_S
-        while True:
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    return  # an empty cgroup left behind; removed by the next run (stale)
-                time.sleep(0.02)
+        if self.own:
+            remove_cgroup(self.path, _REMOVE_S)
 
 
 def bound(command_cgroup: Path, max_bytes: int) -> MemoryCgroup | None:
@@ -66,7 +56,7 @@ def bound(command_cgroup: Path, max_bytes: int) -> MemoryCgroup | None:
             (command_cgroup / "memory.swap.max").write_text("0")
         return MemoryCgroup(command_cgroup, own=False)
     for base in _v1_bases():
-        _remove_stale(base)
+        remove_stale(base)
         path = base / command_cgroup.name
         try:
             path.mkdir()
@@ -108,10 +98,28 @@ def _v1_bases() -> list[Path]:
     return bases
 
 
-def _remove_stale(base: Path) -> None:
-    """Empty memory cgroups of repoctx processes that died before removing them."""
+def remove_cgroup(path: Path, seconds: float, before_each: Callable[[], None] | None = None) -> None:
+    """Remove the cgroup at ``path``, retrying for up to ``seconds`` while it still has members
+    (``before_each`` may kill them first); one left behind is removed later (`remove_stale`)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if before_each is not None:
+            before_each()
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return  # an empty cgroup left behind: harmless, removed by a later run
+            time.sleep(0.02)
+
+
+def remove_stale(base: Path) -> None:
+    """Empty cgroups (pids or memory) of repoctx processes that died before removing them."""
     for stale in base.glob("repoctx-*-*"):
         owner = stale.name.split("-")[1]
         if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # still has members, or not ours to remove
                 stale.rmdir()

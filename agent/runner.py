@@ -218,7 +218,7 @@ class _PidsCgroup:
     @classmethod
     def create(cls, max_pids: int, max_memory: int | None = None) -> _PidsCgroup | None:
         for base in _pids_cgroup_bases():
-            _remove_stale(base)
+            command_memory.remove_stale(base)
             path = base / f"repoctx-{os.getpid()}-{uuid.uuid4().hex[:10]}"
             try:
                 path.mkdir()
@@ -281,29 +281,7 @@ class _PidsCgroup:
                 self.memory.remove()
 
     def _remove_pids(self) -> None:
-        deadline = time.monotonic() + _REAP_S
-        while True:
-            self.kill()
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    return  # leaked empty-ish cgroup; harmless, and removable by hand
-                time.sleep(0.02)
-
-
-def _remove_stale(base: Path) -> None:
-    """Remove empty cgroups left by repoctx processes that died before cleaning up."""
-    for stale in base.glob("repoctx-*-*"):
-        owner = stale.name.split("-")[1]
-        if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
-            try:
-                stale.rmdir()
-            except OSError:
-                continue  # still has members, or not ours to remove
+        command_memory.remove_cgroup(self.path, _REAP_S, before_each=self.kill)
 
 
 def _pids_cgroup_bases() -> list[Path]:
