@@ -100,17 +100,35 @@ class ToolSpec:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+#: Where ``Usage.cached_tokens`` comes from: the server said so, repoctx worked it out from the
+#: prompt it sent before (the longest common prefix, in the model's tokens), or nobody knows.
+CACHE_SOURCES = ("server", "estimate", "")
+
+
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    #: Prompt tokens the server took from its cache instead of processing them again (a prompt
+    #: that extends the previous one is mostly reused); ``prompt_tokens - cached_tokens`` were
+    #: processed. See ``cache_source`` for whether it was reported or estimated.
+    cached_tokens: int = 0
+    cache_source: str = ""
+
+    @property
+    def processed_tokens(self) -> int:
+        return max(0, self.prompt_tokens - self.cached_tokens)
 
     def __add__(self, other: Usage) -> Usage:
+        sources = {self.cache_source, other.cache_source} - {""}
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.cached_tokens + other.cached_tokens,
+            # a sum of reported and estimated figures is only an estimate
+            "" if not sources else ("server" if sources == {"server"} else "estimate"),
         )
 
 
