@@ -4,7 +4,7 @@ ask the model, run its tool calls, and stop on `finish` or a limit — every eve
     report = run_agent(load_config("."), "fix the failing test", create_model("openai:gpt-4o"),
                        RunOptions(granted={"read", "write", "execute"}))
 
-Helpers: budget.py (prompt budget, limits, misbehaviour guard), plan.py, memory.py, trace.py,
+Helpers: budget.py (prompt budget, limits), guard.py (misbehaviour), plan.py, memory.py, trace.py,
 model_calls.py (one model call with retries), call_reading.py (native or text tool calls),
 prompts.py (system prompt, nudges, the fixed prompt frame), run_result.py (options, report,
 what changed). See docs/agent.md.
@@ -26,7 +26,6 @@ from retrieval.context import ContextPack, assemble_context
 from retrieval.freshness import generation
 
 from .budget import (
-    Guard,
     StepPrompt,
     assemble_prompt,
     classify_tool_failure,
@@ -35,6 +34,7 @@ from .budget import (
 from .call_reading import CallReader, observation
 from .checkpoints import CheckpointStore, RollbackReport
 from .errors import AgentError
+from .guard import Guard
 from .memory import REMEMBER, ProjectMemory, learned_facts, read_instructions
 from .model_calls import ModelCallFailed, ModelCalls
 from .models.base import Message, ModelClient, ToolCall, ToolSpec, Usage
