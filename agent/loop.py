@@ -27,30 +27,44 @@ from retrieval.freshness import generation
 
 from .budget import (
     StepPrompt,
-    assemble_prompt,
     classify_tool_failure,
+    clip_to_tokens,
+    fixed_tokens,
     observation_digest,
+    window_budget,
 )
 from .call_reading import CallReader, observation
 from .checkpoints import CheckpointStore, RollbackReport
+from .conversation import FIRST_CODE_SHARE, Conversation
 from .errors import AgentError
-from .guard import Guard
+from .guard import NUDGE_PLAN_ONLY, Guard
 from .memory import REMEMBER, ProjectMemory, learned_facts, read_instructions
 from .model_calls import ModelCallFailed, ModelCalls
 from .models.base import Message, ModelClient, ToolCall, ToolSpec, Usage
 from .models.prompt_tokens import model_tokenizer
 from .models.text_calls import CALL_EXAMPLE, prose
-from .outcome import Ending, asks_for_change, finish_ending, text_ending
+from .outcome import Ending, asks_for_change, finish_ending, plan_only_ending, text_ending
 from .plan import (
     PLAN_PROMPT,
     UPDATE_PLAN,
+    Evidence,
     Plan,
     after_tests,
     apply_update,
     fallback_plan,
     parse_plan,
+    quote_call,
 )
-from .prompts import NUDGE_EMPTY, NUDGE_NO_CHANGE, NUDGE_TEXT, prompt_frame
+from .prompts import (
+    COMPACT_BELOW,
+    NUDGE_EMPTY,
+    NUDGE_NO_CHANGE,
+    NUDGE_TEXT,
+    PromptFrame,
+    prompt_frame,
+    smallest_frame,
+    too_small,
+)
 from .redact import redact, redact_pack
 from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
 from .tools import (
@@ -79,6 +93,15 @@ from .trace import (
     tests_from,
     trace_path,
 )
+
+#: The plan call's closing words (the plan's format is agent/plan.py's).
+PLAN_REQUEST = (
+    "Before using the tools, plan the task. "
+    + PLAN_PROMPT
+    + "\nThis reply is the plan only: no tool call yet."
+)
+#: A step's closing words.
+STEP_CLOSING = "Work on the current plan step: answer with tool calls."
 
 
 class RunEnded(Exception):  # noqa: N818 - control flow, not an error
@@ -124,6 +147,8 @@ class AgentRun:
             probe=False,
         )
         self.counter = self.tokens.counter
+        # The run's conversation: each call extends the previous one (agent/conversation.py).
+        self.convo = Conversation(self.tokens)
         self.memory = ProjectMemory.for_index(config.index_path)
         self.instructions = read_instructions(config.root)
         self.prior_s = 0.0
@@ -132,6 +157,7 @@ class AgentRun:
         self.observation: tuple[Message, ...] = ()
         self.tests: list[TestRecord] = []
         self.plan: Plan | None = None
+        self.evidence = Evidence()  # what update_plan's `complete` needs (agent/plan.py)
         self.next_step, run_id = 1, options.run_id
         if options.resume:
             run_id = resolve_run(config.index_path, options.resume)
@@ -147,15 +173,23 @@ class AgentRun:
             )
         self.specs: list[ToolSpec] = [*base.specs(offered), UPDATE_PLAN, REMEMBER]
         self.names = frozenset(s.name for s in self.specs)
+        # The full frame, or the compact one when the window is small (agent/prompts.py).
         self.frame = prompt_frame(
-            self.tokens, self.specs, self.task, self.tool_format, self.limits.prompt_budget
+            self.tokens, self.specs, self.task, self.tool_format, window_budget(self.limits)[0]
         )
+        smallest = smallest_frame(self.tokens, self.specs, self.task, self.tool_format)
         self.calls = ModelCalls(
             model, self.limits, self.tokens, self.frame.offered, self.emit, options.sleep,
-            self.frame.min_budget,
+            min(self.frame.min_budget, smallest.min_budget),
+        )
+        self.calls.too_small = lambda window: too_small(
+            self.tokens, smallest, max(0, window - self.calls.reply) if window else 0
         )
         self.calls.usage, self.calls.count = resumed
-        self.reader = CallReader(self.tool_format, self.names, self.emit)
+        # What follows the system prompt in the system message, fixed for the run: the task,
+        # the project instructions and the memory as they were when it started.
+        self.notes = self._notes()
+        self.reader = CallReader(self.tool_format, self.names, self.emit, lambda: self.ctx)
         self.ctx = ToolContext.create(
             config, granted=options.granted, confirm=options.confirm, run_id=run_id
         )
@@ -172,8 +206,10 @@ class AgentRun:
         self.task, self.next_step = state.task, state.next_step
         self.plan = Plan.from_dict(state.plan) if state.plan else None
         self.history, self.observation = list(state.history), state.observation
+        self.convo.resume(self.history, self.observation)
         self.prior_s = float(((state.ended or {}).get("summary") or {}).get("elapsed_s", 0))
         self.tests = tests_from(events)
+        self.evidence = Evidence.from_events(events, self._permission)
         return Usage(**state.usage), state.model_calls
 
     def emit(self, type: str, **fields: Any) -> dict[str, Any]:
@@ -184,6 +220,7 @@ class AgentRun:
 
     def set_plan(self, plan: Plan, kind: str, reason: str, **extra: Any) -> None:
         self.plan = plan
+        self.evidence.mark()
         self.emit(kind, plan=plan.to_dict(), reason=reason, **extra)
 
     # -- the run ---------------------------------------------------------------------------------
@@ -237,6 +274,9 @@ class AgentRun:
         self.emit(
             "notice", kind="tokenizer", message=f"prompts counted by {self.tokens.describe()}"
         )
+        if self.opts.strategy_why:  # agent/strategy.py picked the loop: say why
+            self.emit("notice", kind="strategy", strategy="loop",
+                      message=f"loop: {self.opts.strategy_why}")
         done = self.ctx.session.reindex(self.config)  # the index must match the tree
         self.emit(
             "notice",
@@ -247,19 +287,17 @@ class AgentRun:
             self._make_plan()
 
     def _make_plan(self) -> None:
+        # The same system message and tools as every step: the plan call starts the
+        # conversation the steps extend (a plan call of its own shared ~4 tokens with them).
         _, completion = self.calls.complete(
             0,
             "plan",
             lambda budget: self.prompt(
-                budget,
-                system=PLAN_PROMPT,
-                tools_tokens=0,
-                plan_text="",
-                closing="Reply with the JSON plan only.",
-                observation=(),
+                budget, step=0, closing=PLAN_REQUEST, code_share=FIRST_CODE_SHARE
             ),
-            tools=(),
         )
+        self.convo.commit()
+        self.convo.extend(0, [Message.assistant(completion.message.content or "(no plan)")])
         plan, why = parse_plan(completion.message.content)
         if plan is None or completion.message.tool_calls:
             why = why or "the plan reply called tools instead of returning JSON"
@@ -288,40 +326,85 @@ class AgentRun:
         self,
         budget: int,
         *,
-        system: str | None = None,
-        tools_tokens: int | None = None,
-        plan_text: str | None = None,
+        step: int | None = None,
         closing: str = "",
-        observation: tuple[Message, ...] | None = None,
+        code_share: float | None = None,
     ) -> StepPrompt:
+        """The prompt of the next call: the conversation so far (system message and tools
+        fixed for the run), plus a user message with what is new for this step."""
+        if budget < self.frame.min_budget or (budget < COMPACT_BELOW and not self.frame.compact):
+            self._reframe(budget)
         current = self.plan.current if self.plan else None
-        if plan_text is None and self.plan is not None:
+        plan_text = ""
+        if self.plan is not None:
             plan_text = self.plan.render() + (f"\nCurrent step: {current.title}" if current else "")
-        obs = self.observation if observation is None else observation
         query = " ".join(
             [
                 self.task,
                 current.title if current else "",
                 current.done_when if current else "",
-                observation_digest(obs),
+                observation_digest(self.observation),
             ]
         )
-        notes = [f"Learned in earlier runs:\n{self.memory.render()}"] if self.memory.entries else []
-        return assemble_prompt(
-            counter=self.counter,
-            budget=self.tokens.usable(budget),  # the margin stays free
-            system=self.frame.system if system is None else system,
-            tools_tokens=self.frame.tools_tokens if tools_tokens is None else tools_tokens,
-            task=self.task,
-            notes=redact("\n\n".join([*notes, self.instructions.text]).strip()),
-            plan=plan_text or "",
-            history=self.history,
-            observation=obs,
+        before = self.convo.compactions
+        built = self.convo.build(
+            step=self.next_step if step is None else step,
+            budget=budget,
+            system=self._system(),
+            tools_tokens=self.frame.tools_tokens,
+            tools=self.frame.offered,
+            plan=plan_text,
+            closing=closing or STEP_CLOSING,
             query=query,
             retrieve=self._retrieve,
-            closing=closing or ("" if obs else "Begin with the current plan step."),
-            template=self.tokens.template,
+            **({"code_share": code_share} if code_share is not None else {}),
         )
+        if self.convo.compactions > before:
+            self.emit(
+                "notice",
+                step=self.next_step if step is None else step,
+                kind="compaction",
+                message=f"the conversation outgrew the budget: its oldest steps were dropped "
+                f"(one line each kept; compaction {self.convo.compactions})",
+            )
+        return built
+
+    def _notes(self) -> str:
+        notes = [f"Learned in earlier runs:\n{self.memory.render()}"] if self.memory.entries else []
+        text = redact("\n\n".join([*notes, self.instructions.text]).strip())
+        # A fixed share of what the frame leaves: the system message never changes in a run.
+        fixed = fixed_tokens(self.tokens, self.frame.system, self.frame.tools_tokens, self.task)
+        room = self.tokens.usable(self.calls.budget) - fixed
+        return clip_to_tokens(text, max(0, int(room * 0.12)), self.counter) if text else ""
+
+    def _system(self) -> str:
+        """The system message, the same at every call of the run: the system prompt, the task,
+        the project instructions and memory."""
+        parts = [self.frame.system, f"# Task\n{self.task}"]
+        if self.notes:
+            parts.append(f"# Project instructions and memory\n{self.notes}")
+        return "\n\n".join(parts)
+
+    def _fixed(self) -> int:
+        t = self.tokens.template
+        return self.tokens.count(self._system()) + self.frame.tools_tokens + t.per_message + t.reply
+
+    def _reframe(self, budget: int) -> None:
+        """A budget too small for the frame (the server reported a small window): the compact
+        frame from now on (the prefix changes this once)."""
+        frame: PromptFrame = prompt_frame(
+            self.tokens, self.specs, self.task, self.tool_format, budget
+        )
+        if frame.compact != self.frame.compact:
+            self.frame = frame
+            self.calls.offered = frame.offered
+            self.notes = self._notes()
+            self.emit(
+                "notice",
+                kind="compact_tools",
+                message=f"a {budget:,}-token prompt budget: the compact tool set "
+                f"({', '.join(s.name for s in frame.specs)})",
+            )
 
     def _retrieve(self, query: str, budget: int) -> ContextPack:
         session, cfg = self.ctx.session, self.config
@@ -343,6 +426,7 @@ class AgentRun:
 
     def _step(self, step: int) -> None:
         reply = self.calls.complete(step, "act", self.prompt)[1].message
+        self.convo.commit()
         calls, form, hint = self.reader.read(step, reply)
         if not calls:
             return self._no_calls(step, reply, hint)
@@ -359,7 +443,7 @@ class AgentRun:
                 step=step,
                 kind="repetition",
                 message=f"{self.guard.repeats} "
-                "identical calls in a row: not run, the model was told",
+                "identical (or nearly identical) calls in a row: not run, the model was told",
             )
         results: list[tuple[ToolCall, ToolResult]] = []
         try:
@@ -372,15 +456,28 @@ class AgentRun:
             obs = observation(reply, form, answers, hint)
             self._end_step(step, obs, step_summary(step, results) + " [interrupted]", False)
             raise
+        plan_only = self.guard.plan_step([c.name for c in calls])
+        if plan_only == "nudge":
+            self.emit("notice", step=step, kind="plan_only", message=NUDGE_PLAN_ONLY)
+            hint = "\n\n".join(h for h in (hint, NUDGE_PLAN_ONLY) if h)
         obs = observation(reply, form, [(c, r.text()) for c, r in results], hint)
         errors = [r.error for _, r in results if r.error]
         self._end_step(
             step,
             obs,
             step_summary(step, results),
-            len(errors) == len(results),
+            len(errors) == len(results) and plan_only != "stop",  # that has its own ending
             errors[-1] if errors else "",
         )
+        if plan_only == "stop":
+            end = plan_only_ending(
+                self.guard.plan_only,
+                quote_call(calls[-1].name, calls[-1].arguments or {}),
+                can_write=self.can_write,
+                changed=len(self._changed()),
+                run_id=self.run_id,
+            )
+            raise RunEnded(end.reason, end.message, end.status)
         done = [r for c, r in results if c.name == "finish" and r.ok]
         if done:
             if self.plan is not None:
@@ -459,9 +556,11 @@ class AgentRun:
         t0 = time.perf_counter()
         if blocked:
             result = fail(
-                f"You sent this exact call {self.guard.repeats} times in a row; it was "
-                "not run again. Its result will not change: try another approach, or "
-                "call `finish` saying what blocks you. Repeating it ends the run.",
+                f"You sent this {'exact ' if self.guard.exact else ''}call "
+                f"{'' if self.guard.exact else '(or one differing only by a word or spacing) '}"
+                f"{self.guard.repeats} times in a row; it was not run again. Its result will "
+                "not change: try another approach, or call `finish` saying what blocks you. "
+                "Repeating it ends the run.",
                 repeated=True,
             )
         else:
@@ -492,6 +591,9 @@ class AgentRun:
                 if key not in self.memory.entries or self.memory.entries[key].value != value:
                     self.memory.set(key, value, call.name, self.run_id)
                     self.emit("memory", step=step, key=key, value=value, source=call.name)
+        self.evidence.note_call(
+            step, call.name, self._permission(call.name), result.ok, result.data
+        )
         if record is not None and self.plan is not None:
             for change in after_tests(self.plan, record.passed, list(record.failures)):
                 self.set_plan(change.plan, change.kind, change.reason, title=change.title)
@@ -508,17 +610,27 @@ class AgentRun:
                 return fail(str(exc), bad_arguments=True)
             self.emit("memory", step=step, key=entry.key, value=entry.value, source="remember")
             return ok(f"Remembered {entry.key}.")
-        change = apply_update(self.plan, args) if self.plan else "there is no plan yet"
+        changed = len(self._changed()) if args.get("complete") else 0
+        change = (
+            apply_update(self.plan, args, self.evidence, changed)
+            if self.plan
+            else "there is no plan yet"
+        )
         if isinstance(change, str):
             return fail(f"update_plan: {change}.", bad_arguments=True)
         self.set_plan(change.plan, change.kind, change.reason, title=change.title)
         return ok("Plan updated:\n" + change.plan.render())
+
+    def _permission(self, name: str) -> str:
+        tool = self.registry.get(name)
+        return tool.permission if tool is not None else ""
 
     def _end_step(
         self, step: int, obs: list[Message], summary: str, failed: bool, last_error: str = ""
     ) -> None:
         self.observation, self.next_step = tuple(obs), step + 1
         self.history.append(summary)
+        self.convo.observe(step, obs, self.calls.budget, self._fixed(), recap=summary)
         store = self.ctx.checkpoints
         files = checkpoint_files(store.dir, self.run_id, step) if store else []
         if files:

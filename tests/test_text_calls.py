@@ -162,7 +162,10 @@ def test_malformed_calls_get_a_specific_correction(text: str, why: str) -> None:
         "Your reply looks like a tool call, but it could not be read"
     )
     assert why in parsed.malformed
-    assert "Nothing was run" in parsed.malformed and '<tool_call>{"name": ' in parsed.malformed
+    assert "Nothing was run" in parsed.malformed
+    # The model's own call is quoted back (clipped), never a made-up example it could copy.
+    wrote = parsed.malformed.split("You wrote: ", 1)[1]
+    assert "a.py" in wrote and "src/app.py" not in parsed.malformed
     # ... and a summary shows none of it.
     assert prose(text, NAMES) == ""
 

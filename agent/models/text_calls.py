@@ -23,8 +23,16 @@ from typing import Any
 
 from .base import ToolCall, ToolSpec
 
-#: How to write a call, for the correction message.
-CALL_EXAMPLE = '<tool_call>{"name": "read_span", "arguments": {"path": "src/app.py"}}</tool_call>'
+#: How to write a call. The capitals stand for no real tool, argument or value and the text
+#: says it is a form to fill in: small models copy an example's values as their next call (a
+#: made-up path read as a real one).
+CALL_EXAMPLE = (
+    '<tool_call>{"name": "TOOL_NAME", "arguments": {"ARGUMENT": "VALUE"}}</tool_call> (the form '
+    "only: TOOL_NAME, ARGUMENT and VALUE stand for a tool you were given, its arguments and your "
+    "values)"
+)
+#: Characters of the model's own broken call quoted back in a correction.
+QUOTE_CHARS = 160
 
 _TAG = re.compile(r"<tool_call>(?P<body>.*?)(?:</tool_call>|\Z)", re.S)
 _FENCE = re.compile(r"```[\w+-]*[ \t]*\n(?P<body>.*?)(?:```|\Z)", re.S)
@@ -125,12 +133,13 @@ def _parse(
             broken.setdefault(body_start, problem)
     # A broken wrapper around a call that was read (`{"tool_calls": [ {...} ` cut short) is
     # not reported when the call inside it was found.
-    problems, spans = [], [(f.start, f.end) for f in found]
+    problems, spans, wrote = [], [(f.start, f.end) for f in found], []
     for pos, why in sorted(broken.items()):
         end = _region_end(text, pos)
         if not any(f.start > pos and f.end <= end for f in found):
             problems.append(why)
             spans.append((pos, end))
+            wrote.append(text[pos:end])
     calls: list[ToolCall] = []
     for f in found:
         for call in f.calls:
@@ -142,7 +151,7 @@ def _parse(
     parsed = TextCalls(
         tuple(calls),
         rest,
-        _correction(problems) if problems else "",
+        _correction(problems, wrote) if problems else "",
         _form(text, found[0]) if found else "",
     )
     return parsed, spans
@@ -295,11 +304,17 @@ def _tag_problem(body: str) -> str:
     return 'the <tool_call> object needs exactly `name` and `arguments`: {"name": ..., "arguments": {...}}'
 
 
-def _correction(problems: list[str]) -> str:
+def _correction(problems: list[str], wrote: list[str]) -> str:
+    """What was wrong, quoting the model's own call back (clipped): an invented example here
+    became small models' next call."""
     why = "; ".join(dict.fromkeys(problems))
+    quoted = " ".join(" ".join(w.split()) for w in wrote[:2])
+    if len(quoted) > QUOTE_CHARS:
+        quoted = quoted[: QUOTE_CHARS - 1] + "…"
     return (
         f"Your reply looks like a tool call, but it could not be read: {why}. Nothing was run. "
-        f"Send each call as one JSON object with double-quoted keys and strings, no trailing "
-        f"commas and every brace closed, for example {CALL_EXAMPLE}. When the task is done, "
-        "call `finish`."
+        + (f"You wrote: {quoted} " if quoted else "")
+        + "Send that call again as one JSON object with double-quoted keys and strings, no "
+        'trailing commas and every brace closed, {"name": ..., "arguments": {...}} inside '
+        "<tool_call></tool_call>. When the task is done, call `finish`."
     )
