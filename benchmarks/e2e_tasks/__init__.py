@@ -1,24 +1,19 @@
 """Tasks and fixture repositories of benchmarks/agent_e2e.py, as data: each repository is a
 dict of path -> text, written and committed into a temp dir by the benchmark; each task says
 what to ask, and how the benchmark judges the result (a known fix for its own tests, a check
-run in the repository, the lines a right answer cites)."""
+run in the repository, the lines a right answer cites). The shop and report tasks are here;
+`bugs`, `changes` and `vague` hold the rest, one small repository each."""
 
 from __future__ import annotations
 
-import textwrap
-from dataclasses import dataclass
+from benchmarks.e2e_tasks import bugs, changes, vague
+from benchmarks.e2e_tasks.base import COMMON as _COMMON
+from benchmarks.e2e_tasks.base import Task
+from benchmarks.e2e_tasks.base import src as _src
 
-
-def _src(text: str) -> str:
-    return textwrap.dedent(text).lstrip("\n")
-
+__all__ = ["REPOS", "TASKS", "TASKS_BY_NAME", "Task"]
 
 # -- fixture repositories ------------------------------------------------------------------------
-
-_COMMON = {
-    ".repoctx.toml": '[agent]\ntest_env = { PYTEST_DISABLE_PLUGIN_AUTOLOAD = "1" }\n',
-    "pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["."]\n',
-}
 
 SHOP = {
     **_COMMON,
@@ -190,7 +185,13 @@ REPORT = {
     ),
 }
 
-REPOS: dict[str, dict[str, str]] = {"shop": SHOP, "report": REPORT}
+REPOS: dict[str, dict[str, str]] = {
+    "shop": SHOP,
+    "report": REPORT,
+    **bugs.REPOS,
+    **changes.REPOS,
+    **vague.REPOS,
+}
 
 #: Run in the repository after add_param: exit 0 when the parameter does what was asked.
 VERIFY_CURRENCY = _src(
@@ -209,24 +210,6 @@ VERIFY_CURRENCY = _src(
 )
 
 
-@dataclass(frozen=True)
-class Task:
-    name: str
-    kind: str  # agent | ask
-    repo: str
-    prompt: str
-    #: agent: edits (path, old, new) that solve the task — the benchmark's tests apply them.
-    fix: tuple[tuple[str, str, str], ...] = ()
-    #: agent: Python run in the repository afterwards; exit 0 means the change does what was asked.
-    verify: str = ""
-    #: agent: files that must be left as they were (the tests the change has to pass).
-    keep: tuple[str, ...] = ()
-    #: ask: (path, symbol) whose lines a right answer cites.
-    expect: tuple[tuple[str, str], ...] = ()
-    #: ask: words of which a right answer mentions at least one.
-    keywords: tuple[str, ...] = ()
-
-
 TASKS: tuple[Task, ...] = (
     Task(
         "fix_bug",
@@ -242,6 +225,8 @@ TASKS: tuple[Task, ...] = (
             ),
         ),
         keep=("tests/test_cart.py", "tests/test_tax.py"),
+        files=("shop/cart.py",),
+        category="bug",
     ),
     Task(
         "add_param",
@@ -279,6 +264,8 @@ TASKS: tuple[Task, ...] = (
         ),
         verify=VERIFY_CURRENCY,
         keep=("tests/test_report.py",),
+        files=("report/format.py", "report/invoice.py", "report/summary.py"),
+        category="param",
     ),
     Task(
         "ask_coupon",
@@ -287,6 +274,7 @@ TASKS: tuple[Task, ...] = (
         "Where is the coupon percentage subtracted from the cart total?",
         expect=(("shop/cart.py", "apply_coupon"), ("shop/cart.py", "cart_total")),
         keywords=("apply_coupon",),
+        category="ask",
     ),
     Task(
         "ask_unknown_sku",
@@ -295,6 +283,7 @@ TASKS: tuple[Task, ...] = (
         "What happens when unit_price is given a SKU that is not in the catalogue?",
         expect=(("shop/pricing.py", "unit_price"), ("shop/pricing.py", "UnknownSku")),
         keywords=("UnknownSku",),
+        category="ask",
     ),
     Task(
         "ask_vat",
@@ -304,6 +293,10 @@ TASKS: tuple[Task, ...] = (
         "decided?",
         expect=(("shop/tax.py", "vat_rate"), ("shop/tax.py", "DEFAULT_VAT")),
         keywords=("0.21", "DEFAULT_VAT"),
+        category="ask",
     ),
+    *bugs.TASKS,
+    *changes.TASKS,
+    *vague.TASKS,
 )
 TASKS_BY_NAME = {t.name: t for t in TASKS}
