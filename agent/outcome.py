@@ -1,5 +1,6 @@
-"""How a run that stops calling tools is judged: an answer to a question is a completed run; a
-task that asked for a change and got none is ``no_progress``, never a success."""
+"""How a run that stops calling tools — or calls only its plan tools — is judged: an answer to
+a question is a completed run; a task that asked for a change and got none is ``no_progress``,
+never a success."""
 
 from __future__ import annotations
 
@@ -107,3 +108,29 @@ def _quote(label: str, text: str) -> str:
     """`` Its summary: "…"`` — the model's words on one line, clipped; '' when it said nothing."""
     said = clip(text, QUOTE_CHARS)
     return f' {label}: "{said}"' if said else ""
+
+
+def plan_only_ending(
+    steps: int, last_call: str, *, can_write: bool, changed: int, run_id: str
+) -> Ending:
+    """The end of a run whose model only updated its plan (or memory) for ``steps`` steps in a
+    row after being told: never a success. Nothing changed → ``no_progress``; files changed
+    but unconfirmed → ``stopped``; both with the reason ``plan_only`` and its last call quoted."""
+    quote = _quote("Its last call", last_call)
+    if changed:
+        return Ending(
+            "stopped",
+            "plan_only",
+            f"The model changed {changed} file(s), then only updated its plan for {steps} "
+            f"steps in a row after being told, without calling `finish`.{quote} Review the "
+            f"change with `git diff`, continue with `repoctx agent run --resume {run_id}`, or "
+            f"undo it with `repoctx agent undo {run_id}`.",
+        )
+    done = "nothing was changed" if can_write else "nothing was answered"
+    return Ending(
+        "no_progress",
+        "plan_only",
+        f"The model only updated its plan for {steps} steps in a row after being told, and "
+        f"{done}.{quote} Nothing was done: try a stronger model or a more specific task; the "
+        f"exchange is in `repoctx agent replay {run_id}`.",
+    )

@@ -358,19 +358,23 @@ def test_bad_pseudo_tool_calls_are_errors_for_the_model(repo: Path) -> None:
 
 def test_the_loops_own_tools_go_through_the_registry(repo: Path) -> None:
     """update_plan and remember are validated against their schemas like every tool (an
-    unknown argument, a missing one), and their results are traced like every tool's."""
+    unknown argument, a missing one), and their results are traced like every tool's. A step
+    is completed only on evidence (issue 39): nothing read yet, the first `complete` is refused."""
     script = [
         PLAN,
         call("update_plan", reason="x", complete=True, bogus=1),
         call("remember", value="v"),
         call("update_plan", reason="first step done", complete=True),
+        call("read_span", path="pkg/calc.py", start_line=1, end_line=8),
+        call("update_plan", reason="read_span shows add returns a - b", complete=True),
         finish(),
     ]
     report = run(repo, script)
     tools = [e for e in events(repo, report.run_id) if e["type"] == "tool_call"]
     assert "Invalid arguments for `update_plan`" in tools[0]["error"] and "bogus" in tools[0]["error"]
     assert "Invalid arguments for `remember`" in tools[1]["error"] and "key" in tools[1]["error"]
-    assert tools[2]["ok"] and tools[2]["output"].startswith("Plan updated:")
+    assert not tools[2]["ok"] and "nothing read" in tools[2]["error"]
+    assert tools[4]["ok"] and tools[4]["output"].startswith("Plan updated:")
 
 
 def test_endless_repetition_is_told_then_stopped(repo: Path) -> None:
