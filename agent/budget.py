@@ -13,7 +13,7 @@ from typing import Any
 from retrieval.context import ContextPack
 from retrieval.tokens import TokenCounter
 
-from .models.base import Message, ToolCall
+from .models.base import Message, ToolCall, ToolSpec
 from .models.errors import ContextTooLongError, ModelError
 from .models.prompt_tokens import DEFAULT_TEMPLATE, ChatTemplate, PromptCounter
 from .models.text_calls import parse_text_calls
@@ -49,8 +49,34 @@ class Limits:
     overflow_retries: int = 2
     #: Token budget of each step's prompt, system prompt and tool schemas included.
     prompt_budget: int = 12_000
-    #: Completion tokens asked for per model call.
+    #: Completion tokens asked for per model call (fewer in a small context window:
+    #: see reply_tokens).
     completion_tokens: int = 4096
+    #: The model server's context window in tokens, when known (the user said, or the server
+    #: reported it in an overflow error): the prompt budget and the reply fit inside it.
+    context_window: int | None = None
+
+
+#: The reply reserved per call in a small window never goes below this (a tool call with an
+#: edit, or a short edit block, fits in 512 tokens of Qwen or GPT-4o).
+MIN_REPLY_TOKENS = 512
+
+
+def reply_tokens(window: int, wanted: int) -> int:
+    """Completion tokens to ask for in a context window of ``window`` tokens: ``wanted`` (4,096
+    by default), but at most a quarter of the window and at least MIN_REPLY_TOKENS — 512 at
+    2k, 1,024 at 4k, 2,048 at 8k. Reserving the whole 4,096 left nothing of a window under
+    ~7.8k for the prompt."""
+    return min(wanted, max(MIN_REPLY_TOKENS, window // 4))
+
+
+def window_budget(limits: Limits) -> tuple[int, int]:
+    """The prompt budget and the reply tokens of ``limits``: both fit the context window
+    when it is known."""
+    if not limits.context_window:
+        return limits.prompt_budget, limits.completion_tokens
+    reply = reply_tokens(limits.context_window, limits.completion_tokens)
+    return min(limits.prompt_budget, limits.context_window - reply), reply
 
 
 @dataclass(frozen=True)
@@ -188,6 +214,9 @@ class StepPrompt:
     #: Milliseconds in retrieval (assemble_context), and in building the whole prompt.
     context_ms: float
     total_ms: float = 0.0
+    #: The tools to send with it (None: the caller's); a prompt built for the compact frame
+    #: of a small window carries its own.
+    tools: tuple[ToolSpec, ...] | None = None
 
 
 Retrieve = Callable[[str, int], "ContextPack | None"]

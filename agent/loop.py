@@ -668,6 +668,8 @@ class AgentRun:
             "tests": [asdict(t) for t in self.tests],
             "usage": asdict(self.calls.usage),
             "model_calls": self.calls.count,
+            # times the conversation was cut to fit the budget (agent/conversation.py)
+            "compactions": self.convo.compactions,
             "steps": self.next_step - 1,
             "elapsed_s": elapsed,
             "tool_format": {"setting": self.tool_format, "used": self.reader.used},

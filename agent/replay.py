@@ -54,6 +54,7 @@ def render_trace(events: list[dict[str, Any]], *, full: bool = False) -> str:
             out.append(
                 f"  model ({e.get('purpose')}) {e.get('latency_s', 0):.2f} s, "
                 f"{u.get('prompt_tokens', 0)}+{u.get('completion_tokens', 0)} tokens"
+                + _cache(u)
                 + (f": {_first(e['content'], 2)}" if e.get("content", "").strip() else "")
             )
         elif kind == "model_error":
@@ -111,7 +112,25 @@ def render_summary(s: Mapping[str, Any]) -> str:
         f"{u.get('total_tokens', 0):,} ({u.get('prompt_tokens', 0):,} prompt), "
         f"time {s.get('elapsed_s', 0):.1f} s"
     )
+    if u.get("cache_source"):
+        prompt, reused = int(u.get("prompt_tokens", 0)), int(u.get("cached_tokens", 0))
+        share = f" ({reused / prompt:.0%})" if prompt else ""
+        how = "reported by the server" if u["cache_source"] == "server" else "estimated"
+        lines.append(
+            f"Prompt tokens: {max(0, prompt - reused):,} processed, {reused:,} reused from "
+            f"the server's cache{share} — {how}"
+            + (f"; {s['compactions']} compactions" if s.get("compactions") else "")
+        )
     return "\n".join(lines)
+
+
+def _cache(u: Mapping[str, Any]) -> str:
+    """A call's prompt tokens processed and reused, where known."""
+    if not u.get("cache_source"):
+        return ""
+    prompt, reused = int(u.get("prompt_tokens", 0)), int(u.get("cached_tokens", 0))
+    est = " est." if u["cache_source"] == "estimate" else ""
+    return f" (prompt: {max(0, prompt - reused):,} processed, {reused:,} reused{est})"
 
 
 def _plan_text(plan: Mapping[str, Any]) -> str:

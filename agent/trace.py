@@ -186,7 +186,7 @@ class ResumeState:
     next_step: int
     history: tuple[str, ...]
     observation: tuple[Message, ...]
-    usage: dict[str, int]
+    usage: dict[str, Any]
     model_calls: int
     ended: dict[str, Any] | None = None
 
@@ -198,7 +198,13 @@ def resume_state(events: list[dict[str, Any]]) -> ResumeState:
     history: list[str] = []
     observation: tuple[Message, ...] = ()
     next_step = 1
-    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    usage: dict[str, Any] = {
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "total_tokens": 0,
+        "cached_tokens": 0,
+    }
+    sources: set[str] = set()
     calls = 0
     ended = None
     for e in events:
@@ -213,10 +219,15 @@ def resume_state(events: list[dict[str, Any]]) -> ResumeState:
             calls += 1
             for k in usage:
                 usage[k] += int((e.get("usage") or {}).get(k, 0))
+            sources.add(str((e.get("usage") or {}).get("cache_source", "")))
         elif kind == "end":
             ended = e
         elif kind == "resume":
             ended = None
+    sources.discard("")
+    usage["cache_source"] = (
+        "" if not sources else "server" if sources == {"server"} else "estimate"
+    )
     return ResumeState(
         header["run_id"],
         header["task"],
@@ -255,14 +266,23 @@ def canonical_arguments(call: ToolCall) -> str:
     return json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
 
 
+#: Arguments that say what a call was about, in a history line (first found wins).
+_ABOUT = ("path", "name", "symbol", "query", "pattern", "command", "tests", "reason", "summary")
+
+
 def step_summary(step: int, results: Iterable[tuple[ToolCall, Any]]) -> str:
-    """One history line: each call, and the first line of its result."""
+    """One history line: each call, what it was about, and the first line of its result. In
+    words, not in the form of a call: a small model shown `edit({...}) -> ok` lines copied
+    them as its next reply (issue 39)."""
     parts = []
     for call, r in results:
         head = (r.output if r.ok else f"error: {r.error}") or ""
+        args = call.arguments or {}
+        about = next((args[k] for k in _ABOUT if args.get(k) not in (None, "", [])), "")
+        about = clip(" ".join(map(str, about)) if isinstance(about, list) else str(about), 60)
         parts.append(
-            f"{call.name}({clip(canonical_arguments(call), 80)}) -> "
-            f"{'ok' if r.ok else 'FAILED'}: {clip(head.splitlines()[0] if head else '', 100)}"
+            f"{call.name}{' ' + about if about else ''} — "
+            f"{'ok' if r.ok else 'failed'}: {clip(head.splitlines()[0] if head else '', 100)}"
         )
     return f"step {step}: " + "; ".join(parts)
 

@@ -177,17 +177,21 @@ def test_fixes_a_planted_bug_until_the_tests_pass(repo: Path) -> None:
     instructions = next(e for e in trace if e["type"] == "instructions")
     assert instructions["files"] == ["AGENTS.md", "README.md"]
 
-    # The prompt of the edit step: task, instructions, plan, code, one line per earlier step,
-    # and the latest result whole.
+    # The prompt of the edit step (issue 39: prefix-stable) extends the one before: the
+    # system message holds the task and instructions, then the plan call with its code, then
+    # every step's reply and results; the last user message says what is new (the plan, now
+    # that it changed).
     edit_call = model.calls[4]
-    user = edit_call.messages[1].content
-    assert "# Plan" in user and "[x] 1. Find the bug in add" in user and "[>] 2. Fix add" in user
-    assert "Keep functions small" in user and "Use `pytest -q`" in user
-    assert "step 1: find_symbol" in user and "step 2: read_span" in user
-    assert "# Relevant code" in user and "def add(a, b)" in user
-    assert (
-        edit_call.messages[-1].role == "tool" and "Plan updated" in edit_call.messages[-1].content
-    )
+    system, first = edit_call.messages[0].content, edit_call.messages[1].content
+    assert "# Task\nFix the bug in pkg/calc.py add" in system
+    assert "Keep functions small" in system and "Use `pytest -q`" in system
+    assert "def add(a, b)" in first and '{"steps"' in first
+    assert edit_call.messages[: len(model.calls[3].messages)] == model.calls[3].messages
+    last = edit_call.messages[-1].content
+    assert last.startswith("Plan (updated):") and "[x] 1. Find the bug in add" in last
+    assert "[>] 2. Fix add" in last
+    assert [m.role for m in edit_call.messages[-3:]] == ["assistant", "tool", "user"]
+    assert "Plan updated" in edit_call.messages[-2].content
     assert {"update_plan", "remember", "edit", "finish"} <= {t.name for t in edit_call.tools}
 
     memory = ProjectMemory.for_index(config(repo).index_path)
@@ -446,10 +450,11 @@ def test_interrupt_then_resume_continues_from_the_trace(repo: Path) -> None:
     second = ScriptedModel([call("run_tests"), finish()])
     resumed = run(repo, [], model=second, resume=report.run_id)
     assert (resumed.run_id, resumed.status, resumed.steps) == (report.run_id, "done", 4)
-    # No second plan call: the first call of the resumed run is a step with the saved history.
+    # No second plan call: the first call of the resumed run is a step with the saved history
+    # (one line per step), then the latest reply and results as they were.
     user = second.calls[0].messages[1].content
     assert "step 1: find_symbol" in user and "step 2: edit" in user
-    assert second.calls[0].messages[-1].role == "tool"
+    assert [m.role for m in second.calls[0].messages[-3:]] == ["assistant", "tool", "user"]
     assert resumed.tests[-1].passed and [c.path for c in resumed.changed] == ["pkg/calc.py"]
     kinds = [e["type"] for e in events(repo, report.run_id)]
     assert kinds.count("header") == 1 and "interrupted" in kinds and "resume" in kinds
@@ -495,7 +500,7 @@ def test_remember_persists_and_later_runs_see_it(repo: Path) -> None:
     run(repo, [PLAN, call("remember", key="style", value="tabs are forbidden"), finish()])
     model = ScriptedModel([PLAN, finish()])
     run(repo, [], model=model)
-    assert "style: tabs are forbidden" in model.calls[0].messages[1].content
+    assert "style: tabs are forbidden" in model.calls[0].messages[0].content
 
 
 def test_readme_test_section_and_plan_parsing() -> None:
@@ -607,16 +612,17 @@ def test_openai_adapter_drives_a_whole_run(repo: Path, conversation) -> None:
     assert report.usage.total_tokens == 4 * 110
     assert report.tests[-1].passed
     reqs = convo.requests
-    assert len(reqs) == 4 and not reqs[0].get("tools")
+    # The plan call sends the same tools as the steps (one prefix for the whole run).
+    assert len(reqs) == 4 and reqs[0]["tools"] == reqs[1]["tools"]
     assert {t["function"]["name"] for t in reqs[1]["tools"]} >= {"edit", "update_plan", "finish"}
-    # Each step's request: system, user (task, plan, code, history), then the latest assistant
-    # message with its tool calls and one tool message per call.
+    # Each request extends the one before: the assistant message with its tool calls and one
+    # tool message per call, then a user message with what is new.
     last = reqs[3]["messages"]
-    assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "tool"]
-    assert [c["id"] for c in last[2]["tool_calls"]] == ["call_b", "call_c"]
-    assert [m["tool_call_id"] for m in last[3:]] == ["call_b", "call_c"]
-    assert "PASSED" in last[4]["content"]
-    assert "step 1: read_span" in last[1]["content"]
+    assert last[: len(reqs[2]["messages"])] == reqs[2]["messages"]
+    assert [m["role"] for m in last[-4:]] == ["assistant", "tool", "tool", "user"]
+    assert [c["id"] for c in last[-4]["tool_calls"]] == ["call_b", "call_c"]
+    assert [m["tool_call_id"] for m in last[-3:-1]] == ["call_b", "call_c"]
+    assert "PASSED" in last[-2]["content"]
 
 
 def test_message_tool_spec_types_are_the_models_own() -> None:
@@ -789,14 +795,14 @@ def test_calls_written_as_text_by_a_llama_cpp_server_are_run(repo: Path, llama) 
     # (no `tool` messages a template without tools could not render).
     assert llama.requests[1]["tool_choice"] == "auto" and llama.requests[1]["tools"]
     third = llama.requests[2]["messages"]
-    assert [m["role"] for m in third] == ["system", "user", "assistant", "user"]
-    assert third[2]["content"] == FENCED_READ and "tool_calls" not in third[2]
-    assert third[3]["content"].startswith('<tool_response name="read_span">\n')
-    assert "return a - b" in third[3]["content"]
+    assert [m["role"] for m in third[-2:]] == ["assistant", "user"]
+    assert third[-2]["content"] == FENCED_READ and "tool_calls" not in third[-2]
+    assert third[-1]["content"].startswith('<tool_response name="read_span">\n')
+    assert "return a - b" in third[-1]["content"]
     fourth = llama.requests[3]["messages"]
-    assert fourth[2]["content"].startswith("The sign is wrong.")
-    assert '<tool_response name="edit">' in fourth[3]["content"]
-    assert "step 1: read_span" in fourth[1]["content"]  # the history line of a text call
+    assert fourth[: len(third)] == third  # each request extends the one before
+    assert fourth[-2]["content"].startswith("The sign is wrong.")
+    assert '<tool_response name="edit">' in fourth[-1]["content"]
 
 
 def test_a_malformed_call_gets_a_correction_not_an_ending(repo: Path, llama) -> None:

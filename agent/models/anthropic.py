@@ -160,7 +160,10 @@ def _usage(usage: Any) -> Usage:
         for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
     completion = _int(usage.get("output_tokens"))
-    return Usage(prompt, completion, prompt + completion)
+    # Prompt caching reports what it read back (0 when nothing was: still the server's word).
+    read = usage.get("cache_read_input_tokens")
+    source = "server" if isinstance(read, int) and not isinstance(read, bool) else ""
+    return Usage(prompt, completion, prompt + completion, _int(read), source)
 
 
 def _int(value: Any) -> int:

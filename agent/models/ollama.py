@@ -148,10 +148,15 @@ def parse_response(raw: Mapping[str, Any], latency_s: float, default_model: str)
     reason = raw.get("done_reason") or "stop"
     finish = "tool_calls" if calls else _FINISH.get(reason, reason)
     prompt, completion = _int(raw.get("prompt_eval_count")), _int(raw.get("eval_count"))
+    # `prompt_eval_count` is the whole prompt (cached tokens included, as llama.cpp's cache_n +
+    # prompt_n); newer servers add `prompt_eval_cached_count`. Older ones leave the count out
+    # when the whole prompt was cached: 0 here, and the agent counts the prompt itself.
+    cached = raw.get("prompt_eval_cached_count")
+    source = "server" if isinstance(cached, int) and not isinstance(cached, bool) else ""
     model = raw.get("model") if isinstance(raw.get("model"), str) else default_model
     return Completion(
         Message("assistant", content, calls),
-        Usage(prompt, completion, prompt + completion),
+        Usage(prompt, completion, prompt + completion, min(_int(cached), prompt), source),
         latency_s,
         model,
         finish,

@@ -202,7 +202,8 @@ def parse_response(raw: Mapping[str, Any], latency_s: float, default_model: str)
         finish = "tool_calls"
     message = Message("assistant", _text(wire.get("content")), calls)
     model = raw.get("model") if isinstance(raw.get("model"), str) else default_model
-    return Completion(message, _usage(raw.get("usage")), latency_s, model, finish, dict(raw))
+    usage = _usage(raw.get("usage"), raw.get("timings"))
+    return Completion(message, usage, latency_s, model, finish, dict(raw))
 
 
 def _tool_call(index: int, wire: Any) -> ToolCall:
@@ -227,13 +228,31 @@ def _text(content: Any) -> str:
     raise MalformedResponseError(detail=f"message content is a {type(content).__name__}")
 
 
-def _usage(usage: Any) -> Usage:
-    if not isinstance(usage, Mapping):
-        return Usage()
+def _usage(usage: Any, timings: Any = None) -> Usage:
+    """Token counts, and the prompt tokens the server reused from its cache where it says:
+    OpenAI and vLLM in ``usage.prompt_tokens_details.cached_tokens``, llama.cpp's server in
+    ``timings`` (``cache_n`` reused, ``prompt_n`` processed). llama-cpp-python says neither."""
+    usage = usage if isinstance(usage, Mapping) else {}
     prompt = _int(usage.get("prompt_tokens"))
     completion = _int(usage.get("completion_tokens"))
     total = _int(usage.get("total_tokens")) or prompt + completion
-    return Usage(prompt, completion, total)
+    cached, source = 0, ""
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, Mapping) and _is_int(details.get("cached_tokens")):
+        cached, source = details["cached_tokens"], "server"
+    if isinstance(timings, Mapping) and _is_int(timings.get("cache_n")):
+        cached, source = timings["cache_n"], "server"
+        # Its usage may be missing (a stream without include_usage): the timings have it all.
+        prompt = prompt or cached + _int(timings.get("prompt_n"))
+        completion = completion or _int(timings.get("predicted_n"))
+        total = total or prompt + completion
+    if not (prompt or completion or source):
+        return Usage()
+    return Usage(prompt, completion, total, min(cached, prompt) if prompt else cached, source)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _int(value: Any) -> int:
@@ -252,6 +271,7 @@ class _StreamAccumulator:
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
 
     def add(self, chunk: Mapping[str, Any]) -> str:
         self.chunks += 1
@@ -259,6 +279,8 @@ class _StreamAccumulator:
         self.model = chunk.get("model") or self.model
         if isinstance(chunk.get("usage"), Mapping):
             self.usage = dict(chunk["usage"])
+        if isinstance(chunk.get("timings"), Mapping):  # llama.cpp's server, on the last chunk
+            self.timings = dict(chunk["timings"])
         text = ""
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
@@ -306,13 +328,16 @@ class _StreamAccumulator:
                 }
                 for i, slot in sorted(self.calls.items())
             ]
-        return {
+        out = {
             "id": self.id,
             "object": "chat.completion",
             "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
             "usage": self.usage,
         }
+        if self.timings is not None:
+            out["timings"] = self.timings
+        return out
 
 
 #: Local OpenAI-compatible servers and their default addresses; none needs a key.
