@@ -218,7 +218,8 @@ def _as_path(s: str) -> str | None:
     s = s.strip().replace("\\", "/")
     if not s or len(s) > 255 or not _PATH.match(s) or s.startswith("-"):
         return None
-    if not re.search(r"[A-Za-z]", s) or ("." not in s.strip(".") and "/" not in s):
+    dotfile = re.fullmatch(r"\.\w[\w.-]*", s) is not None  # .env, .gitignore
+    if not re.search(r"[A-Za-z]", s) or ("." not in s.strip(".") and "/" not in s and not dotfile):
         return None
     while s.startswith("./"):
         s = s[2:]
@@ -414,7 +415,7 @@ def _widen(text: str, start: int, end: int) -> tuple[int, int, str, str]:
         if s > 0:
             s = text.rfind("\n", 0, s - 1) + 1
         else:
-            nl = text.find("\n", e + 1)
+            nl = text.find("\n", e)
             e = len(text) if nl < 0 else nl + 1
     return s, e, text[s:start], text[end:e]
 
@@ -426,14 +427,28 @@ def find_search(text: str, search: str, replace: str) -> _Found:
     if nl != "\n":
         search, replace = search.replace("\n", nl), replace.replace("\n", nl)
     count = text.count(search)
-    if count == 1:
-        return _Found(1, search, replace)
     if count > 1:
         return _Found(count, lines=_starts(text, search))
+    if count == 1:
+        pos = text.find(search)
+        lead = text[text.rfind("\n", 0, pos) + 1 : pos]
+        if lead and not lead.strip() and nl in replace.rstrip(nl):
+            # SEARCH starts inside a line's indentation and REPLACE has several lines: as
+            # whole lines, so that every line of REPLACE gets the file's indentation.
+            whole = _by_lines(text, search, replace, nl)
+            if whole.count == 1:
+                return whole
+        return _Found(1, search, replace)
     cut = search[: -len(nl)]
     if search.endswith(nl) and cut and text.endswith(cut) and text.count(cut) == 1:
         # The file's last line, which has no final newline.
         return _Found(1, cut, replace[: -len(nl)] if replace.endswith(nl) else replace)
+    return _by_lines(text, search, replace, nl)
+
+
+def _by_lines(text: str, search: str, replace: str, nl: str) -> _Found:
+    """SEARCH matched line by line: ignoring trailing whitespace, then with the indentation of
+    every line shifted by the same amount."""
     lines = text.splitlines(keepends=True)
     want = search.replace("\r\n", "\n").strip("\n").split("\n")
     if not any(w.strip() for w in want):
