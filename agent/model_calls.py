@@ -98,7 +98,14 @@ class ModelCalls:
                     else:
                         message = f"The model call failed: {exc}"
                         if isinstance(exc, ContextTooLongError) and self.too_small:
-                            message += " — " + self.too_small(self.window or 0)
+                            # The fixed prompt is what does not fit: advice that can work
+                            # (not the error's generic "lower the retrieval budget").
+                            window = f" of {self.window:,} tokens" if self.window else ""
+                            said = f" (the server said: {exc.detail})" if exc.detail else ""
+                            message = (
+                                f"The prompt does not fit the model's context window{window}"
+                                f"{said} — {self.too_small(self.window or 0)}"
+                            )
                         raise ModelCallFailed(kind, message) from exc
         m, usage = completion.message, completion.usage
         if usage.total_tokens == 0:  # servers that report no usage: count it ourselves

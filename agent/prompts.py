@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .budget import MIN_REPLY_TOKENS, MIN_ROOM, fixed_tokens
+from .budget import MIN_REPLY_TOKENS, MIN_ROOM, fixed_tokens, reply_tokens
 from .errors import BudgetTooSmallError
 from .models.base import ToolSpec
 from .models.prompt_tokens import PromptCounter
@@ -132,16 +132,25 @@ def too_small(tokens: PromptCounter, frame: PromptFrame, budget: int) -> str:
     """Why ``budget`` cannot hold ``frame``, and what can help: a larger budget or context
     window (not a smaller retrieval budget: the fixed prompt is what does not fit)."""
     fixed = frame.min_budget - MIN_ROOM
+    window = min_window(frame.min_budget)
     tools = f"{len(frame.specs)} tool schemas" + (" (the compact set)" if frame.compact else "")
     return (
         f"A prompt budget of {budget:,} tokens is too small: the system prompt, {tools} and "
         f"the task take about {fixed:,} tokens of this model (counted by {tokens.source}) and "
         f"a step needs {MIN_ROOM} more for the plan, the latest result and code — the minimum "
-        f"is {frame.min_budget:,} (a context window of {frame.min_budget + MIN_REPLY_TOKENS:,} "
-        f"with a {MIN_REPLY_TOKENS}-token reply): pass --budget {frame.min_budget} or more, "
+        f"is {frame.min_budget:,} (a context window of {window:,} with a "
+        f"{reply_tokens(window, 4096):,}-token reply): pass --budget {frame.min_budget} or more, "
         "start the model server with a larger context (llama.cpp: --ctx-size 4096), shorten "
         "the task, or use --strategy pipeline."
     )
+
+
+def min_window(min_budget: int) -> int:
+    """The smallest context window whose prompt budget (the window less the reply, see
+    agent/budget.py reply_tokens) holds ``min_budget``."""
+    if min_budget + MIN_REPLY_TOKENS <= 4 * MIN_REPLY_TOKENS:  # the reply is at its floor
+        return min_budget + MIN_REPLY_TOKENS
+    return -(-min_budget * 4 // 3)  # the reply is a quarter of the window
 
 
 def smallest_frame(
