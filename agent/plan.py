@@ -284,8 +284,9 @@ _PHRASES = _prompt_phrases()
 TESTS, CHANGE, READ = "tests", "change", "read"
 
 _TESTS = re.compile(
-    r"\b(tests?|test_\w+|pytest|suite|specs?)\b.*\b(pass\w*|green|succeed\w*)"
-    r"|\b(pass\w*|green)\b.*\b(tests?|test_\w+|pytest|suite)\b",
+    r"\b(tests?|test_\w+|pytest|suite|specs?)\b.*\b(pass\w*|green|succeed\w*|(no longer|not|never)"
+    r"\s+fail\w*)|\b(pass\w*|green)\b.*\b(tests?|test_\w+|pytest|suite)\b"
+    r"|\b(fix\w*|make|repair\w*|get)\b.*\bfail\w*\s+(tests?|test_\w+)",  # fix the failing test
     re.I | re.S,
 )
 _CHANGE = re.compile(
@@ -295,31 +296,29 @@ _CHANGE = re.compile(
     r"rais(e|es|ed|ing)|return(s|ed|ing)?|accept(s|ed|ing)?)\b",
     re.I,
 )
-# Finding something out: the step is done once something was looked at. A criterion that also
-# names a change ("the bug is found and fixed") counts as this one, so an honest model that
-# names both is never refused for want of an edit it may not need.
+# Finding something out (seeing a failure included): the step is done once something was looked
+# at. A criterion or title that also names a change ("the bug is found and fixed"; "Identify …"
+# done when "… returns -1800", as the live 1.5B wrote) counts as this one, so an honest model
+# is never refused for want of an edit its step does not make.
 _READ = re.compile(
     r"\b(find|found|locat\w*|identif\w*|read|known|know|understand\w*|understood|inspect\w*|"
     r"look\w*|examin\w*|review\w*|explor\w*|search\w*|determin\w*|confirm\w*|list\w*|"
-    r"seen|see|open\w*|reproduc\w*|clear|visible|where)\b",
+    r"seen|see|open\w*|reproduc\w*|clear|visible|where|fail\w*|error\w*|why)\b",
     re.I,
 )
 
 
 def needs(step: PlanStep) -> str:
-    """What completing ``step`` needs, from its declared check, else its criterion, else its
-    title: tests pass → TESTS; a finding → READ; a change → CHANGE; anything else → READ."""
+    """What completing ``step`` needs, from its declared check, else its criterion and title:
+    tests that pass → TESTS; else a finding → READ; else a change → CHANGE; else READ."""
     if step.check == TESTS_PASS:
         return TESTS
     if step.check == CHANGED:
         return CHANGE
-    for text in (step.done_when, step.title):
-        if _TESTS.search(text):
-            return TESTS
-        if _READ.search(text):
-            return READ
-        if _CHANGE.search(text):
-            return CHANGE
+    texts = (step.done_when, step.title)
+    for pattern, need in ((_TESTS, TESTS), (_READ, READ), (_CHANGE, CHANGE)):
+        if any(pattern.search(t) for t in texts):
+            return need
     return READ
 
 

@@ -213,6 +213,29 @@ def test_the_evidence_survives_a_resume(repo: Path) -> None:
         ("Add an optional parameter", "the parameter exists", None, CHANGE),
         ("Make add return the sum", "add returns a + b", None, CHANGE),
         ("Think", "it is clear", None, READ),
+        ("Fix add", "the calc tests no longer fail", None, TESTS),
+        ("Fix the failing test", "", None, TESTS),
+        ("Find the failing test", "", None, READ),
+        # written by the live Qwen2.5-Coder-1.5B for the new prompt
+        (
+            "Identify the issue in the test",
+            "the test fails with an error message indicating that apply_discount(200, 10) "
+            "returns -1800",
+            None,
+            READ,
+        ),
+        (
+            "Add a new parameter `minimum` to the function `apply_discount`",
+            "the function is defined and the type of `percent` is float or int",
+            None,
+            CHANGE,
+        ),
+        (
+            "Add a new test case for the `minimum` parameter",
+            "the function is updated to handle the new parameter, and the new test case passes",
+            "tests_pass",
+            TESTS,
+        ),
     ],
 )
 def test_what_a_step_needs_follows_from_its_criterion(title, done_when, check, need) -> None:
