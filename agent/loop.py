@@ -121,13 +121,17 @@ class AgentRun:
     ) -> None:
         self.config, self.task, self.model, self.opts = config, task, model, options
         self.limits, self.guard = options.limits, Guard(options.limits)
-        if self.limits.context_window is None:
-            from .strategy import context_window  # the pipeline's module imports this one
-
-            # `agent.context_window`: the prompt and the reply are sized to fit it up front.
-            window = context_window(config)
-            if window:
-                self.limits = replace(self.limits, context_window=window)
+        window = section_settings(config, "agent").get("context_window")
+        if self.limits.context_window is None and window:
+            # `agent.context_window` (checked by agent/strategy.py): the prompt and the reply
+            # are sized to fit it up front.
+            try:
+                tokens = int(window)
+            except (TypeError, ValueError):
+                raise AgentError(
+                    f"agent.context_window must be a number of tokens, got {window!r}."
+                ) from None
+            self.limits = replace(self.limits, context_window=tokens)
         base = registry or default_registry()
         # The loop's own tools go through the registry like every other: validated, redacted,
         # capped, traced; their handlers act on this run's plan and memory.
