@@ -65,17 +65,13 @@ UPDATE_PLAN = ToolSpec(
     {
         "type": "object",
         "properties": {
-            # Descriptions say what to write, not a sentence a model could send back as it is.
-            "reason": {
-                "type": "string",
-                "minLength": 1,
-                "description": "In your own words: which tool result shows it.",
-            },
+            # No description a model could send back as its reason (a 1.5B did); every word
+            # here is in every step's prompt, so they stay few.
+            "reason": {"type": "string", "minLength": 1},
             "complete": {
                 "type": "boolean",
-                "description": "true marks the current step done; refused until the run shows "
-                "its evidence (tests step: a passing test run after the last edit; change "
-                "step: a changed file).",
+                "description": "Marks the current step done; refused without its evidence (a "
+                "passing test run after the last edit, a changed file).",
             },
             "steps": {
                 "type": "array",

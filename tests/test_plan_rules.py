@@ -429,7 +429,11 @@ def test_a_copied_criterion_is_dropped_and_the_step_keeps_its_own_needs() -> Non
 @pytest.mark.parametrize(
     "description",
     [UPDATE_PLAN.description]
-    + [p["description"] for p in UPDATE_PLAN.parameters["properties"].values()],
+    + [
+        p["description"]
+        for p in UPDATE_PLAN.parameters["properties"].values()
+        if "description" in p
+    ],
 )
 def test_a_reason_copied_from_a_description_is_refused(description: str) -> None:
     current = Plan((PlanStep("Fix add", "the tests pass"),))
