@@ -222,8 +222,8 @@ class Conversation:
             cut = i
             if sum(self.sizes[i:]) <= target:
                 break
-        if cut == 0 and sum(self.sizes) <= target:
-            return
+        if cut == 0 and sum(self.sizes) <= target * 2:
+            return  # nothing can be dropped, and what there is fits the room
         gone = set(self.steps[:cut]) - set(self.steps[cut:]) - {0}
         self.dropped = sorted(set(self.dropped) | gone)
         messages, steps, sizes = self.messages[cut:], self.steps[cut:], self.sizes[cut:]
