@@ -2,8 +2,14 @@
 citations — or, without a model, the ranked locations themselves.
 
 The model sees the context with line numbers and must cite ``path:line``; every citation in
-its answer is checked against the files on disk (and against the context it was shown), so an
-invented location is flagged, never passed on as fact.
+its answer — in that form or in the prose small models write (agent/ask_citations.py) — is
+checked against the files on disk (and against the context it was shown), so an invented
+location is flagged, never passed on as fact.
+
+Token figures are the server's when it reports them; a server that streams without usage
+(llama-cpp-python) gets the request's own count, marked as counted. In a session
+(agent/ask_session.py) a follow-up's prompt extends the previous one, and what the server
+reused of it is reported (by the server, or estimated from the shared prefix).
 """
 
 from __future__ import annotations
@@ -18,6 +24,18 @@ from pathlib import Path
 from retrieval.context import FULL, ContextPack, PackPolicy, assemble_context
 from retrieval.tokens import TokenCounter, get_tokenizer
 
+from .ask_citations import Citation, verify_citations
+from .ask_session import (
+    FIRST_SHARE,
+    PROMPT_ALLOWANCE,
+    AskSession,
+    FollowUp,
+    Turn,
+    as_pack,
+    follow_up,
+    record_turn,
+    shown_items,
+)
 from .models import ContextTooLongError, Message, ModelClient, PromptCounter, Usage
 from .models import model_tokenizer as tokenizer_for
 from .redact import redact_pack
@@ -39,44 +57,12 @@ MODEL_HINT = (
     'or `model = "…"` in .repoctx.toml.'
 )
 
-_PATH = r"(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9_+]*)"
-# path:12, path:12-30, path:L12-L30, path#L12-L30, path:12–30; paths need a dot or a slash.
-_CITATION = re.compile(rf"(?<![\w/.-]){_PATH}(?:#L|:L?)(?P<start>\d+)(?:\s*[-–]\s*L?(?P<end>\d+))?")
-# Prose: "`path` line 12", "path lines 12-30", "`pyjson/decoder.py` file at line 20-43",
-# "`path` (lines 3 to 9)": a path, then within the same clause (no full stop, semicolon, new
-# line or other backtick) the word line(s) and a number or range.
-_PROSE_CITATION = re.compile(
-    rf"(?<![\w/.-])(?P<tick>`?){_PATH}(?P=tick)(?P<gap>[^`\n.;]{{0,40}}?)"
-    r"\b[Ll]ines?\s+L?(?P<start>\d+)(?:\s*(?:[-–]|to|through)\s*L?(?P<end>\d+))?\b"
-)
-# Bare words such as "e.g" or "v1.x" look like paths; in prose a path must be quoted, have a
-# directory, or end in a common source or text extension.
-_PROSE_EXTENSION = re.compile(
-    r"pyi?|[cm]?[jt]sx?|go|rs|java|kts?|[ch]|cc|cpp|cxx|hpp|hh|cs|rb|php|swift|scala|mm?|"
-    r"sh|bash|zsh|sql|md|rst|txt|toml|ya?ml|json|ini|cfg|html|s?css|vue|lua|pl|r|jl|exs?|erl|"
-    r"hs|ml|clj|dart",
-    re.I,
-)
 SNIPPET_LINES = 6
 #: A retry after a context overflow needs at least this much code to be worth asking.
 MIN_RETRY_CONTEXT = 200
 #: Past commits shown with the context (similar to the question, from the history index).
 MAX_COMMITS = 3
 _COMMIT_REF = re.compile(r"\bcommit\s+`?([0-9a-f]{7,40})\b", re.I)
-
-
-@dataclass(frozen=True, slots=True)
-class Citation:
-    """A location the answer cites. ``valid``: the file exists in the repository and has those
-    lines; ``in_context``: the model was shown them. ``problem`` says what is wrong."""
-
-    text: str
-    path: str
-    start_line: int
-    end_line: int
-    valid: bool
-    in_context: bool
-    problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +118,27 @@ class Answer:
     #: How the prompt was counted (PromptCounter.describe) and its estimated size.
     tokenizer: str = ""
     prompt_tokens_est: int = 0
-    #: What happened on the way: a retry with a smaller context after an overflow.
+    #: What happened on the way: a retry with a smaller context after an overflow, a session
+    #: that started afresh.
     notes: tuple[str, ...] = ()
+    #: Where ``usage``'s token counts come from: "reported" by the server, or "counted" by
+    #: repoctx (the request's prompt in the model's tokenizer, and the answer) when it sent none.
+    usage_source: str = ""
+    #: The session after this question (to save), when one was given.
+    session: AskSession | None = None
 
     @property
     def invalid_citations(self) -> tuple[Citation, ...]:
         return tuple(c for c in self.citations if not c.valid)
 
     def to_dict(self) -> dict:
+        usage = None
+        if self.usage:
+            usage = {
+                **asdict(self.usage),
+                "processed_tokens": self.usage.processed_tokens,
+                "source": self.usage_source,
+            }
         return {
             "question": self.question,
             "answer": self.answer,
@@ -148,12 +147,13 @@ class Answer:
             "invalid_citations": len(self.invalid_citations),
             "locations": [asdict(loc) for loc in self.locations],
             "hint": self.hint,
-            "usage": asdict(self.usage) if self.usage else None,
+            "usage": usage,
             "commits": [asdict(c) for c in self.commits],
             "commit_citations": [asdict(c) for c in self.commit_citations],
             "latency_s": round(self.latency_s, 3),
             "prompt_tokens_est": self.prompt_tokens_est,
             "notes": list(self.notes),
+            "session": _session_dict(self.session),
             "context": {
                 "budget": self.pack.budget,
                 "used_tokens": self.pack.used_tokens,
@@ -162,6 +162,20 @@ class Answer:
                 "timings": self.pack.timings,
             },
         }
+
+
+def _session_dict(session: AskSession | None) -> dict | None:
+    if session is None or not session.turns:
+        return None
+    last = session.turns[-1]
+    return {
+        "name": session.name,
+        "question": len(session.turns),
+        "started_afresh": last.started_afresh,
+        "new_context_items": last.new_items,
+        "left_out_items": last.left_out,
+        "turns": [asdict(t) for t in session.turns],
+    }
 
 
 def model_spec(
@@ -189,6 +203,8 @@ def ask(
     max_tokens: int = 1024,
     is_secret: Callable[[str], bool] | None = None,
     model_tokenizer: PromptCounter | None = None,
+    session: AskSession | None = None,
+    session_tokens: int | None = None,
 ) -> Answer:
     """Answer ``question``: with ``model``, from the assembled context with checked
     citations; without, the ranked locations of that context and a hint to configure one.
@@ -198,22 +214,33 @@ def ask(
     when the server still says the prompt is too long, the context is assembled once more to
     fit the window it reported, and asked again.
 
+    With ``session`` (agent/ask_session.py) the question follows the earlier ones: the request
+    starts with the previous request's messages and its answer, and adds the context items not
+    shown yet; past ``session_tokens`` prompt tokens (default: the budget plus
+    PROMPT_ALLOWANCE) the tail starts afresh. ``Answer.session`` is the session to save.
+
     Files ``is_secret`` names (default: the agent's built-in deny list; pass
     ``Workspace.from_config(config).is_hidden`` to add `agent.deny`) are left out of the
     context, and tokens and keys in the rest are redacted, as in every tool result."""
     root = Path(root)
     policy = replace(PackPolicy(), line_numbers=model is not None)
     commits = past_commits(conn, root, question, index_dir)
-    history_text = render_commits(commits)
+    hidden = is_secret or Workspace(root).is_hidden
+    limit = budget_tokens + PROMPT_ALLOWANCE if session_tokens is None else session_tokens
     tokens = None
     if model is not None:
         tokens = model_tokenizer or tokenizer_for(model, fallback=tokenizer, probe=False)
         counter = tokens.counter
         budget_tokens = tokens.usable(budget_tokens)
+        limit = tokens.usable(limit)
     else:
         counter = tokenizer if isinstance(tokenizer, TokenCounter) else get_tokenizer(tokenizer)
+    # In a session the first context leaves room for the follow-ups' (ask_session.FIRST_SHARE).
+    first_budget = int(budget_tokens * FIRST_SHARE) if session is not None else budget_tokens
 
-    def build(budget: int) -> tuple[ContextPack, list[Message]]:
+    def build_pack(budget: int, skip: Sequence[str] = ()) -> tuple[ContextPack, str, list[str]]:
+        shas = [c.sha for c in commits if c.sha not in skip]
+        history_text = render_commits([c for c in commits if c.sha in shas])
         if history_text:  # the commits come out of the same budget
             budget = max(1, budget - counter.count(history_text + "\n\n"))
         pack = assemble_context(
@@ -228,54 +255,134 @@ def ask(
             policy=policy,
         )
         # The pack goes into the model's prompt directly, not through the tools.
-        pack = redact_pack(pack, is_secret or Workspace(root).is_hidden)
+        return redact_pack(pack, hidden), history_text, shas
+
+    def first(budget: int) -> tuple[ContextPack, list[Message], list[str]]:
+        pack, history_text, shas = build_pack(budget)
         context = pack.render() + (f"\n\n{history_text}" if history_text else "")
         messages = [
             Message.system(SYSTEM_PROMPT),
             Message.user(f"{context}\n\nQuestion: {question}"),
         ]
-        return pack, messages
+        return pack, messages, shas
 
-    pack, messages = build(budget_tokens)
-    locations = tuple(_location(item) for item in pack.items)
     if model is None or tokens is None:
+        pack, _, _ = first(budget_tokens)
+        locations = tuple(_location(item) for item in pack.items)
         return Answer(question, "", "", (), locations, pack, hint=MODEL_HINT, commits=commits)
-    estimate = tokens.prompt_tokens(messages)
     notes: list[str] = []
+    plan: FollowUp | None = None
+    if session is not None and not session.is_new:
+        if session.messages[0].content != SYSTEM_PROMPT:
+            notes.append(
+                f"Session {session.name} was asked with other instructions (another repoctx "
+                "version): started afresh."
+            )
+        else:
+            pack, history_text, shas = build_pack(budget_tokens, session.commits)
+            plan = follow_up(session, pack, question, tokens, limit, history_text, shas)
+            if plan is None:
+                notes.append(
+                    f"Session {session.name} outgrew its {limit:,}-token prompt limit: started "
+                    "afresh after the system prompt (the earlier questions and answers are not "
+                    "in this prompt)."
+                )
+    if plan is not None:
+        messages, shown, shas = plan.messages, plan.shown, [*session.commits, *plan.commits]
+        checked = as_pack(pack, shown)
+    else:
+        pack, messages, shas = first(first_budget)
+        shown, checked = shown_items(pack.items), pack
+    estimate = tokens.prompt_tokens(messages)
+    # The prompt the server saw last in this session: its prefix is what the server can reuse.
+    prefix: int | None = None
+    if plan is not None:
+        prefix = plan.prefix_tokens
+    elif session is not None and not session.is_new:
+        prefix = tokens.message_tokens(messages[0])  # a fresh tail keeps the system prompt
     try:
         completion = model.complete(messages, max_tokens=max_tokens, temperature=0.0)
     except ContextTooLongError as exc:
-        smaller = overflow_budget(
-            exc, tokens, budget_tokens, estimate, pack.used_tokens, max_tokens
-        )
-        if smaller is None:
-            raise
-        notes.append(
-            f"The prompt (~{estimate:,} tokens) was too long for the model"
-            + (f" ({exc.context_window:,}-token context)" if exc.context_window else "")
-            + f"; asked again with a {smaller:,}-token context instead of {budget_tokens:,}."
-        )
-        pack, messages = build(smaller)
-        locations = tuple(_location(item) for item in pack.items)
+        if plan is not None:  # the follow-up is too long for the server: a fresh tail instead
+            notes.append(
+                f"The follow-up's prompt (~{estimate:,} tokens) was too long for the model: "
+                f"started session {session.name} afresh after the system prompt."
+            )
+            plan, smaller = None, first_budget
+        else:
+            smaller = overflow_budget(
+                exc, tokens, first_budget, estimate, pack.used_tokens, max_tokens
+            )
+            if smaller is None:
+                raise
+            notes.append(
+                f"The prompt (~{estimate:,} tokens) was too long for the model"
+                + (f" ({exc.context_window:,}-token context)" if exc.context_window else "")
+                + f"; asked again with a {smaller:,}-token context instead of {first_budget:,}."
+            )
+        pack, messages, shas = first(smaller)
+        shown, checked = shown_items(pack.items), pack
         estimate = tokens.prompt_tokens(messages)
+        prefix = None
         completion = model.complete(messages, max_tokens=max_tokens, temperature=0.0)
     text = completion.message.content
-    citations = verify_citations(text, root, pack)
+    usage, usage_source = request_usage(completion.usage, estimate, tokens.count(text), prefix)
+    after = None
+    if session is not None:
+        turn = Turn(
+            question,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
+            usage.cache_source,
+            usage_source,
+            plan is None,
+            len(plan.new_items) if plan is not None else len(pack.items),
+            plan.left_out if plan is not None else 0,
+        )
+        if plan is not None and plan.left_out:
+            notes.append(
+                f"{plan.left_out} new context item(s) did not fit session {session.name}'s "
+                f"{limit:,}-token prompt limit and were left out."
+            )
+        after = record_turn(session, model.name, messages, text, shown, shas, turn)
     return Answer(
         question,
         text,
         model.name,
-        citations,
-        locations,
+        verify_citations(text, root, checked, conn),
+        tuple(_location(item) for item in pack.items),
         pack,
-        usage=completion.usage,
+        usage=usage,
         latency_s=completion.latency_s,
         commits=commits,
         commit_citations=verify_commit_citations(text, root, index_dir, commits),
         tokenizer=tokens.describe(),
         prompt_tokens_est=estimate,
         notes=tuple(notes),
+        usage_source=usage_source,
+        session=after,
     )
+
+
+def request_usage(
+    reported: Usage, prompt_tokens: int, completion_tokens: int, prefix: int | None
+) -> tuple[Usage, str]:
+    """The token figures of a request and where they come from: the server's when it sent
+    any ("reported"), else the request's own count ("counted": ``prompt_tokens`` in the
+    model's tokenizer, the answer's ``completion_tokens``). Prompt tokens reused from the
+    server's cache: as reported, else estimated as ``prefix`` (the tokens this prompt shares
+    with the one before it), else unknown."""
+    if reported.prompt_tokens or reported.completion_tokens:
+        usage, source = reported, "reported"
+    else:
+        usage = Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+        source = "counted"
+    if not usage.cache_source and prefix is not None:
+        usage = replace(
+            usage, cached_tokens=min(prefix, usage.prompt_tokens), cache_source="estimate"
+        )
+    return usage, source
 
 
 def overflow_budget(
@@ -358,76 +465,6 @@ def verify_commit_citations(
             )
         )
     return tuple(out)
-
-
-def verify_citations(
-    text: str, root: Path, pack: ContextPack | None = None
-) -> tuple[Citation, ...]:
-    """Every ``path:line`` in ``text``, checked against the repository (and the pack)."""
-    out: list[Citation] = []
-    seen: set[tuple[str, int, int]] = set()
-    lines_of: dict[str, int | None] = {}
-    shown_paths = {i.path for i in pack.items} if pack is not None else set()
-    for m in _citation_matches(text):
-        path = _resolve(m.group("path").removeprefix("./"), shown_paths)
-        start = int(m.group("start"))
-        end = int(m.group("end") or start)
-        if (path, start, end) in seen:
-            continue
-        seen.add((path, start, end))
-        if path not in lines_of:
-            lines_of[path] = _line_count(root, path)
-        n = lines_of[path]
-        problem = ""
-        if n is None:
-            problem = "no such file in the repository"
-        elif start < 1 or end < start:
-            problem = f"bad line range {start}-{end}"
-        elif end > n:
-            problem = f"line {end} is past the end of the file ({n} lines)"
-        in_context = pack is not None and not problem and _shown(pack, path, start, end)
-        out.append(Citation(m.group(0), path, start, end, not problem, in_context, problem))
-    return tuple(out)
-
-
-def _citation_matches(text: str) -> list[re.Match[str]]:
-    """``path:line`` forms, then prose forms ("`path` ... line N-M") that do not overlap them,
-    in the order they appear."""
-    found = list(_CITATION.finditer(text))
-    taken = [m.span() for m in found]
-    for m in _PROSE_CITATION.finditer(text):
-        if any(m.start() < end and start < m.end() for start, end in taken):
-            continue
-        path = m.group("path")
-        quoted = bool(m.group("tick"))
-        if quoted or "/" in path or _PROSE_EXTENSION.fullmatch(path.rpartition(".")[2]):
-            found.append(m)
-    return sorted(found, key=lambda m: m.start())
-
-
-def _resolve(path: str, shown: set[str]) -> str:
-    """A shortened path (``cart.py``) means the one file of the context it ends, if unique."""
-    if path in shown:
-        return path
-    tails = [p for p in shown if p.endswith("/" + path)]
-    return tails[0] if len(tails) == 1 else path
-
-
-def _line_count(root: Path, path: str) -> int | None:
-    full = (root / path).resolve()
-    try:
-        full.relative_to(root.resolve())
-    except ValueError:
-        return None  # outside the repository is no location in it
-    if not full.is_file():
-        return None
-    with open(full, "rb") as fh:
-        data = fh.read()
-    return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
-
-
-def _shown(pack: ContextPack, path: str, start: int, end: int) -> bool:
-    return any(i.path == path and i.start_line <= start and end <= i.end_line for i in pack.items)
 
 
 def _location(item) -> Location:

@@ -136,6 +136,20 @@ def context_cmd(
     show_default=True,
     help="Longest answer the model may write.",
 )
+@click.option(
+    "--session",
+    "session_name",
+    default=None,
+    metavar="NAME",
+    help="Keep the conversation NAME (under the index dir): a follow-up sees the earlier "
+    "questions, answers and context, and its prompt extends the previous one so a local server "
+    "reuses its cache; past the budget the session starts afresh.",
+)
+@click.option(
+    "--new-session",
+    is_flag=True,
+    help="Start the --session NAME afresh (forget its earlier questions).",
+)
 @model_options
 @read_options
 def ask_cmd(
@@ -145,6 +159,8 @@ def ask_cmd(
     tokenizer: str | None,
     model_flag: str | None,
     max_tokens: int,
+    session_name: str | None,
+    new_session: bool,
     model_timeout: float | None,
     connect_timeout: float | None,
     model_retries: int | None,
@@ -155,19 +171,30 @@ def ask_cmd(
 ) -> None:
     """Answer QUESTION about the code, citing path:line locations that are checked to exist."""
     from agent.ask import ask, model_spec
+    from agent.ask_session import PROMPT_ALLOWANCE, AskSession, check_name, load_session
     from agent.workspace import Workspace
 
+    if new_session and session_name is None:
+        raise click.UsageError("--new-session needs --session NAME.")
     config, conn = open_graph(root, index_dir)
     spec = model_spec(model_flag, config.extra)
-    model = tokens = None
+    model = tokens = session = None
     budget = _budget(budget, config)
     if spec:
         settings = ModelSettings.resolve(
             config, model_timeout, connect_timeout, model_retries, model_tokenizer
         )
         # The context, the answer, and about a thousand tokens of instructions and question.
-        model = open_model(spec, settings, budget + max_tokens + 1024)
+        model = open_model(spec, settings, budget + max_tokens + PROMPT_ALLOWANCE)
         tokens = open_tokenizer(model, settings, config)
+        if session_name is not None:
+            session = (
+                AskSession(check_name(session_name))
+                if new_session
+                else load_session(config.index_path, session_name)
+            )
+    elif session_name is not None:
+        click.echo("--session needs a model: this retrieval-only answer is not kept.", err=True)
     answer = ask(
         conn,
         config.root,
@@ -181,7 +208,12 @@ def ask_cmd(
         is_secret=Workspace.from_config(config).is_hidden,  # `agent.deny`, links
         index_dir=config.index_path,
         model_tokenizer=tokens,
+        session=session,
     )
+    if answer.session is not None:
+        from agent.ask_session import save_session
+
+        save_session(config.index_path, answer.session)
     for note in answer.notes:
         click.echo(note, err=True)
     for w in answer.pack.warnings:  # e.g. the vectors could not be read: answered without them
@@ -225,15 +257,35 @@ def ask_cmd(
             "repository — do not trust those parts of the answer.",
             err=True,
         )
+    click.echo(click.style("\n" + _usage_line(answer), dim=True))
+
+
+def _usage_line(answer) -> str:
+    """The model, the context and the request's tokens: reported by the server or counted
+    here, and how much of the prompt the server reused (reported or estimated) when known."""
     u = answer.usage
-    click.echo(
-        click.style(
-            f"\n{answer.model}: {answer.pack.used_tokens:,} context tokens"
-            + (f", {u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion" if u else "")
-            + f", {answer.latency_s:.1f}s",
-            dim=True,
+    parts = [f"{answer.model}: {answer.pack.used_tokens:,} context tokens"]
+    if u is not None:
+        counted = answer.usage_source == "counted"
+        parts.append(
+            f"{u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens"
+            + (" (counted here: the server reported none)" if counted else "")
         )
-    )
+        if u.cache_source:
+            how = "reported by the server" if u.cache_source == "server" else "estimated"
+            parts.append(
+                f"prompt {u.cached_tokens:,} reused + {u.processed_tokens:,} processed ({how})"
+            )
+    s = answer.session
+    if s is not None and s.turns:
+        turn = s.turns[-1]
+        parts.append(
+            f"session {s.name} question {len(s.turns)}"
+            + (" (started afresh)" if turn.started_afresh and len(s.turns) > 1 else "")
+            + (f", {turn.new_items} new context items" if not turn.started_afresh else "")
+        )
+    parts.append(f"{answer.latency_s:.1f}s")
+    return ", ".join(parts)
 
 
 def _print_locations(answer) -> None:
