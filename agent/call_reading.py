@@ -16,6 +16,7 @@ from .edit_blocks import (
     WorkspaceFiles,
     block_calls,
     block_number,
+    block_result,
     has_edit_blocks,
     scan_edit_blocks,
 )
@@ -142,7 +143,7 @@ def observation(
     own = [(c, text) for c, text in answers if block_number(c.id) is None]
     edits = [
         f"SEARCH/REPLACE block {block_number(c.id)} ({(c.arguments or {}).get('path', '?')}): "
-        + text
+        + block_result(text)
         for c, text in answers
         if block_number(c.id) is not None
     ]

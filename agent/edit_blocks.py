@@ -22,11 +22,20 @@ its text (see :func:`block_calls`).
 An empty SEARCH follows Aider: it creates the file when it does not exist, and appends REPLACE
 to the end of the file when it does.
 
-Matching is by construction, never a fuzzy write: the SEARCH text is looked for exactly, then
-with the final newline dropped, then line by line ignoring trailing whitespace, then with every
-line's indentation shifted by the same amount (REPLACE re-indented to match). Whatever matched
-is turned back into the file's own exact text, so the `edit` tool still replaces an exact,
-unique string; a SEARCH that matches twice is refused, not guessed.
+A block written without its ``<<<<<<< SEARCH`` line (in a fence: the file line, ``=======``,
+the new code, the fence's end or ``>>>>>>> REPLACE``), as Qwen2.5-Coder 1.5B writes them, is
+read too: with old lines above ``=======`` they are its SEARCH; with none, REPLACE rewrites the
+Python definitions it holds, each replacing the one of the same name in the file.
+
+Matching is by construction, never a fuzzy write (agent/edit_matching.py): the SEARCH text is
+looked for exactly, then line by line ignoring trailing whitespace, then with every line's
+indentation shifted by the same amount (REPLACE re-indented to match). Whatever matched is
+turned back into the file's own exact text, so the `edit` tool still replaces an exact, unique
+string; a SEARCH that matches twice is refused, not guessed.
+
+Size: three steps that share the block's shape — reading blocks from a reply, placing each
+in a file (the corrections when it cannot be), and the files as the tools see them; the
+matching itself lives in agent/edit_matching.py.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from dataclasses import dataclass, field
 from indexer import graph
 from indexer.errors import RepoctxError
 
+from .edit_matching import Found, definitions, find_definition, find_search, widen
 from .errors import AgentError
 from .models.base import ToolCall
 from .tools import ToolContext
@@ -58,8 +68,11 @@ MAX_SCAN = 3000
 QUOTE_CHARS = 200
 #: Prefix of the ids given to the calls made from blocks (see :func:`block_number`).
 ID_PREFIX = "block"
-#: What a loose match returns when REPLACE goes in as written (only trailing spaces differed).
-_AS_IS = "\x00as-is"
+#: How a block is written, for corrections (no value in it a model could take for its own).
+WHOLE_BLOCK = (
+    "Write each block whole: the file's path on its own line, then `<<<<<<< SEARCH`, the exact "
+    "lines now in the file, `=======`, the new lines, `>>>>>>> REPLACE`."
+)
 
 
 class EditBlockError(AgentError):
@@ -79,6 +92,9 @@ class EditBlock:
     path: str | None
     search: str
     replace: str
+    #: No SEARCH part was written (only `=======` and the new code): REPLACE rewrites whole
+    #: Python definitions, each replacing the one of the same name (agent/edit_matching.py).
+    redefines: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,8 +118,8 @@ def parse_edit_blocks(text: str) -> list[EditBlock]:
 
 
 def has_edit_blocks(text: str) -> bool:
-    """Whether ``text`` holds at least the start of a SEARCH/REPLACE block (a cheap check)."""
-    return bool(text) and any(_HEAD.match(line) for line in _lines(text))
+    """Whether ``text`` may hold a SEARCH/REPLACE block (a cheap check)."""
+    return bool(text) and any(_HEAD.match(ln) or _DIVIDER.match(ln) for ln in _lines(text))
 
 
 def scan_edit_blocks(text: str) -> ScannedBlocks:
@@ -116,8 +132,20 @@ def scan_edit_blocks(text: str) -> ScannedBlocks:
     last_tail: int | None = None
     last_path: str | None = None
     i = 0
+    fence: int | None = None  # the line that opened the code fence we are in
     while i < len(lines):
+        if _DIVIDER.match(lines[i]):
+            headless = _headless(lines, i, fence)
+            if headless is not None:
+                start, last, edit = headless
+                blocks.append(edit)
+                dropped.update(range(start, last + 1))
+                last_tail, last_path, i = last, edit.path, last + 1
+                continue
         if not _HEAD.match(lines[i]):
+            opened = _FENCE.match(lines[i])
+            if opened:
+                fence = i if fence is None or opened.group("info").strip() else None
             i += 1
             continue
         number = len(blocks) + len(problems) + 1
@@ -153,6 +181,45 @@ def scan_edit_blocks(text: str) -> ScannedBlocks:
     return ScannedBlocks(blocks, problems, _EMPTY_FENCE.sub("", rest).strip())
 
 
+def _headless(
+    lines: list[str], divider: int, fence: int | None
+) -> tuple[int, int, EditBlock] | None:
+    """A block written without its `<<<<<<< SEARCH` line, as Qwen2.5-Coder 1.5B writes them:
+    in a fence, the file line, maybe the old lines, `=======`, the new lines, and the fence's
+    end or `>>>>>>> REPLACE`. Outside a fence only a file line right above `=======` and a
+    `>>>>>>> REPLACE` below make one. (first line, last line, the block), or None."""
+    end, tail = divider + 1, False
+    while end < len(lines):
+        line = lines[end]
+        if _TAIL.match(line):
+            tail = True
+            break
+        if _HEAD.match(line) or _DIVIDER.match(line):
+            break
+        if fence is not None and re.fullmatch(r"\s*(?:`{3,}|~{3,})\s*", line):
+            break
+        end += 1
+    last = end if tail else end - 1
+    replace = _join(lines[divider + 1 : end])
+    if fence is None:
+        path = _path_in(lines[divider - 1]) if divider > 0 else None
+        if path is None or not tail or not replace:
+            return None
+        return divider - 1, last, EditBlock(path, "", replace, redefines=True)
+    filled = [n for n in range(fence + 1, divider) if lines[n].strip()]
+    path = _path_in(lines[filled[0]]) if filled else None
+    if path is not None:
+        start, search = filled[0], _join(lines[filled[0] + 1 : divider])
+    else:
+        start, search = fence + 1, _join(lines[fence + 1 : divider])
+        path, path_line = _file_line(lines, fence + 1)
+        if path_line is not None:
+            start = path_line
+    if (path is None and not tail) or not (search or replace):
+        return None  # a `=======` in code shown (a heading's underline), not a block
+    return start, last, EditBlock(path, search, replace, redefines=not search)
+
+
 def _lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
@@ -171,6 +238,17 @@ def _next(lines: list[str], start: int, marker: re.Pattern[str]) -> int | None:
 def _join(lines: list[str]) -> str:
     if not any(line.strip() for line in lines):
         return ""
+    filled = [n for n, line in enumerate(lines) if line.strip()]
+    first, last = filled[0], filled[-1]
+    if (
+        first < last
+        and _FENCE.match(lines[first])
+        and re.fullmatch(r"\s*(`{3,}|~{3,})\s*", lines[last])
+    ):
+        # SEARCH or REPLACE wrapped in a fence of its own inside the block.
+        lines = lines[first + 1 : last]
+        if not any(line.strip() for line in lines):
+            return ""
     return "\n".join(lines) + "\n"
 
 
@@ -186,7 +264,7 @@ def _file_line(lines: list[str], head: int) -> tuple[str | None, int | None]:
         fence = _FENCE.match(line)
         if fence:
             # ```python shop/cart.py: the path in the fence's info string.
-            words = fence.group("info").split()
+            words = fence.group("info").replace(":", " ").split()  # ```python:shop/a.py
             named = next(
                 (p for p in map(_as_path, words) if p and ("/" in p or len(words) > 1)), None
             )
@@ -229,20 +307,9 @@ def _as_path(s: str) -> str | None:
 # -- from blocks to calls ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Found:
-    """How a SEARCH text was found in one file: the file's exact text to replace and what to
-    put there; or how often it occurs (``count`` > 1) or what is nearest (``count`` 0)."""
-
-    count: int
-    old: str = ""
-    new: str = ""
-    lines: tuple[int, ...] = ()
-
-
 def block_number(call_id: str) -> int | None:
     """The block a call was made from (1-based), or None for a call the model made itself."""
-    m = re.fullmatch(rf"{ID_PREFIX}-\d+-(\d+)", call_id)
+    m = re.fullmatch(rf"{ID_PREFIX}-\d+-(\d+)(?:\.\d+)?", call_id)
     return int(m.group(1)) if m else None
 
 
@@ -262,133 +329,167 @@ def block_calls(
     tool says why (the gate refuses a denied or outside path; a missing one is created when
     SEARCH is empty). A block with no file line goes to the one file of ``known_paths`` (then of
     ``repo_paths``) holding its SEARCH text once. Blocks are matched against the files as the
-    earlier blocks of the same reply will have left them."""
-    texts: dict[str, str | None] = {}
-
-    def text_of(path: str) -> str | None:
-        if path not in texts:
-            texts[path] = read(path)
-        return texts[path]
-
-    known = list(dict.fromkeys(known_paths))
-    listed: list[str] | None = None
-
-    def all_paths() -> list[str]:
-        nonlocal listed
-        if listed is None:
-            source = repo_paths() if callable(repo_paths) else repo_paths
-            listed = list(dict.fromkeys(source))
-        return listed
-
+    earlier blocks of the same reply will have left them. A block that redefines Python
+    definitions with no SEARCH part gives one call per definition."""
+    files = _Files(known_paths, read, repo_paths)
     calls: list[ToolCall] = []
     corrections: list[str] = []
     for number, block in enumerate(blocks, 1):
         call_id = f"{ID_PREFIX}-{step}-{number}"
-        path = block.path
-        if path is None:
-            if not block.search:
-                corrections.append(
-                    f"Block {number} has an empty SEARCH and no file name, so it cannot create "
-                    "a file: write the new file's path on the line before `<<<<<<< SEARCH`."
-                )
-                continue
-            placed, why = _place(number, block, known, all_paths, text_of)
-            if placed is None:
-                corrections.append(why)
-                continue
-            path = placed
-        text = text_of(path)
-        if text is None and block.search:
-            # `cart.py` for `shop/cart.py`: the one known or indexed file with that ending.
-            same = _same_file(path, [*known, *all_paths()])
-            if same is not None and text_of(same) is not None:
-                path, text = same, text_of(same)
-        if text is None:
-            if block.search:
-                calls.append(
-                    ToolCall.from_raw(
-                        call_id, "edit", _edit_args(path, block.search, block.replace)
-                    )
-                )
-            else:
-                calls.append(
-                    ToolCall.from_raw(
-                        call_id, "create_file", {"path": path, "content": block.replace}
-                    )
-                )
-                texts[path] = block.replace
-            continue
-        if not block.search:
-            call, after = _append(call_id, path, text, block.replace)
-            calls.append(call)
-            texts[path] = after
-            continue
-        found = find_search(text, block.search, block.replace)
-        if found.count == 1:
-            calls.append(ToolCall.from_raw(call_id, "edit", _edit_args(path, found.old, found.new)))
-            texts[path] = text.replace(found.old, found.new, 1)
-        elif found.count > 1:
-            corrections.append(_ambiguous(number, path, found))
+        made = (
+            _redefinition(number, call_id, block, files)
+            if block.redefines
+            else _replacement(number, call_id, block, files)
+        )
+        if isinstance(made, str):
+            corrections.append(made)
         else:
-            corrections.append(_not_found(number, path, text, block.search))
+            calls += made
     return calls, corrections
+
+
+class _Files:
+    """The files blocks are placed in, as the reply's earlier blocks will have left them."""
+
+    def __init__(
+        self,
+        known: Iterable[str],
+        read: Callable[[str], str | None],
+        listing: Iterable[str] | Callable[[], Iterable[str]],
+    ) -> None:
+        self.known = list(dict.fromkeys(known))
+        self._read, self._listing = read, listing
+        self._texts: dict[str, str | None] = {}
+        self._listed: list[str] | None = None
+
+    def text(self, path: str) -> str | None:
+        if path not in self._texts:
+            self._texts[path] = self._read(path)
+        return self._texts[path]
+
+    def changed(self, path: str, text: str) -> None:
+        self._texts[path] = text
+
+    def listed(self) -> list[str]:
+        if self._listed is None:
+            source = self._listing() if callable(self._listing) else self._listing
+            self._listed = list(dict.fromkeys(source))
+        return self._listed
+
+    def existing(self, path: str) -> tuple[str, str | None]:
+        """``path`` and its text; for a path that cannot be read, the one known or indexed file
+        it names by its ending (`cart.py`, `/shop/cart.py` for `shop/cart.py`) if any."""
+        text = self.text(path)
+        if text is None:
+            tail = "/" + path.lstrip("/")
+            same = [p for p in dict.fromkeys([*self.known, *self.listed()]) if p != path]
+            same = [p for p in same if ("/" + p).endswith(tail)]
+            if len(same) == 1 and self.text(same[0]) is not None:
+                return same[0], self.text(same[0])
+        return path, text
+
+    def place(self, probe: str, holds: Callable[[str], int]) -> dict[str, int]:
+        """The files holding what ``holds`` counts (screened by ``probe``): the known files
+        first, then the others (the first group holding it answers)."""
+        for group in (self.known, None):
+            paths = (
+                group if group is not None else [p for p in self.listed() if p not in self.known]
+            )
+            holding: dict[str, int] = {}
+            for path in paths[:MAX_SCAN]:
+                text = self.text(path)
+                if text is not None and probe in text and (n := holds(text)):
+                    holding[path] = n
+            if holding:
+                return holding
+        return {}
+
+
+def _replacement(
+    number: int, call_id: str, block: EditBlock, files: _Files
+) -> list[ToolCall] | str:
+    path = block.path
+    if path is None:
+        if not block.search:
+            return (
+                f"Block {number} has an empty SEARCH and no file name, so it cannot create "
+                "a file: write the new file's path on the line before `<<<<<<< SEARCH`."
+            )
+        probe = next(line.strip() for line in block.search.splitlines() if line.strip())
+        holding = files.place(probe, lambda t: find_search(t, block.search, block.replace).count)
+        path = _one(holding)
+        if path is None:
+            return _unplaced(number, holding, "its SEARCH text", block.search, files)
+    path, text = files.existing(path) if block.search else (path, files.text(path))
+    if text is None:
+        if block.search:  # the tool says why it cannot (missing, denied, outside)
+            return [
+                ToolCall.from_raw(call_id, "edit", _edit_args(path, block.search, block.replace))
+            ]
+        files.changed(path, block.replace)
+        return [ToolCall.from_raw(call_id, "create_file", {"path": path, "content": block.replace})]
+    if not block.search:
+        call, after = _append(call_id, path, text, block.replace)
+        files.changed(path, after)
+        return [call]
+    found = find_search(text, block.search, block.replace)
+    if found.count == 1:
+        files.changed(path, text.replace(found.old, found.new, 1))
+        return [ToolCall.from_raw(call_id, "edit", _edit_args(path, found.old, found.new))]
+    if found.count > 1:
+        return _ambiguous(number, path, found)
+    return _not_found(number, path, text, block.search)
+
+
+def _redefinition(
+    number: int, call_id: str, block: EditBlock, files: _Files
+) -> list[ToolCall] | str:
+    """A block with no SEARCH part whose REPLACE rewrites whole Python definitions: one edit per
+    definition, each replacing the definition of the same name (found once)."""
+    defs = definitions(block.replace)
+    if not defs:
+        return (
+            f"Block {number} has no `<<<<<<< SEARCH` part, so it is not known what to replace. "
+            + WHOLE_BLOCK
+        )
+    name, code = defs[0]
+    path = block.path
+    if path is None:
+        holding = files.place(name, lambda t: find_definition(t, name, code).count)
+        path = _one(holding)
+        if path is None:
+            return _unplaced(number, holding, f"a definition of `{name}`", code, files)
+    path, text = files.existing(path)
+    if text is None:  # a new file: its definitions are its content (the gate decides)
+        files.changed(path, block.replace)
+        return [ToolCall.from_raw(call_id, "create_file", {"path": path, "content": block.replace})]
+    calls = []
+    for k, (name, code) in enumerate(defs):
+        found = find_definition(text, name, code)
+        if found.count != 1:
+            where = f"{found.count} times (lines {', '.join(map(str, found.lines))})"
+            return (
+                f"Block {number} has no `<<<<<<< SEARCH` part, and {path} defines `{name}` "
+                + (where if found.count else "nowhere")
+                + ", so it is not known what to replace: nothing was changed. "
+                + WHOLE_BLOCK
+            )
+        text = text.replace(found.old, found.new, 1)
+        calls.append(
+            ToolCall.from_raw(
+                call_id + (f".{k}" if k else ""), "edit", _edit_args(path, found.old, found.new)
+            )
+        )
+    files.changed(path, text)
+    return calls
+
+
+def _one(holding: dict[str, int]) -> str | None:
+    return next(iter(holding)) if len(holding) == 1 and set(holding.values()) == {1} else None
 
 
 def _edit_args(path: str, old: str, new: str) -> dict[str, str]:
     return {"path": path, "old_text": old, "new_text": new}
-
-
-def _place(
-    number: int,
-    block: EditBlock,
-    known: list[str],
-    all_paths: Callable[[], list[str]],
-    text_of: Callable[[str], str | None],
-) -> tuple[str | None, str]:
-    """The one file holding the block's SEARCH text once, or a correction saying why not."""
-    probe = next(line.strip() for line in block.search.splitlines() if line.strip())
-    holding: dict[str, int] = {}
-    for group in (known, None):
-        paths = group if group is not None else [p for p in all_paths() if p not in known]
-        for path in paths[:MAX_SCAN]:
-            text = text_of(path)
-            if text is None or probe not in text:
-                continue  # cheap screen before matching
-            found = find_search(text, block.search, block.replace)
-            if found.count:
-                holding[path] = found.count
-        once = [p for p, n in holding.items() if n == 1]
-        if len(once) == 1 and len(holding) == 1:
-            return once[0], ""
-        if holding:
-            return None, (
-                f"Block {number} names no file, and its SEARCH text is in more than one place ("
-                + ", ".join(
-                    f"{p}" + (f" {n} times" if n > 1 else "") for p, n in list(holding.items())[:5]
-                )
-                + "): write the file's path on the line before `<<<<<<< SEARCH`, and include "
-                "enough lines in SEARCH to match once."
-            )
-    near = ""
-    if known:
-        best = max(
-            ((p, nearest_block(t, block.search)) for p in known[:5] if (t := text_of(p))),
-            key=lambda pn: pn[1][2] if pn[1] else -1.0,
-            default=None,
-        )
-        if best and best[1]:
-            near = _nearest_text(best[0], text_of(best[0]) or "", best[1])
-    return None, (
-        f"Block {number} names no file, and no file of the repository holds its SEARCH text "
-        f"(`{_clip(block.search)}`). Write the file's path on the line before "
-        "`<<<<<<< SEARCH` and copy the lines to change exactly into SEARCH." + near
-    )
-
-
-def _same_file(path: str, paths: list[str]) -> str | None:
-    tail = "/" + path.lstrip("/")
-    same = [p for p in dict.fromkeys(paths) if ("/" + p).endswith(tail) and p != path]
-    return same[0] if len(same) == 1 else None
 
 
 def _append(call_id: str, path: str, text: str, added: str) -> tuple[ToolCall, str]:
@@ -401,138 +502,10 @@ def _append(call_id: str, path: str, text: str, added: str) -> tuple[ToolCall, s
         return call, added
     glue = "" if text.endswith("\n") else "\n"
     start = text.rfind("\n", 0, len(text.rstrip("\n"))) + 1
-    start, end, before, after = _widen(text, start, len(text))
+    start, end, before, after = widen(text, start, len(text))
     old = text[start:end]
     new = before + old + glue + added + after
     return ToolCall.from_raw(call_id, "edit", _edit_args(path, old, new)), text + glue + added
-
-
-def _widen(text: str, start: int, end: int) -> tuple[int, int, str, str]:
-    """``text[start:end]`` grown by whole lines until it occurs once in ``text``; also the text
-    added before and after (for the replacement to carry the same context)."""
-    s, e = start, end
-    while text.count(text[s:e]) > 1 and (s > 0 or e < len(text)):
-        if s > 0:
-            s = text.rfind("\n", 0, s - 1) + 1
-        else:
-            nl = text.find("\n", e)
-            e = len(text) if nl < 0 else nl + 1
-    return s, e, text[s:start], text[end:e]
-
-
-def find_search(text: str, search: str, replace: str) -> _Found:
-    """Where ``search`` is in ``text`` (see the module docstring for how loosely), as the
-    file's exact text and its replacement."""
-    nl = "\r\n" if "\r\n" in text else "\n"
-    if nl != "\n":
-        search, replace = search.replace("\n", nl), replace.replace("\n", nl)
-    count = text.count(search)
-    if count > 1:
-        return _Found(count, lines=_starts(text, search))
-    if count == 1:
-        pos = text.find(search)
-        lead = text[text.rfind("\n", 0, pos) + 1 : pos]
-        if lead and not lead.strip() and nl in replace.rstrip(nl):
-            # SEARCH starts inside a line's indentation and REPLACE has several lines: as
-            # whole lines, so that every line of REPLACE gets the file's indentation.
-            whole = _by_lines(text, search, replace, nl)
-            if whole.count == 1:
-                return whole
-        return _Found(1, search, replace)
-    cut = search[: -len(nl)]
-    if search.endswith(nl) and cut and text.endswith(cut) and text.count(cut) == 1:
-        # The file's last line, which has no final newline.
-        return _Found(1, cut, replace[: -len(nl)] if replace.endswith(nl) else replace)
-    return _by_lines(text, search, replace, nl)
-
-
-def _by_lines(text: str, search: str, replace: str, nl: str) -> _Found:
-    """SEARCH matched line by line: ignoring trailing whitespace, then with the indentation of
-    every line shifted by the same amount."""
-    lines = text.splitlines(keepends=True)
-    want = search.replace("\r\n", "\n").strip("\n").split("\n")
-    if not any(w.strip() for w in want):
-        return _Found(0)
-    for loose in (_same_but_trailing, _same_but_indent):
-        hits = [
-            s
-            for s in range(len(lines) - len(want) + 1)
-            if loose(lines[s : s + len(want)], want) is not None
-        ]
-        if len(hits) > 1:
-            return _Found(len(hits), lines=tuple(s + 1 for s in hits))
-        if hits:
-            s = hits[0]
-            window = lines[s : s + len(want)]
-            indent = loose(window, want)
-            start = sum(len(x) for x in lines[:s])
-            end = start + sum(len(x) for x in window)
-            new = _reindent(
-                replace.replace("\r\n", "\n"), want, indent, nl, window[-1].endswith("\n")
-            )
-            start2, end2, before, after = _widen(text, start, end)
-            return _Found(1, text[start2:end2], before + new + after)
-    return _Found(0)
-
-
-def _starts(text: str, needle: str) -> tuple[int, ...]:
-    out, pos = [], text.find(needle)
-    while pos >= 0 and len(out) < 10:
-        out.append(text.count("\n", 0, pos) + 1)
-        pos = text.find(needle, pos + max(1, len(needle)))
-    return tuple(out)
-
-
-def _same_but_trailing(window: list[str], want: list[str]) -> str | None:
-    """``_AS_IS`` when the lines differ only in trailing whitespace, else None."""
-    same = all(w.rstrip() == x.rstrip() for w, x in zip(window, want, strict=True))
-    return _AS_IS if same else None
-
-
-def _indent(line: str) -> str:
-    return line[: len(line) - len(line.lstrip())]
-
-
-def _same_but_indent(window: list[str], want: list[str]) -> str | None:
-    """The indentation the file adds to every line of SEARCH (after taking SEARCH's own common
-    indentation away), when that is the only difference; else None."""
-    pairs = [(w.rstrip(), x.rstrip()) for w, x in zip(window, want, strict=True)]
-    if any(bool(w) != bool(x) for w, x in pairs):
-        return None
-    filled = [(w, x) for w, x in pairs if w]
-    if not filled:
-        return None
-    cut = min(len(_indent(x)) for _, x in filled)
-    prefix: str | None = None
-    for w, x in filled:
-        body = x[cut:]
-        if not w.endswith(body) or w[: len(w) - len(body)].strip():
-            return None
-        lead = w[: len(w) - len(body)]
-        if prefix is None:
-            prefix = lead
-        elif lead != prefix:
-            return None
-    return prefix
-
-
-def _reindent(
-    replace: str, want: list[str], indent: str | None, nl: str, final_newline: bool
-) -> str:
-    """REPLACE as it goes into the file: SEARCH's own indentation swapped for ``indent`` (none
-    swapped for ``_AS_IS``), the file's line ends, a final newline where the match had one."""
-    if not replace:
-        return ""
-    lines = replace.strip("\n").split("\n") if replace.strip("\n") else [""]
-    if indent is not None and indent != _AS_IS:
-        cut = min((len(_indent(x)) for x in want if x.strip()), default=0)
-        lines = [indent + _dedent(line, cut) if line.strip() else "" for line in lines]
-    return nl.join(lines) + (nl if final_newline else "")
-
-
-def _dedent(line: str, cut: int) -> str:
-    lead = len(_indent(line))
-    return line[min(lead, cut) :]
 
 
 # -- corrections ---------------------------------------------------------------------------------
@@ -543,7 +516,32 @@ def _clip(text: str, limit: int = QUOTE_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _ambiguous(number: int, path: str, found: _Found) -> str:
+def _unplaced(number: int, holding: dict[str, int], what: str, wanted: str, files: _Files) -> str:
+    if holding:
+        return (
+            f"Block {number} names no file, and {what} is in more than one place ("
+            + ", ".join(
+                f"{p}" + (f" {n} times" if n > 1 else "") for p, n in list(holding.items())[:5]
+            )
+            + "): write the file's path on the line before the block, and include enough lines "
+            "to match once."
+        )
+    near = ""
+    best = max(
+        ((p, nearest_block(t, wanted)) for p in files.known[:5] if (t := files.text(p))),
+        key=lambda pn: pn[1][2] if pn[1] else -1.0,
+        default=None,
+    )
+    if best and best[1]:
+        near = _nearest_text(best[0], files.text(best[0]) or "", best[1])
+    return (
+        f"Block {number} names no file, and no file of the repository holds {what} "
+        f"(`{_clip(wanted)}`). Write the file's path on the line before the block and copy the "
+        "lines to change exactly into SEARCH." + near
+    )
+
+
+def _ambiguous(number: int, path: str, found: Found) -> str:
     where = ", ".join(map(str, found.lines))
     return (
         f"The SEARCH text of block {number} occurs {found.count} times in {path} (lines "
@@ -575,6 +573,27 @@ def _nearest_text(path: str, text: str, near: tuple[int, int, float]) -> str:
         "Copy them exactly into SEARCH (the same indentation), and write the changed lines in "
         "REPLACE."
     )
+
+
+#: The `edit`/`create_file` words in a result, as a model that wrote blocks knows them.
+_BLOCK_WORDS = (
+    ("old_text and new_text are the same", "SEARCH and REPLACE are the same"),
+    (", or set replace_all: true", ""),
+    (
+        "use create_file to make it, or list_dir to find the file",
+        "leave SEARCH empty to create it, or name a file that exists",
+    ),
+    ("old_text", "SEARCH text"),
+    ("new_text", "REPLACE text"),
+)
+
+
+def block_result(text: str) -> str:
+    """A tool result for a call made from a block, in the words of blocks (SEARCH, REPLACE)
+    rather than of the `edit` tool's arguments, which the model never saw."""
+    for tool_words, block_words in _BLOCK_WORDS:
+        text = text.replace(tool_words, block_words)
+    return text
 
 
 # -- the files of a run --------------------------------------------------------------------------
