@@ -25,6 +25,7 @@ from agent.edit_blocks import (
 )
 from agent.loop import RunOptions, run_agent, undo_run
 from agent.models import ScriptedModel
+from agent.models.base import ToolCall
 from agent.models.text_calls import CALL_EXAMPLE, parse_text_calls
 from agent.tools import ToolContext, default_registry
 from agent.trace import read_trace, trace_path
@@ -567,3 +568,10 @@ def test_redefinitions_several_decorated_or_unplaceable(repo, ctx) -> None:
 )
 def test_a_divider_in_prose_or_code_is_no_block(text: str) -> None:
     assert scan_edit_blocks(text).blocks == [] and scan_edit_blocks(text).problems == []
+
+
+def test_arguments_that_cannot_be_read_are_quoted_back(ctx) -> None:
+    broken = ToolCall.from_raw("c1", "read_span", '{"path": "shop/cart.py", "start_line": 3,')
+    result = default_registry().call_tool(broken, ctx)
+    assert not result.ok and "Could not read the arguments of `read_span`" in result.error
+    assert 'you sent: {"path": "shop/cart.py", "start_line": 3,)' in result.error

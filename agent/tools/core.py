@@ -203,8 +203,13 @@ class ToolRegistry:
         return [t.spec() for t in self._tools.values() if t.permission in allowed]
 
     def call_tool(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
-        """Run a model's ToolCall (malformed arguments come back as an error result)."""
-        return self.call(call.name, call.arguments, ctx, error=call.error)
+        """Run a model's ToolCall (malformed arguments come back as an error result that
+        quotes them: small models copy an example in a correction, not fix their own call)."""
+        error = call.error
+        if error is not None and call.raw_arguments.strip():
+            sent = " ".join(call.raw_arguments.split())
+            error += f" (you sent: {sent if len(sent) <= 160 else sent[:159] + '…'})"
+        return self.call(call.name, call.arguments, ctx, error=error)
 
     def call(
         self,
