@@ -289,6 +289,12 @@ def _path_in(line: str) -> str | None:
         quoted = [p for p in (_as_path(q.rstrip(":")) for q in _QUOTED.findall(line)) if p]
         if len(quoted) == 1 and ("/" in quoted[0] or "." in quoted[0]):
             return quoted[0]
+    words = line.strip().split()
+    if len(line) <= 80 and line.rstrip().endswith(":") and len(words) > 1:
+        # "In shop/cart.py:", "Update shop/cart.py:": a short lead-in ending with the path.
+        last = _as_path(words[-1].rstrip(":").strip("*_`'\""))
+        if last and ("/" in last or re.search(r"\.\w{1,8}$", last)):
+            return last
     return None
 
 

@@ -188,11 +188,16 @@ def definitions(code: str) -> list[tuple[str, str]]:
         chunk = lines[start : starts[k + 1] if k + 1 < len(starts) else len(lines)]
         if any(line.strip() and len(_indent(line)) < top for line in chunk):
             return []
-        head = next(
-            (m for m in map(_DEF.match, chunk) if m and len(m.group("indent")) == top), None
+        at = next(
+            (n for n, ln in enumerate(chunk) if (m := _DEF.match(ln)) and len(m.group(1)) == top),
+            None,
         )
-        if head is None:
+        head = _DEF.match(chunk[at]) if at is not None else None
+        if at is None or head is None:
             return []
+        body_from = _signature_end(chunk, at) + 1
+        if any(ln.strip() and len(_indent(ln)) <= top for ln in chunk[body_from:]):
+            return []  # a statement after the definitions: not only definitions
         while chunk and not chunk[-1].strip():
             chunk.pop()
         out.append((head.group("name"), "\n".join(chunk) + "\n"))
@@ -239,6 +244,6 @@ def _signature_end(lines: list[str], head: int) -> int:
     for n in range(head, min(len(lines), head + 50)):
         code = lines[n].split("#", 1)[0]
         depth += code.count("(") + code.count("[") - code.count(")") - code.count("]")
-        if depth <= 0 and code.rstrip().endswith(":"):
+        if depth <= 0:  # brackets closed: the header ends here (or it is a one-liner)
             return n
     return head

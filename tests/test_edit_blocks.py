@@ -23,6 +23,7 @@ from agent.edit_blocks import (
     parse_edit_blocks,
     scan_edit_blocks,
 )
+from agent.edit_matching import definitions, find_definition
 from agent.loop import RunOptions, run_agent, undo_run
 from agent.models import ScriptedModel
 from agent.models.base import ToolCall
@@ -120,6 +121,10 @@ SHAPES: dict[str, tuple[str, list[EditBlock]]] = {
     ),
     "backticked path in a short sentence": (
         f"Change `shop/a.py` like this:\n```python\n{BLOCK}```\n",
+        [EditBlock("shop/a.py", S, R)],
+    ),
+    "a short lead-in ending with the path": (
+        f"In shop/a.py:\n```python\n{BLOCK}```\n",
         [EditBlock("shop/a.py", S, R)],
     ),
     "no file line, fenced": (
@@ -575,3 +580,20 @@ def test_arguments_that_cannot_be_read_are_quoted_back(ctx) -> None:
     result = default_registry().call_tool(broken, ctx)
     assert not result.ok and "Could not read the arguments of `read_span`" in result.error
     assert 'you sent: {"path": "shop/cart.py", "start_line": 3,)' in result.error
+
+
+def test_what_counts_as_definitions_to_rewrite() -> None:
+    assert [
+        n for n, _ in definitions("@x\ndef f(\n    a,\n):\n    pass\n\ndef g(): return 1\n")
+    ] == [
+        "f",
+        "g",
+    ]
+    # a statement after the definition, or code that is no definition: not a rewrite
+    assert definitions("def f():\n    pass\nprint(1)\n") == []
+    assert definitions("x = 1\ndef f():\n    pass\n") == []
+    # a one-line definition ends on its own line, not at the next header
+    one = find_definition(
+        "def f(): return 1\n\n\ndef g():\n    return 2\n", "f", "def f():\n    return 5\n"
+    )
+    assert one.old == "def f(): return 1\n" and one.new == "def f():\n    return 5\n"
