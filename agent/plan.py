@@ -388,22 +388,31 @@ class Evidence:
         """The plan changed: a new current step begins after the calls so far."""
         self.step_began = self.seq
 
-    def missing(self, step: PlanStep, changed_files: int) -> str:
-        """What completing ``step`` still lacks, in words; "" when the evidence is there."""
+    def missing(self, step: PlanStep, changed_files: int) -> tuple[str, str]:
+        """What completing ``step`` still lacks and what to do next, in words; ("", "") when
+        the evidence is there."""
         need = needs(step)
         if need == TESTS:
             if self.tests_at > self.write_at and self.tests_passed:
-                return ""
+                return "", ""
             if not self.tests_at:
-                return "no test run yet: run the tests"
+                return "the tests have not run yet", "call run_tests"
             if self.tests_at < self.write_at:
-                return "no test run since the last edit: run the tests"
-            return f"the last test run (step {self.test_step}) failed: fix it and run the tests"
+                return "the tests have not run since the last edit", "call run_tests"
+            return (
+                f"the last test run (step {self.test_step}) failed",
+                "fix the code, then call run_tests",
+            )
         if need == CHANGE:
-            return "" if changed_files else "no file has been changed in this run: make the change"
+            if changed_files:
+                return "", ""
+            return "no file has been changed in this run", "make the change with an edit"
         if self.read_at > self.step_began:
-            return ""
-        return "nothing read, searched or run since this step began: check it with a tool"
+            return "", ""
+        return (
+            "nothing was read, searched or run since this step began",
+            "read or search the code for it",
+        )
 
 
 @dataclass(frozen=True)
@@ -416,10 +425,13 @@ class PlanChange:
 
 
 def quote_call(name: str, args: dict[str, Any], limit: int = 160) -> str:
-    """The model's own call on one line, clipped: what a correction quotes back."""
-    text = f"{name} {json.dumps(args, ensure_ascii=False, sort_keys=True)}"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """The model's own call on one line, clipped, as ``name (key: value, …)``: what a
+    correction quotes back. Not in the JSON a call is written in, and not last in the
+    correction: the live 1.5B sent a call quoted last as JSON straight back, and called
+    run_tests when the quote came first and the next action last."""
+    shown = ", ".join(f"{k}: {json.dumps(args[k], ensure_ascii=False)}" for k in sorted(args))
+    text = " ".join(f"{name} ({shown})".split())
+    return text if len(text) <= limit else text[: limit - 2] + "…)"
 
 
 def apply_update(
@@ -434,20 +446,23 @@ def apply_update(
     reason = str(args.get("reason") or "").strip()
     if not reason:
         return "update_plan needs a `reason`"
+    # The loop shows these as "update_plan: <this>." — one line, the model's call first, the
+    # next action last.
     if echoes(reason):
         return (
-            "the reason repeats the tool's description; say which result shows it. "
-            f"Your call: {quote_call(UPDATE_PLAN.name, args)}"
+            f"refused your call {quote_call(UPDATE_PLAN.name, args)}: its reason repeats the "
+            "tool's description. Next: say in your own words which result shows it"
         )
     current = plan.current
     if args.get("complete") and current is not None and evidence is not None:
-        lacking = evidence.missing(current, changed_files)
+        lacking, action = evidence.missing(current, changed_files)
         if lacking:
             crit = current.done_when or ("the tests pass" if needs(current) == TESTS else "")
-            said = f" (done when: {crit[:80]})" if crit else ""
+            said = f" is done when {crit[:80]}" if crit else " is not done"
             return (
-                f'step "{current.title[:80]}"{said} is not complete — {lacking}, then '
-                f"mark it. Your call: {quote_call(UPDATE_PLAN.name, args)}"
+                f'refused your call {quote_call(UPDATE_PLAN.name, args)}: step "'
+                f'{current.title[:80]}"{said}, and {lacking}. Next: {action}, then mark the '
+                "step complete"
             )
     if args.get("steps"):
         steps = parse_steps(args["steps"])

@@ -377,7 +377,7 @@ def test_the_loops_own_tools_go_through_the_registry(repo: Path) -> None:
     tools = [e for e in events(repo, report.run_id) if e["type"] == "tool_call"]
     assert "Invalid arguments for `update_plan`" in tools[0]["error"] and "bogus" in tools[0]["error"]
     assert "Invalid arguments for `remember`" in tools[1]["error"] and "key" in tools[1]["error"]
-    assert not tools[2]["ok"] and "nothing read" in tools[2]["error"]
+    assert not tools[2]["ok"] and "nothing was read" in tools[2]["error"]
     assert tools[4]["ok"] and tools[4]["output"].startswith("Plan updated:")
 
 

@@ -128,13 +128,14 @@ def test_a_tests_step_completes_only_after_a_passing_run_after_the_last_edit(rep
     assert (
         not refused_failed["ok"] and "the last test run (step 1) failed" in refused_failed["error"]
     )
-    assert not refused_stale["ok"] and "no test run since the last edit" in refused_stale["error"]
-    # One line, naming the step and quoting the model's own call — never "Plan updated".
+    assert "Next: fix the code, then call run_tests" in refused_failed["error"]
+    assert not refused_stale["ok"] and "not run since the last edit" in refused_stale["error"]
+    assert refused_stale["error"].endswith("Next: call run_tests, then mark the step complete.")
+    # One line, quoting the model's own call first and naming the step — never "Plan updated".
     for refused, reason in ((refused_failed, "the tests pass"), (refused_stale, "add is fixed")):
         assert "\n" not in refused["error"] and 'step "Fix add"' in refused["error"]
-        assert (
-            f'Your call: update_plan {{"complete": true, "reason": "{reason}"}}' in refused["error"]
-        )
+        quoted = f'update_plan: refused your call update_plan (complete: true, reason: "{reason}")'
+        assert refused["error"].startswith(quoted)
         assert "Plan updated" not in (refused["output"] or "")
     assert accepted["ok"] and accepted["output"].startswith("Plan updated:")
     progress = [e for e in events(repo, report.run_id) if e["type"] == "plan_progress"]
@@ -160,8 +161,10 @@ def test_a_change_step_completes_only_after_a_real_edit(repo: Path) -> None:
     refused, accepted = plan_calls(repo, report.run_id)
     assert not refused["ok"] and "no file has been changed in this run" in refused["error"]
     assert (
-        "Your call: update_plan" in refused["error"] and "add returns a + b now" in refused["error"]
+        'refused your call update_plan (complete: true, reason: "add returns a + b now")'
+        in (refused["error"])
     )
+    assert "Next: make the change with an edit" in refused["error"]
     assert accepted["ok"] and "[x] 1. Make add return the sum" in accepted["output"]
     assert (report.status, [c.path for c in report.changed]) == ("done", ["pkg/calc.py"])
 
@@ -195,7 +198,7 @@ def test_the_evidence_survives_a_resume(repo: Path) -> None:
     assert fixed["ok"], fixed["error"]
     assert (
         not unseen["ok"]
-        and "nothing read, searched or run since this step began" in unseen["error"]
+        and "nothing was read, searched or run since this step began" in unseen["error"]
     )
     assert seen["ok"] and resumed.status == "done"
 
@@ -439,7 +442,7 @@ def test_a_reason_copied_from_a_description_is_refused(description: str) -> None
     current = Plan((PlanStep("Fix add", "the tests pass"),))
     change = apply_update(current, {"reason": description, "steps": [{"title": "Edit add"}]})
     assert isinstance(change, str) and "repeats the tool's description" in change
-    assert "Your call: update_plan" in change
+    assert change.startswith("refused your call update_plan (reason: ")
     own = apply_update(current, {"reason": "the tests pass", "steps": [{"title": "Edit add"}]})
     assert not isinstance(own, str) and not echoes("the tests pass")
 
@@ -517,8 +520,9 @@ def test_a_claimed_fix_is_refused_until_the_run_shows_it_end_to_end(repo: Path, 
     assert "return a + b" in (repo / "pkg/calc.py").read_text()
     found, claimed = plan_calls(repo, report.run_id)
     assert found["ok"] and not claimed["ok"]
-    assert "no test run yet" in claimed["error"]  # its step is done when the tests pass
+    assert "the tests have not run yet" in claimed["error"]  # its step: done when tests pass
     # The model is shown its own call in the refusal, in the next request.
     shown = " ".join(m["content"] or "" for m in requests[4]["messages"])
-    assert 'Your call: update_plan {"complete": true, "reason": "The bug has been fixed' in shown
+    assert 'refused your call update_plan (complete: true, reason: "The bug has been fixed' in shown
+    assert "Next: call run_tests, then mark the step complete." in shown
     assert all(s["status"] == "done" for s in report.plan["steps"])
