@@ -13,6 +13,7 @@ write). Used by agent/edit_blocks.py.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -247,3 +248,53 @@ def _signature_end(lines: list[str], head: int) -> int:
         if depth <= 0:  # brackets closed: the header ends here (or it is a one-liner)
             return n
     return head
+
+
+# -- a file written out whole ---------------------------------------------------------------------
+
+#: How alike (difflib ratio of lines) a file written out whole must be to the file it names.
+WHOLE_ALIKE = 0.5
+_ELIDED = re.compile(
+    r"^\s*(?:\.\.\.|(?:#|//)\s*(?:\.\.\.|.*\b(?:rest of|remainder of|unchanged|existing code|"
+    r"same as before)\b))",
+    re.I,
+)
+
+
+def rewrite(text: str, content: str) -> tuple[Found, str]:
+    """``text`` rewritten as ``content`` (a file the model wrote out whole), as one exact edit
+    from the first changed line to the last; or Found(0) and why it is not taken: unchanged, too
+    unlike the file to be a version of it, or leaving out code (an elision or a definition)."""
+    nl = "\r\n" if "\r\n" in text else "\n"
+    content = content.replace("\r\n", "\n")
+    if text.endswith(("\n", "\r\n")) and not content.endswith("\n"):
+        content += "\n"
+    if nl != "\n":
+        content = content.replace("\n", nl)
+    if content == text:
+        return Found(0), "it is the file unchanged"
+    old, new = text.splitlines(keepends=True), content.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    if matcher.ratio() < WHOLE_ALIKE:
+        return Found(
+            0
+        ), f"it is too unlike the file to be a version of it ({matcher.ratio():.0%} alike)"
+    added = [
+        line for tag, _, _, j1, j2 in matcher.get_opcodes() if tag != "equal" for line in new[j1:j2]
+    ]
+    if any(_ELIDED.search(line) and line not in old for line in added):
+        return Found(0), 'it leaves part of the file out (`...`, "unchanged")'
+    lost = sorted(_top_names(old) - _top_names(new))
+    if lost:
+        return Found(0), "it leaves out " + ", ".join(f"`{n}`" for n in lost[:5])
+    codes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    i1, j1 = codes[0][1], codes[0][3]
+    i2, j2 = codes[-1][2], codes[-1][4]
+    start = sum(len(x) for x in old[:i1])
+    end = start + sum(len(x) for x in old[i1:i2])
+    s, e, before, after = widen(text, start, end)
+    return Found(1, text[s:e], before + "".join(new[j1:j2]) + after, (i1 + 1,)), ""
+
+
+def _top_names(lines: list[str]) -> set[str]:
+    return {m.group("name") for line in lines if (m := _DEF.match(line)) and not m.group("indent")}

@@ -525,7 +525,7 @@ QWEN_PARAM = (
 )
 def test_a_block_without_search_rewrites_the_definition_it_names(repo, ctx, reply, expected):
     blocks = parse_edit_blocks(reply)
-    assert len(blocks) == 1 and blocks[0].redefines and blocks[0].path == "shop/cart.py"
+    assert len(blocks) == 1 and blocks[0].kind == "definitions" and blocks[0].path == "shop/cart.py"
     results, calls, corrections = apply(reply, ctx)
     assert corrections == [] and all(r.ok for r in results), [r.error for r in results]
     assert (repo / "shop/cart.py").read_text() == expected
@@ -597,3 +597,73 @@ def test_what_counts_as_definitions_to_rewrite() -> None:
         "def f(): return 1\n\n\ndef g():\n    return 2\n", "f", "def f():\n    return 5\n"
     )
     assert one.old == "def f(): return 1\n" and one.new == "def f():\n    return 5\n"
+
+
+# -- a file written out whole, as Qwen2.5-Coder 1.5B also answers -----------------------------------
+
+DISCOUNT = "shop/discount.py"
+# Recorded from Qwen2.5-Coder-1.5B (llama.cpp, temperature 0), the pipeline's system prompt and
+# the task "rate('NOPE') raises KeyError, it should return 0.0" over this file.
+DISCOUNT_TEXT = (
+    '"""Discount codes."""\n\nCODES = {"HALF": 0.5, "TENTH": 0.1}\n\n\ndef rate(code):\n'
+    '    """The fraction taken off for a discount code (0 for an unknown one)."""\n'
+    "    return CODES[code]\n\n\ndef apply(total, code):\n    return total - total * rate(code)\n"
+)
+QWEN_WHOLE = (
+    "```\nshop/discount.py\n```python\n"
+    + DISCOUNT_TEXT.replace(
+        "    return CODES[code]\n",
+        "    if code not in CODES:\n        return 0.0\n    return CODES[code]\n",
+    )
+    + "```"
+)
+
+
+def test_a_file_written_out_whole_becomes_one_exact_edit(repo, ctx) -> None:
+    (repo / DISCOUNT).write_text(DISCOUNT_TEXT)
+    blocks = parse_edit_blocks(QWEN_WHOLE)
+    assert [(b.path, b.kind) for b in blocks] == [(DISCOUNT, "file")]
+    results, calls, corrections = apply(QWEN_WHOLE, ctx)
+    assert corrections == [] and [c.name for c in calls] == ["edit"]
+    assert calls[0].arguments["old_text"].count("\n") == 1  # only the changed place, exactly
+    assert results[0].ok, results[0].error
+    assert (repo / DISCOUNT).read_text() == QWEN_WHOLE.split("```python\n")[1].rstrip("`")
+
+
+@pytest.mark.parametrize(
+    ("content", "told"),
+    [
+        # unchanged: shown, not an edit
+        (DISCOUNT_TEXT, None),
+        # code shown under the path that is no version of the file: not an edit either
+        ("total = apply(10, 'HALF')\nprint(total)\n", None),
+        # meant as the file, but with the rest left out: refused with a correction
+        (
+            DISCOUNT_TEXT.replace(
+                "def apply(total, code):\n    return total - total * rate(code)\n",
+                "# ... rest unchanged\n",
+            ),
+            "leaves part of the file out",
+        ),
+        (
+            DISCOUNT_TEXT.replace(
+                "\n\ndef apply(total, code):\n    return total - total * rate(code)\n", ""
+            ),
+            "leaves out `apply`",
+        ),
+    ],
+)
+def test_code_under_a_path_that_is_no_safe_rewrite_changes_nothing(repo, ctx, content, told):
+    (repo / DISCOUNT).write_text(DISCOUNT_TEXT)
+    before = snapshot(repo)
+    results, calls, corrections = apply(f"In {DISCOUNT}:\n```python\n{content}```\n", ctx)
+    assert calls == [] and snapshot(repo) == before
+    assert (corrections == []) if told is None else (told in corrections[0])
+
+
+def test_a_call_in_a_fence_after_a_path_is_still_a_call(repo: Path) -> None:
+    read = '```json\n{"name": "read_span", "arguments": {"path": "shop/cart.py"}}\n```'
+    script = [PLAN, f"Let me look at shop/cart.py:\n{read}", call("finish", summary="Read it.")]
+    model, report = run(repo, script, "text")
+    trace = read_trace(trace_path(load_config(repo, env={}, jobs=1).index_path, report.run_id))
+    assert [e["name"] for e in trace if e["type"] == "tool_call"][0] == "read_span"
