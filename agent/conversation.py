@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from retrieval.context import ContextPack, render_blocks
 
@@ -176,6 +176,8 @@ class Conversation:
                     [i.text for i in fresh if i.kind != "full"],
                 )
                 keys = [(i.path, i.start_line, i.end_line) for i in fresh]
+            if pack is not None:  # the trace lists what this prompt shows, not what was found
+                pack = replace(pack, items=tuple(fresh), used_tokens=self.tokens.count(code))
         text = self._text(plan_part, code, closing)
         merged = bool(self.messages) and self.messages[-1].role == "user"
         message = Message.user(f"{self.messages[-1].content}\n\n{text}" if merged else text)
