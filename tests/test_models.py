@@ -801,11 +801,13 @@ def test_anthropic_completion(server: FakeProvider, sleeps: list[float]) -> None
     assert seen.path == "/v1/messages"
     assert seen.headers["x-api-key"] == "sk-ant"
     assert seen.headers["anthropic-version"] == "2023-06-01"
+    # Two cache breakpoints (issue 39): the system text, and the end of the conversation.
+    cache = {"cache_control": {"type": "ephemeral"}}
     assert seen.body == {
         "model": "claude-test",
         "max_tokens": 4096,
-        "system": "Be brief.\n\nCite files.",
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        "system": [{"type": "text", "text": "Be brief.\n\nCite files.", **cache}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi", **cache}]}],
         "temperature": 0.0,
     }
 
@@ -875,7 +877,8 @@ def test_anthropic_tool_use_round_trip(server: FakeProvider, sleeps: list[float]
             "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py"},
                 {"type": "tool_result", "tool_use_id": "toolu_2"},
-                {"type": "text", "text": "Be quick."},
+                # the end of the conversation, marked for Anthropic's prompt cache (issue 39)
+                {"type": "text", "text": "Be quick.", "cache_control": {"type": "ephemeral"}},
             ],
         },
     ]

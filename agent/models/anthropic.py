@@ -30,7 +30,12 @@ _FINISH = {
 
 class AnthropicClient(JsonChatClient):
     """Messages API with tool use. System messages are joined into the top-level ``system``;
-    tool messages become ``tool_result`` blocks in a user turn (consecutive ones share a turn)."""
+    tool messages become ``tool_result`` blocks in a user turn (consecutive ones share a turn).
+
+    With ``prompt_cache`` (the default) the request marks two cache breakpoints: the system
+    text (so the tools and the system prompt are cached) and the last block of the last turn
+    (so the next request, which extends this one, reads the whole conversation back from the
+    cache). Anthropic caches only what a request marks; usage reports the tokens read back."""
 
     def __init__(
         self,
@@ -40,6 +45,7 @@ class AnthropicClient(JsonChatClient):
         api_key: str | None = None,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         name: str | None = None,
+        prompt_cache: bool = True,
         **options: Any,
     ) -> None:
         if not model:
@@ -49,6 +55,7 @@ class AnthropicClient(JsonChatClient):
         base = base.removesuffix("/messages").removesuffix("/v1")
         self.url = f"{base}/v1/messages"
         self.default_max_tokens = default_max_tokens
+        self.prompt_cache = prompt_cache
         self._headers = {"anthropic-version": API_VERSION}
         if api_key:
             self._headers["x-api-key"] = api_key
@@ -84,6 +91,13 @@ class AnthropicClient(JsonChatClient):
         }
         if system:
             payload["system"] = system
+        if self.prompt_cache:
+            mark = {"type": "ephemeral"}
+            if system:
+                payload["system"] = [{"type": "text", "text": system, "cache_control": mark}]
+            if turns and turns[-1]["content"]:
+                last = turns[-1]["content"]
+                last[-1] = {**last[-1], "cache_control": mark}
         if tools:
             payload["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
