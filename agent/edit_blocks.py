@@ -258,6 +258,8 @@ def _redefinition(
                 + ", so it is not known what to replace: nothing was changed. "
                 + WHOLE_BLOCK
             )
+        if _lines_of(found.old) == _lines_of(found.new):
+            continue  # the definition as it is (code quoted, not changed): no edit
         text = text.replace(found.old, found.new, 1)
         calls.append(
             ToolCall.from_raw(
@@ -266,6 +268,10 @@ def _redefinition(
         )
     files.changed(path, text)
     return calls
+
+
+def _lines_of(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip("\r\n").splitlines()]
 
 
 def _whole(number: int, call_id: str, block: EditBlock, files: _Files) -> list[ToolCall] | str:

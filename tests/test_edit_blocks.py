@@ -667,3 +667,14 @@ def test_a_call_in_a_fence_after_a_path_is_still_a_call(repo: Path) -> None:
     model, report = run(repo, script, "text")
     trace = read_trace(trace_path(load_config(repo, env={}, jobs=1).index_path, report.run_id))
     assert [e["name"] for e in trace if e["type"] == "tool_call"][0] == "read_span"
+
+
+def test_a_definition_quoted_as_it_is_is_no_edit(repo, ctx) -> None:
+    quoted = "In shop/cart.py:\n```python\n    def total(self):\n" + FIX_SEARCH + "```\n"
+    headless = (
+        "shop/cart.py\n=======\ndef total(self):\n    " + FIX_SEARCH.strip() + "\n>>>>>>> REPLACE\n"
+    )
+    for reply in (quoted, headless):
+        results, calls, corrections = apply(reply, ctx)
+        assert (calls, corrections) == ([], [])
+    assert (repo / "shop/cart.py").read_text() == CART
