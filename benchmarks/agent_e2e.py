@@ -398,6 +398,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--tool-format", default="auto", choices=("auto", "native", "text"))
     ap.add_argument("--aider-edit-format", default="whole", choices=("whole", "diff"))
+    ap.add_argument(
+        "--aider-map-tokens", type=int, default=1024, help="Aider's --map-tokens (0: no repo map)"
+    )
     ap.add_argument("--peer-steps", type=int, default=8, help="mini-swe-agent's step limit")
     ap.add_argument("--peer-max-tokens", type=int, default=2048, help="peers' reply cap per call")
     ap.add_argument("--context", type=int, default=8192, help="the server's context window")
@@ -455,6 +458,7 @@ def _peer_settings(args: argparse.Namespace) -> PeerSettings:
         aider=str(peers / "aider" / "bin" / "aider") if peers else base.aider,
         mini=str(peers / "mini" / "bin" / "mini") if peers else base.mini,
         edit_format=args.aider_edit_format,
+        map_tokens=args.aider_map_tokens,
         context=args.context,
         max_tokens=args.peer_max_tokens,
         steps=args.peer_steps,
@@ -624,6 +628,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": summary(rows),
         "rows": rows,
         "invariants": checks,
+        "completed_without_finish": len(checks["completed_without_finish"]["tasks"]),
+        "crashes": len(checks["no_crashes"]["tasks"]),
+        "done_but_unsolved": [r["task"] for r in repoctx_rows if r.get("done_but_unsolved")],
+        "estimate_max_abs_error_pct": checks["estimate_within_3pct"]["max_abs_error_pct"],
         "nothing_done_reported_success": [
             f"{r['system']}/{r['task']}" for r in rows if r.get("nothing_done_reported_success")
         ],

@@ -176,7 +176,8 @@ def mini_argv(
         "model.model_kwargs.temperature": 0,
         "model.cost_tracking": "ignore_errors",
         "agent.step_limit": settings.steps,
-        "agent.wall_time_limit_seconds": int(settings.timeout),
+        # Its own limit first (it then saves its trajectory and exit status), the kill after.
+        "agent.wall_time_limit_seconds": int(max(60, settings.timeout - 90)),
         "environment.cwd": str(root),
         "environment.timeout": 120,
     }
@@ -383,7 +384,8 @@ def system_row(
         "steps": steps if steps is not None else len(done),
         "model_calls": len(done),
         "failed_requests": len(chat) - len(done),
-        "prompt_tokens": sum(p for p in prompts if p) if any(prompts) else None,
+        # The server's count of each prompt, summed (usage, or the proxy's probe).
+        "server_prompt_tokens": sum(p for p in prompts if p) if any(prompts) else None,
         "server_cache": cache_figures(exchanges, log),
         "model_s": round(sum(x.get("seconds") or 0 for x in chat), 1),
         "wall_s": round(proc.wall_s, 1),

@@ -169,7 +169,7 @@ def test_mini_runs_text_based_with_limits_and_no_confirmation(tmp_path: Path) ->
     assert "model.model_class=litellm_textbased" in specs
     assert "model.model_kwargs.api_base=http://127.0.0.1:9/v1" in specs
     assert "agent.step_limit=8" in specs and f"environment.cwd={root}" in specs
-    assert "agent.wall_time_limit_seconds=900" in specs
+    assert "agent.wall_time_limit_seconds=810" in specs
     assert argv[argv.index("-t") + 1] == task.prompt
     assert "--yolo" in argv and "--exit-immediately" in argv
     assert argv[argv.index("-m") + 1] == "openai/qwen2.5-coder-1.5b"
@@ -366,7 +366,7 @@ def test_aider_file_runs_against_the_server_and_is_judged_from_the_files(
     assert row["changed_files"] == ["catalog/pagination.py"]
     assert row["status"] == "applied edits to catalog/pagination.py"
     assert row["model_calls"] == 1 and row["claimed_success"] is None
-    assert row["server_cache"]["calls_known"] == 1 and row["prompt_tokens"] > 0
+    assert row["server_cache"]["calls_known"] == 1 and row["server_prompt_tokens"] > 0
     # The files named on the command line reached the model.
     assert "def paginate" in json.dumps(server.requests[0]["messages"])
 
