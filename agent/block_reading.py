@@ -83,7 +83,12 @@ def scan_edit_blocks(text: str) -> ScannedBlocks:
     while i < len(lines):
         if _DIVIDER.match(lines[i]):
             marked = True  # a fence with a marker in it is no file written out whole
-            headless = _headless(lines, i, fence)
+            floor = (
+                max(fence + 1, last_tail + 1 if last_tail is not None else 0)
+                if fence is not None
+                else None
+            )
+            headless = _headless(lines, i, floor)
             if headless is not None:
                 start, last, edit = headless
                 blocks.append(edit)
@@ -137,11 +142,12 @@ def scan_edit_blocks(text: str) -> ScannedBlocks:
 
 
 def _headless(
-    lines: list[str], divider: int, fence: int | None
+    lines: list[str], divider: int, floor: int | None
 ) -> tuple[int, int, EditBlock] | None:
     """A block written without its `<<<<<<< SEARCH` line, as Qwen2.5-Coder 1.5B writes them:
-    in a fence, the file line, maybe the old lines, `=======`, the new lines, and the fence's
-    end or `>>>>>>> REPLACE`. Outside a fence only a file line right above `=======` and a
+    in a fence (from ``floor``: its first line, or the line after the block before), the file
+    line, maybe the old lines, `=======`, the new lines, and the fence's end or `>>>>>>>
+    REPLACE`. Outside a fence (``floor`` None) only a file line right above `=======` and a
     `>>>>>>> REPLACE` below make one. (first line, last line, the block), or None."""
     end, tail = divider + 1, False
     while end < len(lines):
@@ -151,23 +157,23 @@ def _headless(
             break
         if _HEAD.match(line) or _DIVIDER.match(line):
             break
-        if fence is not None and re.fullmatch(r"\s*(?:`{3,}|~{3,})\s*", line):
+        if floor is not None and re.fullmatch(r"\s*(?:`{3,}|~{3,})\s*", line):
             break
         end += 1
     last = end if tail else end - 1
     replace = _join(lines[divider + 1 : end])
-    if fence is None:
+    if floor is None:
         path = _path_in(lines[divider - 1]) if divider > 0 else None
         if path is None or not tail or not replace:
             return None
         return divider - 1, last, EditBlock(path, "", replace, "definitions")
-    filled = [n for n in range(fence + 1, divider) if lines[n].strip()]
+    filled = [n for n in range(floor, divider) if lines[n].strip()]
     path = _path_in(lines[filled[0]]) if filled else None
     if path is not None:
         start, search = filled[0], _join(lines[filled[0] + 1 : divider])
     else:
-        start, search = fence + 1, _join(lines[fence + 1 : divider])
-        path, path_line = _file_line(lines, fence + 1)
+        start, search = floor, _join(lines[floor:divider])
+        path, path_line = _file_line(lines, floor)
         if path_line is not None:
             start = path_line
     if (path is None and not tail) or not (search or replace):

@@ -231,6 +231,18 @@ def _redefinition(
     """A block with no SEARCH part whose REPLACE rewrites whole Python definitions: one edit per
     definition, each replacing the definition of the same name (found once)."""
     defs = definitions(block.replace)
+    if not defs and block.path is not None and files.existing(block.path)[1] is not None:
+        # Not only definitions: the file written out whole, when it is a version of the file.
+        path, text = files.existing(block.path)
+        found, why = rewrite(text or "", block.replace)
+        if found.count == 1:
+            files.changed(path, (text or "").replace(found.old, found.new, 1))
+            return [ToolCall.from_raw(call_id, "edit", _edit_args(path, found.old, found.new))]
+        if why.startswith("it leaves"):
+            return (
+                f"Block {number} writes {path} out whole, but {why}: nothing was changed. "
+                + WHOLE_BLOCK
+            )
     if not defs:
         return (
             f"Block {number} has no `<<<<<<< SEARCH` part, so it is not known what to replace. "

@@ -678,3 +678,30 @@ def test_a_definition_quoted_as_it_is_is_no_edit(repo, ctx) -> None:
         results, calls, corrections = apply(reply, ctx)
         assert (calls, corrections) == ([], [])
     assert (repo / "shop/cart.py").read_text() == CART
+
+
+# Recorded from Qwen2.5-Coder-1.5B: "add discount=0.0 to Cart.total and make checkout pass
+# rate(code)", shown shop/cart.py and shop/checkout.py. Two blocks without SEARCH in one fence:
+# a definition, then the second file written out whole.
+CHECKOUT = (
+    "from shop.cart import Cart\nfrom shop.discount import rate\n\n\n"
+    "def checkout(cart, code):\n    return round(cart.total(), 2)\n"
+)
+QWEN_TWO_FILES = (
+    "```\nshop/cart.py\n=======\ndef total(self, discount=0.0):\n"
+    "    return sum(price * qty for price, qty in self.items) * (1 - discount)\n"
+    ">>>>>>> REPLACE\n\nshop/checkout.py\n=======\n"
+    + CHECKOUT.replace("round(cart.total(), 2)", "round(cart.total(), 2) * (1 - rate(code))")
+    + "```"
+)
+
+
+def test_two_blocks_without_search_in_one_fence(repo, ctx) -> None:
+    (repo / "shop/checkout.py").write_text(CHECKOUT)
+    blocks = parse_edit_blocks(QWEN_TWO_FILES)
+    assert [(b.path, b.search) for b in blocks] == [("shop/cart.py", ""), ("shop/checkout.py", "")]
+    results, calls, corrections = apply(QWEN_TWO_FILES, ctx)
+    assert corrections == [] and all(r.ok for r in results), [r.error for r in results]
+    assert "def total(self, discount=0.0):" in (repo / "shop/cart.py").read_text()
+    assert "* (1 - rate(code))" in (repo / "shop/checkout.py").read_text()
+    assert calls[1].arguments["old_text"] == "    return round(cart.total(), 2)\n"
