@@ -151,6 +151,11 @@ class RunOptions:
     #: How prompts are counted in the model's tokens (agent/models/prompt_tokens.py). None: the
     #: `model_tokenizer` setting without asking the server (the CLI passes one that asked).
     tokenizer: PromptCounter | None = None
+    #: loop | pipeline (agent/strategy.py; `run_task` picks it, and says why here).
+    strategy: str | None = None
+    strategy_why: str = ""
+    #: pipeline: model calls after localization (None: agent/pipeline.py ATTEMPTS).
+    attempts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,9 @@ class RunReport:
     status: str
     #: finished | answered | no_change | no_finish | max_steps | max_tokens | timeout |
     #: consecutive_failures | repetition | empty_answer | model_error | model_service |
-    #: context_overflow | interrupted | error (the index or the checkpoints failed)
+    #: context_overflow | interrupted | error (the index or the checkpoints failed); the
+    #: pipeline's own: tests_passed | untested (done) | declined (blocked) | tests_failing |
+    #: blocks_unplaced (stopped) | read_only (failed)
     reason: str
     message: str
     final: str  # the model's summary (finish) or answer
@@ -179,6 +186,9 @@ class RunReport:
     commit: str | None = None
     #: How the model's tool calls came: native, text, or '' (it made none).
     tool_format: str = ""
+    #: The strategy that ran (loop | pipeline) and why it was picked.
+    strategy: str = "loop"
+    strategy_why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

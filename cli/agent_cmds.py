@@ -92,6 +92,14 @@ def agent() -> None:
     "the prompt, calls read from the reply) or auto: native, else text (default; config "
     "`agent.tool_format`, env REPOCTX_AGENT_TOOL_FORMAT).",
 )
+@click.option(
+    "--strategy",
+    type=click.Choice(("auto", "loop", "pipeline")),
+    default=None,
+    help="loop: plan, then tool calls step by step; pipeline: localize with the index, one "
+    "small prompt, edits as SEARCH/REPLACE text, tests, a few retries (for small models); "
+    "auto (default; config `agent.strategy`): by the model and its context window.",
+)
 @model_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @root_option
@@ -110,6 +118,7 @@ def run_cmd(
     commit: bool,
     resume: str | None,
     tool_format: str | None,
+    strategy: str | None,
     model_timeout: float | None,
     connect_timeout: float | None,
     model_retries: int | None,
@@ -125,7 +134,8 @@ def run_cmd(
     from agent.ask import model_spec
     from agent.budget import Limits
     from agent.errors import BudgetTooSmallError
-    from agent.loop import RunOptions, run_agent
+    from agent.run_result import RunOptions
+    from agent.strategy import configured, run_task
 
     if not task and not resume:
         raise click.UsageError("Give a TASK, or --resume RUN.")
@@ -172,7 +182,9 @@ def run_cmd(
     received: list[int] = []
     previous = _kill_commands_on_signals(received)
     try:
-        report = run_agent(config, task or "", model, options)
+        report = run_task(
+            config, task or "", model, options, setting=configured(config, strategy)
+        )
     except BudgetTooSmallError as exc:
         raise click.UsageError(str(exc)) from exc
     finally:
@@ -239,6 +251,13 @@ def _progress(event: dict[str, Any]) -> None:
         click.echo(f"  {shown(event['name'])} {shown(args[:100])} — {state}", err=True)
     elif kind == "plan_revision":
         click.echo(click.style(f"  plan revised: {event['reason']}", fg="yellow"), err=True)
+    elif kind == "model_call" and event.get("cache"):
+        c = event["cache"]
+        click.echo(
+            f"  model call: {c['processed']:,} prompt tokens processed, {c['reused']:,} reused"
+            + (" (estimated)" if c.get("source") == "estimate" else ""),
+            err=True,
+        )
     elif kind in ("notice", "model_error") and event.get("kind") != "index":
         click.echo(click.style(f"  {event.get('kind')}: {event['message']}", fg="yellow"), err=True)
 
@@ -261,8 +280,10 @@ def _print_report(report) -> None:
         "elapsed_s": report.elapsed_s,
     }
     click.echo(render_summary(summary))
-    if report.tool_format == "text":
+    if report.tool_format == "text" and report.strategy != "pipeline":
         click.echo("Tool calls: written in the model's text, read from there.")
+    if report.strategy_why:
+        click.echo(f"Strategy: {report.strategy} ({report.strategy_why})")
     if report.branch:
         click.echo(f"Committed {report.commit[:10]} on branch {report.branch} (not pushed).")
     click.echo(

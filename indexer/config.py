@@ -218,6 +218,10 @@ SETTINGS: dict[str, Setting] = {
     "agent.sandbox_deny_read": Setting("list", (), note="paths",
                                        weakens=drops("drops denied paths")),
     "agent.tool_format": Setting("choice", "auto", choices=TOOL_FORMATS),
+    # agent/strategy.py: loop or pipeline (auto: by the model), and the model's context window
+    # when known (0: unknown), which `auto` reads
+    "agent.strategy": Setting("choice", "auto", choices=("auto", "loop", "pipeline")),
+    "agent.context_window": Setting("int", 0, lo=0, hi=10_000_000, note="tokens (0: unknown)"),
 }
 #: Top-level keys that hold a table of settings.
 SECTIONS = ("agent",)

@@ -1,0 +1,691 @@
+"""The pipeline strategy, for small models (`repoctx agent run --strategy pipeline`): no plan,
+no tool calls — localize with the index, show the model the task and the exact code in one
+small prompt, take its edits as SEARCH/REPLACE text, run the tests that reach the change, feed
+failures back for a bounded number of attempts, report the honest outcome. Agentless works
+this way (localize, repair, validate); a 1.5B model that stalls in the tool loop can do this.
+
+    report = run_pipeline(load_config("."), "tests/test_cart.py::test_total fails; fix it",
+                          create_model("openai:qwen2.5-coder-1.5b"),
+                          RunOptions(granted=frozenset({"read", "write", "execute"})))
+
+Step 1 localizes (agent/localize.py): the tests the task names run once before any edit and
+their frames join the names, paths and retrieval hits; the spans go into the first two
+messages (system, user), which never change within the run. Each later step is one attempt:
+the model's reply and the feedback are appended, so every request extends the one before and
+a server's prefix cache (llama.cpp's single slot) reuses all of it. The blocks run through the
+tool registry as `edit` / `create_file` calls (the same gate, sandbox, checkpoints, undo and
+trace as the loop's), the tests through `run_tests`. A failed attempt's edits are rolled back
+before the next, so the code shown stays true.
+
+Outcomes: `done` only when files changed and the tests that reach them pass (`tests_passed`;
+`untested` when no test reaches the change, said in the message); a reply with no block is
+`no_progress`, never done; a model that says it cannot is `blocked`; edits whose tests still
+fail after the last attempt are `stopped` (`tests_failing`), left in place for review or undo.
+
+Size: one class, the run's state machine (start, localize, attempt, end) over what a run
+carries — the fixed messages, the conversation, the files changed by live attempts, the test
+records — and the trace events the loop writes too, so `agent replay`, `--resume` and
+`agent undo` read a pipeline run like a loop run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from indexer.config import Config
+from indexer.errors import RepoctxError
+
+from .budget import StepPrompt, classify_tool_failure
+from .edit_blocks import EditBlock, WorkspaceFiles, block_calls, scan_edit_blocks
+from .errors import AgentError
+from .localize import Localization, localize
+from .model_calls import ModelCallFailed, ModelCalls
+from .models.base import Message, ModelClient, ToolCall, Usage
+from .models.prompt_tokens import model_tokenizer
+from .outcome import asks_for_change
+from .pipeline_text import (
+    EXAMPLE_REPLY,
+    EXAMPLE_TASK,
+    FAILURE_CHARS,
+    NO_BLOCKS,
+    SYSTEM,
+    TEST_TASK,
+    common_prefix_tokens,
+    declined,
+    failures_text,
+    first_prompt,
+    shown_paths,
+)
+from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
+from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, run_originals
+from .tools.changes import changed_ranges, changed_symbols
+from .tools.testing import Failure, is_test_file, select_tests
+from .trace import (
+    TRACE_FORMAT,
+    TestRecord,
+    TraceError,
+    TraceWriter,
+    checkpoint_files,
+    clip,
+    message_from_dict,
+    message_to_dict,
+    read_trace,
+    record_tests,
+    resolve_run,
+    tests_from,
+    trace_path,
+)
+
+#: Attempts (model calls after localization) per run, unless RunOptions.attempts says.
+ATTEMPTS = 3
+#: Tokens of code shown (the spans); the whole prompt stays near 1-2k tokens.
+SPAN_TOKENS = 1500
+#: Most reply tokens asked for: a few blocks fit; a runaway reply at ~7 tokens/s on a CPU
+#: would take minutes.
+REPLY_TOKENS = 1024
+#: Empty replies in a row (the same request sent again) before the run ends.
+EMPTY_TRIES = 2
+
+
+class PipelineEnded(Exception):  # noqa: N818 - control flow, not an error
+    def __init__(self, reason: str, message: str, status: str = "stopped") -> None:
+        super().__init__(message)
+        self.reason, self.message, self.status = reason, message, status
+
+
+@dataclass
+class _Attempt:
+    """What the last attempt left: `tests_failed`, `unplaced`, `no_blocks` or `passed`."""
+
+    state: str = ""
+    detail: str = ""
+
+
+class PipelineRun:
+    def __init__(
+        self,
+        config: Config,
+        task: str,
+        model: ModelClient,
+        options: RunOptions,
+        registry: ToolRegistry | None = None,
+    ) -> None:
+        self.config, self.task, self.model, self.opts = config, task, model, options
+        self.limits = options.limits
+        self.registry = registry or default_registry()
+        self.tokens = options.tokenizer or model_tokenizer(
+            model,
+            config.extra.get("model_tokenizer"),
+            fallback=config.extra.get("tokenizer"),
+            probe=False,
+        )
+        self.attempts = options.attempts or ATTEMPTS
+        self.fixed: list[Message] = []
+        self.convo: list[Message] = []
+        self.tests: list[TestRecord] = []
+        self.named_tests: list[str] = []
+        self.failing_before: list[str] = []
+        self.live_steps: list[int] = []  # steps whose edits are in the tree
+        self.next_step, self.prior_s, self.history = 1, 0.0, []
+        resumed, run_id = (Usage(), 0), options.run_id
+        if options.resume:
+            run_id = resolve_run(config.index_path, options.resume)
+            resumed = self._load(run_id)
+        offered = set(options.granted) | ({"write", "execute"} if options.confirm else set())
+        self.can_write = "write" in offered
+        self.ctx = ToolContext.create(
+            config, granted=options.granted, confirm=options.confirm, run_id=run_id
+        )
+        self.run_id = self.ctx.run_id
+        self.trace = TraceWriter(trace_path(config.index_path, self.run_id))
+        limits = replace(
+            self.limits, completion_tokens=min(self.limits.completion_tokens, REPLY_TOKENS)
+        )
+        self.calls = ModelCalls(model, limits, self.tokens, [], self._emit_call, options.sleep, 1)
+        self.calls.usage, self.calls.count = resumed
+        self._sent: list[Message] = []  # the last request and its reply, for the cache estimate
+        self._reuse = 0
+        self._last_usage: Usage | None = None
+
+    # -- trace -----------------------------------------------------------------------------------
+
+    def emit(self, type: str, **fields: Any) -> dict[str, Any]:
+        event = self.trace.write(type, **fields)
+        if self.opts.on_event is not None:
+            self.opts.on_event(event)
+        return event
+
+    def _emit_call(self, type: str, **fields: Any) -> dict[str, Any]:
+        """ModelCalls' events; a model call gets the prompt tokens reused from the server's
+        cache, estimated from the prompt before when the server did not report them."""
+        if type == "model_call":
+            usage = dict(fields.get("usage") or {})
+            if usage.get("cache_source") != "server":
+                # The previous reply is in the server's cache too (llama.cpp keeps the tokens
+                # it generated), and every request here extends the last one and its reply.
+                mine = min(self._reuse, int(usage.get("prompt_tokens", 0)))
+                usage["cached_tokens"] = max(int(usage.get("cached_tokens", 0)), mine)
+                usage["cache_source"] = "estimate"
+            fields["usage"] = usage
+            cached = int(usage.get("cached_tokens", 0))
+            fields["cache"] = {
+                "processed": int(usage.get("prompt_tokens", 0)) - cached,
+                "reused": cached,
+                "source": usage["cache_source"],
+            }
+            self._last_usage = Usage(**{k: usage[k] for k in asdict(Usage()) if k in usage})
+        return self.emit(type, **fields)
+
+    def _load(self, run_id: str) -> tuple[Usage, int]:
+        """A pipeline run's state from its trace: the fixed messages (step 1's observation),
+        the conversation (each attempt's), the tests, the step number."""
+        events = read_trace(trace_path(self.config.index_path, run_id))
+        usage, calls = Usage(), 0
+        for e in events:
+            if e["type"] == "end" and e.get("status") == "done":
+                raise TraceError(f"Run {run_id} is done — start a new run instead.")
+            if e["type"] == "step":
+                messages = [message_from_dict(m) for m in e.get("observation", ())]
+                if e.get("localized"):
+                    self.fixed = messages
+                    self.named_tests = list(e.get("named_tests", ()))
+                    self.failing_before = list(e.get("failing_before", ()))
+                else:
+                    self.convo += messages
+                self.next_step = e["step"] + 1
+                self.history.append(e.get("summary", ""))
+            elif e["type"] == "model_call":
+                u = e.get("usage") or {}
+                usage = usage + Usage(**{k: u[k] for k in asdict(Usage()) if k in u})
+                calls += 1
+            elif e["type"] == "end":
+                self.prior_s = float((e.get("summary") or {}).get("elapsed_s", 0))
+        self.task = events[0]["task"]
+        self.tests = tests_from(events)
+        if self.convo and self.convo[-1].role == "assistant":
+            # Interrupted after the reply: the next request must not hold two replies in a row.
+            self.convo.append(Message.user("Go on: reply with the SEARCH/REPLACE blocks."))
+        return usage, calls
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> RunReport:
+        t0 = self.opts.clock()
+        try:
+            try:
+                self._start()
+                if not self.fixed:
+                    self._localize(self.next_step)
+                state = _Attempt()
+                for _ in range(self.attempts):
+                    self._check_limits(t0)
+                    state = self._attempt(self.next_step)
+                raise self._after_attempts(state)
+            except KeyboardInterrupt:
+                self.emit("interrupted", next_step=self.next_step)
+                raise PipelineEnded(
+                    "interrupted",
+                    f"Interrupted before step {self.next_step}; continue with `repoctx agent "
+                    f"run --resume {self.run_id}` or undo with `repoctx agent undo {self.run_id}`.",
+                    "interrupted",
+                ) from None
+            except ModelCallFailed as exc:
+                raise PipelineEnded(exc.reason, exc.message, "failed") from exc.__cause__
+            except RepoctxError as exc:
+                raise PipelineEnded("error", str(exc), "failed") from exc
+        except PipelineEnded as end:
+            return self._finish(end, t0)
+
+    def _start(self) -> None:
+        if self.opts.resume:
+            self.emit("resume", next_step=self.next_step, run_id=self.run_id)
+        else:
+            self.emit(
+                "header",
+                format=TRACE_FORMAT,
+                run_id=self.run_id,
+                task=self.task,
+                model=self.model.name,
+                root=str(self.config.root),
+                granted=sorted(self.opts.granted),
+                limits=asdict(self.limits),
+                tools=["edit", "create_file", "run_tests"],
+                tool_format="text",
+                strategy="pipeline",
+            )
+        self.emit(
+            "notice",
+            kind="strategy",
+            strategy="pipeline",
+            message=f"pipeline: {self.opts.strategy_why or 'asked for'}",
+        )
+        done = self.ctx.session.reindex(self.config)
+        self.emit(
+            "notice",
+            kind="index",
+            message=f"index refreshed in {done.seconds:.2f} s ({done.files_parsed} files parsed)",
+        )
+        if not self.can_write and asks_for_change(self.task):
+            raise PipelineEnded(
+                "read_only",
+                "The pipeline changes files by its edits, and this run may not write — rerun "
+                "with --yes, or use --strategy loop for a read-only run.",
+                "failed",
+            )
+
+    def _check_limits(self, t0: float) -> None:
+        again = f"continue with `repoctx agent run --resume {self.run_id}`"
+        if self.opts.clock() - t0 >= self.limits.timeout_s:
+            raise PipelineEnded(
+                "timeout", f"Reached the time limit ({self.limits.timeout_s:g} s) — {again}."
+            )
+        if self.calls.usage.total_tokens >= self.limits.max_tokens:
+            raise PipelineEnded(
+                "max_tokens",
+                f"Used {self.calls.usage.total_tokens:,} tokens of {self.limits.max_tokens:,} "
+                f"— {again} --max-tokens N.",
+            )
+
+    # -- step 1: localize ------------------------------------------------------------------------
+
+    def _localize(self, step: int) -> None:
+        conn = self.ctx.session.conn(self.config)
+        loc0 = localize(
+            conn, self.config.root, self.task, counter=self.tokens.count, budget=0, retrieve=False
+        )
+        self.named_tests = list(loc0.named_tests)
+        failures: list[Failure] = []
+        tests = self.named_tests or self._reaching(conn, loc0)
+        if tests and ("execute" in self.opts.granted or self.opts.confirm):
+            result = self._call(
+                step, ToolCall.from_raw("localize-tests", "run_tests", {"tests": tests})
+            )
+            for run in result.data.get("runs") or ():
+                failures += [Failure(**f) for f in run.get("failures", ())]
+        self.failing_before = [f.test_id for f in failures]
+        searcher = self._searcher()
+        loc = localize(
+            conn,
+            self.config.root,
+            self.task,
+            failures=failures,
+            searcher=searcher,
+            counter=self.tokens.count,
+            budget=SPAN_TOKENS,
+            show_tests=bool(TEST_TASK.search(self.task)),
+        )
+        self.emit(
+            "notice",
+            kind="localize",
+            message=f"{len(loc.spans)} spans shown: "
+            + ", ".join(f"{s.path}:{s.start}-{s.end}" for s in loc.spans)
+            + (f"; {len(loc.left_out)} left out for the budget" if loc.left_out else ""),
+            localization=loc.to_dict(),
+        )
+        self.fixed = [
+            Message.system(SYSTEM),
+            Message.user(EXAMPLE_TASK),
+            Message.assistant(EXAMPLE_REPLY),
+            Message.user(first_prompt(self.task, loc)),
+        ]
+        summary = f"step {step}: localized {len(loc.spans)} spans" + (
+            f", {len(failures)} failing test(s) before any change" if failures else ""
+        )
+        self._end_step(
+            step,
+            self.fixed,
+            summary,
+            localized=True,
+            named_tests=self.named_tests,
+            failing_before=self.failing_before,
+        )
+
+    def _searcher(self) -> Any:
+        session, cfg = self.ctx.session, self.config
+        return session.searcher(cfg, semantic=session.embed_model(cfg) is not None)
+
+    def _reaching(self, conn: Any, loc: Localization) -> list[str]:
+        """Tests that reach the task's named definitions through the graph (run before the
+        edit when the task names no test)."""
+        from .tools.changes import ChangedSymbol
+
+        named = [c for c in loc.candidates if "named in the task" in " ".join(c.reasons)]
+        changed = [
+            ChangedSymbol(c.id, c.qualname, c.kind, c.path, c.start, c.end, None)
+            for c in named
+            if not is_test_file(c.path)
+        ]
+        selected, _ = select_tests(conn, changed, self.ctx.agent.test_select_hops)
+        return selected[:50]
+
+    # -- one attempt -----------------------------------------------------------------------------
+
+    def _attempt(self, step: int) -> _Attempt:
+        messages = [*self.fixed, *self.convo]
+        for _ in range(EMPTY_TRIES):
+            reply = self._ask(step, messages)
+            if reply.content.strip():
+                break
+            # Nothing to append: the same request again keeps the prefix. (llama-cpp-python's
+            # server ends a streamed reply at once when another client's request arrives.)
+            self.emit("notice", step=step, kind="empty_answer", message="empty reply")
+        else:
+            self._end_step(step, [], f"step {step}: empty replies", failed=True)
+            raise PipelineEnded(
+                "empty_answer",
+                f"The model sent {EMPTY_TRIES} empty replies in a row — is another client "
+                "using the same server (llama.cpp's server cuts a streamed reply short when "
+                "another request arrives)? Run again, or try another model.",
+                "failed",
+            )
+        text = reply.content
+        scanned = scan_edit_blocks(text)
+        if not scanned.blocks and not scanned.problems:
+            if not asks_for_change(self.task):
+                self._end_step(step, [reply], f"step {step}: answered in text")
+                raise PipelineEnded("answered", text.strip(), "done")
+            if declined(text):
+                self._rollback(step)
+                self._end_step(step, [reply], f"step {step}: the model said it cannot")
+                raise PipelineEnded(
+                    "declined",
+                    f'The model said it cannot do the task: "{clip(text, 200)}" Nothing was '
+                    "changed; try a stronger model or a more specific task.",
+                    "blocked",
+                )
+            self._end_step(
+                step,
+                [reply, Message.user(NO_BLOCKS)],
+                f"step {step}: no SEARCH/REPLACE block",
+                failed=True,
+            )
+            return _Attempt("no_blocks", clip(text, 200))
+        self._rollback(step)  # a failed attempt's edits go before the next is applied
+        corrections = list(scanned.problems)
+        blocks = self._guard_tests(scanned.blocks, corrections)
+        files = WorkspaceFiles(self.ctx)
+        shown = [p for p in dict.fromkeys(shown_paths(self.fixed))]
+        calls, unplaced = block_calls(blocks, shown, files.read, repo_paths=files.paths, step=step)
+        corrections += unplaced
+        applied: list[str] = []
+        for call in calls:
+            result = self._call(step, call)
+            if result.ok:
+                applied.append(str((call.arguments or {}).get("path", "")))
+            else:
+                corrections.append(
+                    f"{call.arguments and call.arguments.get('path')}: {result.error}"
+                )
+        if applied:
+            self.live_steps.append(step)
+        if corrections:
+            done = f"Applied: {', '.join(dict.fromkeys(applied))}. " if applied else ""
+            feedback = (
+                f"{done}Not applied:\n"
+                + "\n".join(f"- {c}" for c in corrections)
+                + "\nSend the blocks for the whole change again, copying SEARCH exactly from "
+                "the code shown at the start."
+            )
+            self._end_step(
+                step,
+                [reply, Message.user(feedback)],
+                f"step {step}: {len(applied)} block(s) applied, {len(corrections)} not",
+                failed=not applied,
+            )
+            return _Attempt("unplaced", clip(corrections[0], 300))
+        return self._test(step, reply)
+
+    def _ask(self, step: int, messages: list[Message]) -> Message:
+        self._reuse = common_prefix_tokens(self.tokens, messages, self._sent)
+        self._last_usage = None
+        before = self.calls.usage
+        _, completion = self.calls.complete(
+            step, "edit", lambda budget: self._step_prompt(messages, budget), tools=()
+        )
+        if self._last_usage is not None:  # the usage with the cache figures filled in
+            self.calls.usage = before + self._last_usage
+        reply = Message.assistant(completion.message.content)
+        self._sent = [*messages, reply]
+        return reply
+
+    def _step_prompt(self, messages: list[Message], budget: int) -> StepPrompt:
+        fixed = self.tokens.prompt_tokens(self.fixed)
+        total = self.tokens.prompt_tokens(messages)
+        return StepPrompt(
+            tuple(messages),
+            total,
+            budget,
+            {"fixed": fixed, "conversation": total - fixed},
+            None,
+            0.0,
+        )
+
+    def _guard_tests(self, blocks: list[EditBlock], corrections: list[str]) -> list[EditBlock]:
+        """A task that names failing tests states the behaviour wanted through them: blocks
+        changing a test file are refused unless the task asks to change tests."""
+        if not (self.named_tests or self.failing_before) or TEST_TASK.search(self.task):
+            return blocks
+        kept = []
+        for b in blocks:
+            if b.path and is_test_file(b.path):
+                corrections.append(
+                    f"{b.path} is a test that states the expected behaviour: change the code "
+                    "it tests, not the test."
+                )
+            else:
+                kept.append(b)
+        return kept
+
+    def _test(self, step: int, reply: Message) -> _Attempt:
+        if not self._changed():
+            self._end_step(
+                step,
+                [reply, Message.user(NO_BLOCKS)],
+                f"step {step}: the blocks changed nothing",
+                failed=True,
+            )
+            return _Attempt("no_blocks", "the blocks changed nothing")
+        conn = self.ctx.session.conn(self.config)
+        ranges, _ = changed_ranges(self.ctx)
+        selected, total = select_tests(
+            conn, changed_symbols(conn, ranges), self.ctx.agent.test_select_hops
+        )
+        tests = list(dict.fromkeys([*self.named_tests, *self.failing_before, *selected]))
+        if not tests:
+            self._end_step(step, [reply], f"step {step}: changed; no test reaches the change")
+            raise PipelineEnded(
+                "untested",
+                f"Changed {', '.join(c.path for c in self._changed())}; no test of the "
+                f"{total} in the index reaches the change, so it is not verified — review it "
+                f"(`git diff`), or undo it with `repoctx agent undo {self.run_id}`.",
+                "done",
+            )
+        result = self._call(step, ToolCall.from_raw(f"tests-{step}", "run_tests", {"tests": tests}))
+        if result.data.get("passed"):
+            self._end_step(step, [reply], f"step {step}: changed; {len(tests)} test(s) pass")
+            raise PipelineEnded(
+                "tests_passed",
+                f"Changed {', '.join(c.path for c in self._changed())}; the {len(tests)} "
+                "test(s) that reach the change pass.",
+                "done",
+            )
+        failures = [Failure(**f) for r in result.data.get("runs") or () for f in r["failures"]]
+        why = failures_text(failures) or clip(result.error or result.output, FAILURE_CHARS)
+        feedback = (
+            f"The edit was applied, then these tests failed:\n{why}\n"
+            "The files are back as shown at the start. Send corrected SEARCH/REPLACE blocks "
+            "for the whole change."
+        )
+        self._end_step(
+            step, [reply, Message.user(feedback)], f"step {step}: changed; tests fail", failed=True
+        )
+        return _Attempt("tests_failed", why)
+
+    def _after_attempts(self, state: _Attempt) -> PipelineEnded:
+        changed = self._changed()
+        n = self.attempts
+        if state.state == "tests_failed" and changed:
+            return PipelineEnded(
+                "tests_failing",
+                f"After {n} attempt(s) the tests that reach the change still fail "
+                f"({clip(state.detail, 200)}). The last attempt's change is in place: review "
+                f"it, continue with `repoctx agent run --resume {self.run_id}`, or undo it "
+                f"with `repoctx agent undo {self.run_id}`.",
+            )
+        if changed:
+            return PipelineEnded(
+                "blocks_unplaced",
+                f"After {n} attempt(s) some blocks still could not be applied "
+                f"({clip(state.detail, 200)}); the rest is in place, untested — review it, "
+                f"or undo it with `repoctx agent undo {self.run_id}`.",
+            )
+        said = (
+            f' Its last reply: "{state.detail}"'
+            if state.state == "no_blocks"
+            else (f" The last problem: {state.detail}" if state.detail else "")
+        )
+        return PipelineEnded(
+            "no_change",
+            f"The task asks for a change, but after {n} attempt(s) no file was changed.{said} "
+            "Nothing was done: try a stronger model or a more specific task; the exchange is "
+            f"in `repoctx agent replay {self.run_id}`.",
+            "no_progress",
+        )
+
+    # -- tools, steps, rollback ------------------------------------------------------------------
+
+    def _call(self, step: int, call: ToolCall) -> ToolResult:
+        t0 = time.perf_counter()
+        result = self.registry.call_tool(call, replace(self.ctx, step=step))
+        extra: dict[str, Any] = {}
+        if call.name == "run_tests" and "passed" in result.data:
+            record = record_tests(step, result.output, result.data)
+            self.tests.append(record)
+            extra = {"tests_summary": record.summary, "failing": list(record.failures)}
+        self.emit(
+            "tool_call",
+            step=step,
+            id=call.id,
+            name=call.name,
+            arguments=call.raw_arguments,
+            ok=result.ok,
+            error=result.error,
+            kind=None if result.ok else classify_tool_failure(result.error, result.data),
+            output=result.output,
+            seconds=round(time.perf_counter() - t0, 4),
+            **extra,
+            data={k: v for k, v in result.data.items() if k != "diff"},
+        )
+        return result
+
+    def _rollback(self, step: int) -> None:
+        """Put back the files of the attempts still in the tree (newest first)."""
+        store = self.ctx.checkpoints
+        if not self.live_steps or store is None:
+            return
+        for s in reversed(self.live_steps):
+            store.rollback_step(self.run_id, s)
+        self.emit(
+            "notice",
+            step=step,
+            kind="rollback",
+            message=f"the edits of step(s) {', '.join(map(str, self.live_steps))} were "
+            "rolled back before this attempt",
+        )
+        self.live_steps = []
+        self.ctx.session.reindex(self.config)
+
+    def _end_step(
+        self, step: int, obs: list[Message], summary: str, failed: bool = False, **extra: Any
+    ) -> None:
+        if not extra.get("localized"):
+            self.convo += obs
+        self.next_step = step + 1
+        self.history.append(summary)
+        store = self.ctx.checkpoints
+        files = checkpoint_files(store.dir, self.run_id, step) if store else []
+        if files:
+            self.emit("checkpoint", step=step, files=files)
+        self.emit(
+            "step",
+            step=step,
+            summary=summary,
+            failed=failed,
+            observation=[message_to_dict(m) for m in obs],
+            **extra,
+        )
+
+    def _changed(self) -> list[FileStat]:
+        store = self.ctx.checkpoints
+        return diff_stats(self.config.root, run_originals(store, self.run_id)) if store else []
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def _finish(self, end: PipelineEnded, t0: float) -> RunReport:
+        elapsed = round(self.prior_s + self.opts.clock() - t0, 3)
+        changed = self._changed()
+        paths = [c.path for c in changed]
+        stat = git_stat(self.config.root, paths)
+        final = end.message if end.status == "done" else ""
+        summary = {
+            "final": final,
+            "changed": [asdict(c) for c in changed],
+            "git_stat": stat,
+            "tests": [asdict(t) for t in self.tests],
+            "usage": asdict(self.calls.usage),
+            "model_calls": self.calls.count,
+            "steps": self.next_step - 1,
+            "elapsed_s": elapsed,
+            "strategy": "pipeline",
+        }
+        self.emit(
+            "end",
+            status=end.status,
+            reason=end.reason,
+            message=end.message,
+            summary=summary,
+            plan={},
+        )
+        branch = sha = None
+        if self.opts.commit and paths and end.status == "done":
+            result = commit_run(self.config.root, self.run_id, self.task, final, paths, self.tests)
+            branch, sha = result.branch, result.commit
+            self.emit("commit", branch=branch, commit=sha)
+        self.trace.close()
+        self.ctx.session.close()
+        return RunReport(
+            self.run_id,
+            end.status,
+            end.reason,
+            end.message,
+            final,
+            self.next_step - 1,
+            self.calls.usage,
+            self.calls.count,
+            elapsed,
+            tuple(changed),
+            stat,
+            tuple(self.tests),
+            str(self.trace.path),
+            {},
+            branch,
+            sha,
+            "text" if self.calls.count else "",
+            strategy="pipeline",
+            strategy_why=self.opts.strategy_why,
+        )
+
+
+def run_pipeline(
+    config: Config,
+    task: str,
+    model: ModelClient,
+    options: RunOptions | None = None,
+    registry: ToolRegistry | None = None,
+) -> RunReport:
+    """Run (or, with ``options.resume``, continue) the pipeline on ``task``."""
+    if not task and not (options and options.resume):
+        raise AgentError("Give a task to run the pipeline on.")
+    return PipelineRun(config, task, model, options or RunOptions(), registry).run()

@@ -1,0 +1,126 @@
+"""The text of the pipeline's prompts (agent/pipeline.py): the fixed messages — the system
+prompt, one example exchange, the task with the localized code — and the feedback appended
+after each attempt (test failures in their decisive lines)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .localize import Localization
+from .models.base import Message
+from .outcome import asks_for_change
+from .tools.testing import Failure, is_test_file
+
+#: Characters of one test failure fed back.
+FAILURE_CHARS = 700
+
+SYSTEM = (
+    "You change code in a repository. You are given a task and the code it concerns, each "
+    "file under its path. Reply with one sentence saying what to change, then the change as "
+    "SEARCH/REPLACE blocks: the file's path on its own line, a line `<<<<<<< SEARCH`, the "
+    "lines to replace copied exactly from the code shown, a line `=======`, the new lines, "
+    "and a line `>>>>>>> REPLACE`. Copy the SEARCH lines exactly, with their indentation: the "
+    "lines that change and one or two around them. Change several places with several blocks. "
+    "Keep the tests as they are unless the task asks to change them. If the task cannot be "
+    "done with this code, reply CANNOT and one line saying why."
+)
+#: One exchange before the task, marked as an example: small models copy an example written
+#: into the system prompt as their answer (tried with Qwen2.5-Coder-1.5B), but follow the form
+#: of an earlier turn.
+EXAMPLE_TASK = (
+    "(An example exchange, to show the form of the reply.)\n\n# Task\ngreet() should end the "
+    "greeting with an exclamation mark.\n\n# Code\n\ngreet/hello.py\n```python\n"
+    'def greet(name):\n    return "Hello " + name\n```'
+)
+EXAMPLE_REPLY = (
+    'greet() must add "!" after the name.\n\ngreet/hello.py\n<<<<<<< SEARCH\n'
+    '    return "Hello " + name\n=======\n    return "Hello " + name + "!"\n'
+    ">>>>>>> REPLACE"
+)
+CLOSING = "Reply with the SEARCH/REPLACE blocks for the change."
+ANSWER_CLOSING = "Answer the question in a few sentences, naming the files and functions."
+NO_BLOCKS = (
+    "Your reply had no SEARCH/REPLACE block, so nothing was changed. Reply with the blocks for "
+    "the change: the file's path, `<<<<<<< SEARCH`, the exact lines, `=======`, the new "
+    "lines, `>>>>>>> REPLACE`."
+)
+_DECLINED = re.compile(r"^\s*CANNOT\b|\b(cannot|can't|can not|unable to|not possible)\b", re.I)
+#: A task that asks for the tests themselves to change.
+TEST_TASK = re.compile(
+    r"\b(add|write|update|change|edit|fix|extend|rename)\s+(?:an?\s+|the\s+)?(?:\w+\s+)?tests?\b",
+    re.I,
+)
+_LANG = {
+    ".py": "python",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".go": "go",
+    ".rs": "rust",
+    ".java": "java",
+    ".rb": "ruby",
+    ".c": "c",
+    ".h": "c",
+    ".cpp": "cpp",
+    ".sh": "bash",
+}
+
+
+def declined(text: str) -> bool:
+    """Whether a reply without blocks says the model cannot do the task."""
+    return bool(_DECLINED.search(text))
+
+
+def first_prompt(task: str, loc: Localization) -> str:
+    """The task and the localized code: the last of the run's fixed messages."""
+    # The failing tests' output is not shown: it steered the model in tries with
+    # Qwen2.5-Coder-1.5B to echo it or to edit the test; its frames chose the code instead.
+    parts = [f"# Task\n{task}", "# Code"]
+    for s in loc.spans:
+        lang = _LANG.get("." + s.path.rsplit(".", 1)[-1], "") if "." in s.path else ""
+        body = s.text if s.text.endswith("\n") else s.text + "\n"
+        parts.append(f"{s.path}\n```{lang}\n{body}```")
+    if not loc.spans:
+        parts.append("(no code found for this task)")
+    if loc.left_out:
+        parts.append("Also related, not shown: " + ", ".join(loc.left_out[:5]))
+    parts.append(CLOSING if asks_for_change(task) else ANSWER_CLOSING)
+    return "\n\n".join(parts)
+
+
+def failures_text(failures: list[Failure], most: int = 3) -> str:
+    """The decisive lines of each failure: its id and place, the assertion message, and the
+    frames of the code under test (not the whole traceback)."""
+    out = []
+    for f in failures[:most]:
+        lines = [f"FAILED {f.test_id} at {f.location}"]
+        lines += [f"  {ln}" for ln in f.message.splitlines()[:4] if ln.strip()]
+        frames = [
+            ln
+            for ln in (f.trace or "").splitlines()
+            if re.match(r"^[^\s:]+\.py:\d+: in ", ln) and not is_test_file(ln.split(":")[0])
+        ]
+        lines += [f"  {ln}" for ln in frames[-2:]]
+        text = "\n".join(lines)
+        out.append(text if len(text) <= FAILURE_CHARS else text[: FAILURE_CHARS - 1] + "…")
+    if len(failures) > most:
+        out.append(f"... and {len(failures) - most} more failing test(s)")
+    return "\n".join(out)
+
+
+def shown_paths(fixed: list[Message]) -> list[str]:
+    """The paths of the code shown in the first prompt (the line before each fence)."""
+    if len(fixed) < 2:
+        return []
+    return re.findall(r"^(\S+)\n```", fixed[-1].content, re.M)
+
+
+def common_prefix_tokens(tokens: Any, messages: list[Message], before: list[Message]) -> int:
+    """Prompt tokens a prefix cache holds for ``messages`` after a request of ``before`` (the
+    previous request and its reply): the messages they share from the start."""
+    n = 0
+    for a, b in zip(messages, before, strict=False):
+        if (a.role, a.content) != (b.role, b.content):
+            break
+        n += tokens.message_tokens(a)
+    return n
