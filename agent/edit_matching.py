@@ -70,7 +70,23 @@ def find_search(text: str, search: str, replace: str) -> Found:
     if search.endswith(nl) and cut and text.endswith(cut) and text.count(cut) == 1:
         # The file's last line, which has no final newline.
         return Found(1, cut, replace[: -len(nl)] if replace.endswith(nl) else replace)
-    return _by_lines(text, search, replace, nl)
+    found = _by_lines(text, search, replace, nl)
+    if not found.count and _numbered(search):
+        # Lines copied from read_span with its line numbers (`   12| code`): without them.
+        return find_search(text, _unnumbered(search), _unnumbered(replace))
+    return found
+
+
+_NUMBER = re.compile(r"^[ \t]*\d+\| ?", re.M)
+
+
+def _numbered(text: str) -> bool:
+    filled = [line for line in text.splitlines() if line.strip()]
+    return bool(filled) and all(_NUMBER.match(line) for line in filled)
+
+
+def _unnumbered(text: str) -> str:
+    return _NUMBER.sub("", text) if _numbered(text) else text
 
 
 def _by_lines(text: str, search: str, replace: str, nl: str) -> Found:

@@ -297,6 +297,13 @@ def test_blocks_become_edits_that_checkpoint_and_roll_back_byte_for_byte(repo, c
             "x = 1\ny = 2\n",
             "def f():\n    x = 1\n    y = 2\n    return x\n",
         ),
+        # lines copied from read_span with their numbers
+        (
+            "def f():\n    x = 1\n    return x\n",
+            "  2|     x = 1\n  3|     return x\n",
+            "  2|     x = 2\n  3|     return x\n",
+            "def f():\n    x = 2\n    return x\n",
+        ),
         # a CRLF file, blocks written with LF
         ("a = 1\r\nb = 2\r\n", "b = 2\n", "b = 3\n", "a = 1\r\nb = 3\r\n"),
         # the last line of a file without a final newline
