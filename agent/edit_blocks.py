@@ -15,9 +15,8 @@ Forms read, as small models write them: markers of 5 to 9 characters (``<<<<<<< 
 ``=======``, ``>>>>>>> REPLACE``; ``ORIGINAL``/``UPDATED`` too), any case, trailing spaces,
 CRLF; the file line bare, in backticks, in bold, after ``###``, ``#``, ``File:`` or ``Path:``,
 on the line before the block or before its fence, or as the first line inside the fence; no file
-line at all. A block with no file line that follows another with nothing but blank lines or
-fences between them belongs to the same file (Aider does the same); otherwise it is placed by
-its text (see :func:`block_calls`).
+line at all. A block with no file line right after another (blank lines between) belongs to
+the same file (as in Aider); otherwise it is placed by its text (see :func:`block_calls`).
 
 An empty SEARCH follows Aider: it creates the file when it does not exist, and appends REPLACE
 to the end of the file when it does.
@@ -25,11 +24,15 @@ to the end of the file when it does.
 A block written without its ``<<<<<<< SEARCH`` line (in a fence: the file line, ``=======``,
 the new code, the fence's end or ``>>>>>>> REPLACE``), as Qwen2.5-Coder 1.5B writes them, is
 read too: with old lines above ``=======`` they are its SEARCH; with none, REPLACE rewrites the
-Python definitions it holds, each replacing the one of the same name in the file.
+Python definitions it holds, each replacing the one of the same name in the file, or is the
+file written out whole. So is a fence with no marker under a file line, when it is a version of
+that file (one edit from its first changed line to its last; refused when it leaves code out,
+ignored when it is no version of the file or changes nothing — code shown, not an edit).
 
 Matching is by construction, never a fuzzy write (agent/edit_matching.py): the SEARCH text is
 looked for exactly, then line by line ignoring trailing whitespace, then with every line's
-indentation shifted by the same amount (REPLACE re-indented to match). Whatever matched is
+indentation shifted by the same amount (REPLACE re-indented to match), then without the line
+numbers read_span shows (copied along with the lines). Whatever matched is
 turned back into the file's own exact text, so the `edit` tool still replaces an exact, unique
 string; a SEARCH that matches twice is refused, not guessed.
 

@@ -4,11 +4,14 @@ write). Used by agent/edit_blocks.py.
 
 - :func:`find_search`: SEARCH exactly; then without its final newline at the end of the file;
   then line by line ignoring trailing whitespace; then with every line's indentation shifted by
-  the same amount (REPLACE re-indented to match). A SEARCH found twice is refused, not guessed.
+  the same amount (REPLACE re-indented to match); then without read_span's line numbers. A
+  SEARCH found twice is refused, not guessed.
 - :func:`find_definition`: a block with no SEARCH part whose REPLACE redefines a Python
   function or class (``def total(self): ...``) — how Qwen2.5-Coder 1.5B was seen to write its
   edits — stands for that definition's lines in the file (decorators when REPLACE has some),
   found once by name; REPLACE is re-indented to the definition's indentation.
+- :func:`rewrite`: a file written out whole, as one edit from its first changed line to its
+  last; refused when it leaves code out (an elision comment, a top-level definition).
 """
 
 from __future__ import annotations
