@@ -102,6 +102,10 @@ PLAN_REQUEST = (
 )
 #: A step's closing words.
 STEP_CLOSING = "Work on the current plan step: answer with tool calls."
+#: The first step's, after the plan reply: small models went on writing plans (the 0.5B did).
+FIRST_CLOSING = (
+    "The plan is set: do not write it again. Work on its current step: answer with a tool call."
+)
 
 
 class RunEnded(Exception):  # noqa: N818 - control flow, not an error
@@ -365,7 +369,7 @@ class AgentRun:
             tools_tokens=self.frame.tools_tokens,
             tools=self.frame.offered,
             plan=plan_text,
-            closing=closing or STEP_CLOSING,
+            closing=closing or (FIRST_CLOSING if not self.observation else STEP_CLOSING),
             query=query,
             retrieve=self._retrieve,
             **({"code_share": code_share} if code_share is not None else {}),
