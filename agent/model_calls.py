@@ -111,7 +111,7 @@ class ModelCalls:
         if usage.total_tokens == 0:  # servers that report no usage: count it ourselves
             out = self.counter.count(m.content + "".join(c.raw_arguments for c in m.tool_calls))
             usage = Usage(prompt.tokens, out, prompt.tokens + out)
-        usage = self._with_cache(usage, prompt.messages, sent)
+        usage = self._with_cache(usage, prompt.messages, sent, m)
         self.usage, self.count = self.usage + usage, self.count + 1
         self.emit(
             "model_call",
@@ -160,12 +160,13 @@ class ModelCalls:
         return smaller
 
     def _with_cache(
-        self, usage: Usage, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self, usage: Usage, messages: Sequence[Message], tools: Sequence[ToolSpec], reply: Message
     ) -> Usage:
         """``usage`` with the prompt tokens the server reused: as it reported them, else the
-        longest common prefix of this request with the previous one, in the model's tokens
-        (what a prefix cache such as llama.cpp's can reuse at most)."""
-        last, self._last = self._last, (tuple(messages), tuple(tools))
+        longest common prefix of this request with the previous one and its reply, in the
+        model's tokens (what a prefix cache such as llama.cpp's can reuse at most: it keeps
+        the tokens it generated, and the next request of a run starts with them)."""
+        last, self._last = self._last, ((*messages, reply), tuple(tools))
         if usage.cache_source == "server":
             return usage
         cached = shared_prefix_tokens(self.tokens, last, messages, tools) if last else 0
