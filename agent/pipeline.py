@@ -1,31 +1,22 @@
-"""The pipeline strategy, for small models (`repoctx agent run --strategy pipeline`): no plan,
-no tool calls — localize with the index, show the model the task and the exact code in one
-small prompt, take its edits as SEARCH/REPLACE text, run the tests that reach the change, feed
-failures back for a bounded number of attempts, report the honest outcome. Agentless works
-this way (localize, repair, validate); a 1.5B model that stalls in the tool loop can do this.
-
-    report = run_pipeline(load_config("."), "tests/test_cart.py::test_total fails; fix it",
-                          create_model("openai:qwen2.5-coder-1.5b"),
-                          RunOptions(granted=frozenset({"read", "write", "execute"})))
-
-Step 1 localizes (agent/localize.py): the tests the task names run once before any edit and
-their frames join the names, paths and retrieval hits; the spans go into the first two
-messages (system, user), which never change within the run. Each later step is one attempt:
-the model's reply and the feedback are appended, so every request extends the one before and
-a server's prefix cache (llama.cpp's single slot) reuses all of it. The blocks run through the
-tool registry as `edit` / `create_file` calls (the same gate, sandbox, checkpoints, undo and
-trace as the loop's), the tests through `run_tests`. A failed attempt's edits are rolled back
-before the next, so the code shown stays true.
+"""The pipeline strategy for small models (`agent run --strategy pipeline`; Agentless's
+localize, repair, validate): no plan, no tool calls. Step 1 localizes with the index
+(agent/localize.py; the tests the task names run once first, their frames are signals) and
+puts the task and the exact code into the run's fixed messages (system, one example exchange,
+the task), which never change. Each later step is one attempt: the model's reply and the
+feedback are appended, so every request extends the one before and llama.cpp's prefix cache
+reuses it. The SEARCH/REPLACE blocks run through the tool registry as `edit`/`create_file`
+calls (gate, sandbox, checkpoints, undo, trace as in the loop), then `run_tests` on the tests
+that reach the change; a failed attempt's edits are rolled back before the next, so the code
+shown stays true.
 
 Outcomes: `done` only when files changed and the tests that reach them pass (`tests_passed`;
-`untested` when no test reaches the change, said in the message); a reply with no block is
-`no_progress`, never done; a model that says it cannot is `blocked`; edits whose tests still
-fail after the last attempt are `stopped` (`tests_failing`), left in place for review or undo.
+`untested`, said in the message, when none does); no block is `no_progress`, never done; a
+model that says it cannot is `blocked`; still failing after the last attempt is `stopped`
+(`tests_failing`, the change left for review or undo).
 
 Size: one class, the run's state machine (start, localize, attempt, end) over what a run
-carries — the fixed messages, the conversation, the files changed by live attempts, the test
-records — and the trace events the loop writes too, so `agent replay`, `--resume` and
-`agent undo` read a pipeline run like a loop run.
+carries (the fixed messages, the conversation, the live attempts' files, the test records);
+the trace events are the loop's, so `agent replay`, `--resume` and `agent undo` work alike.
 """
 
 from __future__ import annotations
@@ -52,10 +43,12 @@ from .pipeline_text import (
     NO_BLOCKS,
     SYSTEM,
     TEST_TASK,
+    after_attempts,
     common_prefix_tokens,
     declined,
     failures_text,
     first_prompt,
+    missing_parameters,
     shown_paths,
 )
 from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
@@ -85,8 +78,8 @@ SPAN_TOKENS = 1500
 #: Most reply tokens asked for: a few blocks fit; a runaway reply at ~7 tokens/s on a CPU
 #: would take minutes.
 REPLY_TOKENS = 1024
-#: Empty replies in a row (the same request sent again) before the run ends.
-EMPTY_TRIES = 2
+#: Requests per attempt when replies come back empty (the run ends) or cut short.
+EMPTY_TRIES = 3
 
 
 class PipelineEnded(Exception):  # noqa: N818 - control flow, not an error
@@ -126,6 +119,8 @@ class PipelineRun:
         self.convo: list[Message] = []
         self.tests: list[TestRecord] = []
         self.named_tests: list[str] = []
+        #: (path, name) of the functions whose interface the task changes (named in it).
+        self.interface: list[tuple[str, str]] = []
         self.failing_before: list[str] = []
         self.live_steps: list[int] = []  # steps whose edits are in the tree
         self.next_step, self.prior_s, self.history = 1, 0.0, []
@@ -192,6 +187,7 @@ class PipelineRun:
                     self.fixed = messages
                     self.named_tests = list(e.get("named_tests", ()))
                     self.failing_before = list(e.get("failing_before", ()))
+                    self.interface = [tuple(x) for x in e.get("interface", ())]
                 else:
                     self.convo += messages
                 self.next_step = e["step"] + 1
@@ -330,6 +326,14 @@ class PipelineRun:
             Message.assistant(EXAMPLE_REPLY),
             Message.user(first_prompt(self.task, loc)),
         ]
+        if loc.signature_change:
+            self.interface = [
+                (c.path, c.qualname.rsplit(".", 1)[-1])
+                for c in loc.candidates
+                if c.kind in ("function", "method")
+                and not is_test_file(c.path)
+                and any(r.startswith("named in the task") for r in c.reasons)
+            ]
         summary = f"step {step}: localized {len(loc.spans)} spans" + (
             f", {len(failures)} failing test(s) before any change" if failures else ""
         )
@@ -340,6 +344,7 @@ class PipelineRun:
             localized=True,
             named_tests=self.named_tests,
             failing_before=self.failing_before,
+            interface=self.interface,
         )
 
     def _searcher(self) -> Any:
@@ -364,14 +369,18 @@ class PipelineRun:
 
     def _attempt(self, step: int) -> _Attempt:
         messages = [*self.fixed, *self.convo]
-        for _ in range(EMPTY_TRIES):
+        for n in range(1, EMPTY_TRIES + 1):
             reply = self._ask(step, messages)
-            if reply.content.strip():
+            cut = scan_edit_blocks(reply.content)
+            if reply.content.strip() and (cut.blocks or not cut.problems or n > 1):
                 break
-            # Nothing to append: the same request again keeps the prefix. (llama-cpp-python's
-            # server ends a streamed reply at once when another client's request arrives.)
-            self.emit("notice", step=step, kind="empty_answer", message="empty reply")
-        else:
+            # Empty, or a block cut short: the same request again (nothing appended keeps the
+            # prefix). llama-cpp-python's server ends a streamed reply at once when another
+            # client's request arrives; a real reply comes back the same.
+            kind = "cut_reply" if reply.content.strip() else "empty_answer"
+            self.emit("notice", step=step, kind=kind, message=f"{kind}: asked again")
+            self.opts.sleep(2.0 * n)
+        if not reply.content.strip():
             self._end_step(step, [], f"step {step}: empty replies", failed=True)
             raise PipelineEnded(
                 "empty_answer",
@@ -420,6 +429,8 @@ class PipelineRun:
                 )
         if applied:
             self.live_steps.append(step)
+        if not corrections:
+            corrections = missing_parameters(self.task, self.interface, files.read)
         if corrections:
             done = f"Applied: {', '.join(dict.fromkeys(applied))}. " if applied else ""
             feedback = (
@@ -524,35 +535,10 @@ class PipelineRun:
         return _Attempt("tests_failed", why)
 
     def _after_attempts(self, state: _Attempt) -> PipelineEnded:
-        changed = self._changed()
-        n = self.attempts
-        if state.state == "tests_failed" and changed:
-            return PipelineEnded(
-                "tests_failing",
-                f"After {n} attempt(s) the tests that reach the change still fail "
-                f"({clip(state.detail, 200)}). The last attempt's change is in place: review "
-                f"it, continue with `repoctx agent run --resume {self.run_id}`, or undo it "
-                f"with `repoctx agent undo {self.run_id}`.",
-            )
-        if changed:
-            return PipelineEnded(
-                "blocks_unplaced",
-                f"After {n} attempt(s) some blocks still could not be applied "
-                f"({clip(state.detail, 200)}); the rest is in place, untested — review it, "
-                f"or undo it with `repoctx agent undo {self.run_id}`.",
-            )
-        said = (
-            f' Its last reply: "{state.detail}"'
-            if state.state == "no_blocks"
-            else (f" The last problem: {state.detail}" if state.detail else "")
+        reason, message, status = after_attempts(
+            state.state, state.detail, bool(self._changed()), self.attempts, self.run_id
         )
-        return PipelineEnded(
-            "no_change",
-            f"The task asks for a change, but after {n} attempt(s) no file was changed.{said} "
-            "Nothing was done: try a stronger model or a more specific task; the exchange is "
-            f"in `repoctx agent replay {self.run_id}`.",
-            "no_progress",
-        )
+        return PipelineEnded(reason, message, status)
 
     # -- tools, steps, rollback ------------------------------------------------------------------
 

@@ -5,12 +5,14 @@ after each attempt (test failures in their decisive lines)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .localize import Localization
 from .models.base import Message
 from .outcome import asks_for_change
 from .tools.testing import Failure, is_test_file
+from .trace import clip
 
 #: Characters of one test failure fed back.
 FAILURE_CHARS = 700
@@ -64,6 +66,48 @@ _LANG = {
     ".cpp": "cpp",
     ".sh": "bash",
 }
+
+
+#: A parameter the task adds by name: "a parameter `currency`", "the argument `sep`".
+_NEW_PARAM = re.compile(
+    r"\b(?:parameter|argument|keyword(?: argument)?|option)s?\s+`([A-Za-z_]\w*)`", re.I
+)
+
+
+def new_parameters(task: str) -> list[str]:
+    """The parameters a task says to add, by name."""
+    return list(dict.fromkeys(_NEW_PARAM.findall(task)))
+
+
+def signature_of(text: str, name: str) -> str | None:
+    """The parameter list of ``def name(...)`` in ``text`` (to its closing parenthesis), or
+    None when there is no such definition."""
+    m = re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", text, re.M)
+    if m is None:
+        return None
+    depth, i = 1, m.end()
+    while i < len(text) and depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    return text[m.end() : i - 1]
+
+
+def missing_parameters(
+    task: str, interface: list[tuple[str, str]], read: Callable[[str], str | None]
+) -> list[str]:
+    """For a task that adds a named parameter to the functions it names (``interface``: path,
+    name): a correction for each whose `def` line does not take it yet — checked before the
+    tests, which may not call it."""
+    out = []
+    for param in new_parameters(task):
+        for path, name in interface:
+            sig = signature_of(read(path) or "", name)
+            if sig is not None and not re.search(rf"\b{re.escape(param)}\b", sig):
+                out.append(
+                    f"`{name}` in {path} does not take `{param}` yet: its `def` line must "
+                    "change too (put the `def` line in SEARCH)."
+                )
+    return out
 
 
 def declined(text: str) -> bool:
@@ -124,3 +168,39 @@ def common_prefix_tokens(tokens: Any, messages: list[Message], before: list[Mess
             break
         n += tokens.message_tokens(a)
     return n
+
+
+def after_attempts(
+    state: str, detail: str, changed: bool, attempts: int, run_id: str
+) -> tuple[str, str, str]:
+    """(reason, message, status) of a run whose attempts are spent, by what the last one left
+    (``state``: tests_failed | unplaced | no_blocks) and whether files are changed."""
+    n, detail = attempts, clip(detail, 200)
+    if state == "tests_failed" and changed:
+        return (
+            "tests_failing",
+            f"After {n} attempt(s) the tests that reach the change still fail ({detail}). "
+            f"The last attempt's change is in place: review it, continue with `repoctx agent "
+            f"run --resume {run_id}`, or undo it with `repoctx agent undo {run_id}`.",
+            "stopped",
+        )
+    if changed:
+        return (
+            "blocks_unplaced",
+            f"After {n} attempt(s) some blocks still could not be applied ({detail}); the "
+            f"rest is in place, untested — review it, or undo it with `repoctx agent undo "
+            f"{run_id}`.",
+            "stopped",
+        )
+    said = (
+        f' Its last reply: "{detail}"'
+        if state == "no_blocks"
+        else (f" The last problem: {detail}" if detail else "")
+    )
+    return (
+        "no_change",
+        f"The task asks for a change, but after {n} attempt(s) no file was changed.{said} "
+        "Nothing was done: try a stronger model or a more specific task; the exchange is in "
+        f"`repoctx agent replay {run_id}`.",
+        "no_progress",
+    )

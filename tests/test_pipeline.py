@@ -357,3 +357,54 @@ def test_a_recorded_qwen_exchange_replays_to_done(tmp_path: Path, server: Server
         assert got["messages"] == want["request"]["messages"]
     for path, text in rec["after"].items():
         assert (root / path).read_text() == text
+
+
+PARAM_FILES = {
+    ".repoctx.toml": TOML,
+    "pyproject.toml": FILES["pyproject.toml"],
+    "fmt/__init__.py": "",
+    "fmt/num.py": "def show(x):\n    return f\"{x:.1f}\"\n",
+    "fmt/line.py": "from fmt.num import show\n\n\ndef line(name, x):\n"
+    "    return f\"{name}: {show(x)}\"\n",
+    "tests/test_fmt.py": "from fmt.line import line\nfrom fmt.num import show\n\n\n"
+    "def test_show():\n    assert show(2) == \"2.0\"\n\n\ndef test_line():\n"
+    "    assert line(\"a\", 2) == \"a: 2.0\"\n",
+}
+PARAM_TASK = (
+    "Add a parameter `unit` (default \"\") to `show` in fmt/num.py, appended after the number. "
+    "Add the same parameter to its caller `line` in fmt/line.py and pass it through."
+)
+
+
+def test_a_named_parameter_missing_from_a_def_line_is_fed_back(
+    tmp_path: Path, server: Server
+) -> None:
+    root = make_repo(tmp_path / "fmt", PARAM_FILES)
+    callers_only = block(
+        "fmt/line.py", "    return f\"{name}: {show(x)}\"\n",
+        "    return f\"{name}: {show(x, unit=unit)}\"\n",
+    )
+    whole = (
+        block("fmt/num.py", "def show(x):\n    return f\"{x:.1f}\"\n",
+              "def show(x, unit=\"\"):\n    return f\"{x:.1f}{unit}\"\n")
+        + block("fmt/line.py", "def line(name, x):\n    return f\"{name}: {show(x)}\"\n",
+                "def line(name, x, unit=\"\"):\n    return f\"{name}: {show(x, unit=unit)}\"\n",
+                "")
+    )
+    server.replies = [reply(callers_only), reply(whole)]
+    report = run(root, server, task=PARAM_TASK)
+    assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 2)
+    feedback = server.requests[1]["messages"][-1]["content"]
+    assert "`line` in fmt/line.py does not take `unit` yet" in feedback
+    assert "`show` in fmt/num.py does not take `unit` yet" in feedback
+    assert "unit=\"\"" in (root / "fmt/num.py").read_text()
+    # The tests did not run on the incomplete change (they would have passed: nothing calls it).
+    assert len(report.tests) == 2  # before any edit (graph-selected), and after attempt 2
+
+
+def test_an_empty_reply_is_asked_again_without_counting(repo: Path, server: Server) -> None:
+    server.replies = [reply(""), reply(FIX)]
+    report = run(repo, server, attempts=1)
+    assert (report.status, report.model_calls) == ("done", 2)
+    assert sent(server, 0) == sent(server, 1)  # the same request again
+    assert any(e.get("kind") == "empty_answer" for e in events(repo, report.run_id))
