@@ -25,14 +25,7 @@ from indexer.errors import RepoctxError
 from retrieval.context import ContextPack, assemble_context
 from retrieval.freshness import generation
 
-from .budget import (
-    StepPrompt,
-    classify_tool_failure,
-    clip_to_tokens,
-    fixed_tokens,
-    observation_digest,
-    window_budget,
-)
+from .budget import StepPrompt, classify_tool_failure
 from .call_reading import CallReader, observation
 from .checkpoints import CheckpointStore, RollbackReport
 from .conversation import FIRST_CODE_SHARE, Conversation
@@ -45,7 +38,6 @@ from .models.prompt_tokens import model_tokenizer
 from .models.text_calls import CALL_EXAMPLE, prose
 from .outcome import Ending, asks_for_change, finish_ending, plan_only_ending, text_ending
 from .plan import (
-    PLAN_PROMPT,
     UPDATE_PLAN,
     Evidence,
     Plan,
@@ -55,17 +47,9 @@ from .plan import (
     parse_plan,
     quote_call,
 )
-from .prompts import (
-    COMPACT_BELOW,
-    NUDGE_EMPTY,
-    NUDGE_NO_CHANGE,
-    NUDGE_TEXT,
-    PromptFrame,
-    prompt_frame,
-    smallest_frame,
-    too_small,
-)
+from .prompts import NUDGE_EMPTY, NUDGE_NO_CHANGE, NUDGE_TEXT
 from .redact import redact, redact_pack
+from .run_prompts import PLAN_REQUEST, RunPrompts
 from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
 from .tools import (
     Tool,
@@ -92,19 +76,6 @@ from .trace import (
     step_summary,
     tests_from,
     trace_path,
-)
-
-#: The plan call's closing words (the plan's format is agent/plan.py's).
-PLAN_REQUEST = (
-    "Before using the tools, plan the task. "
-    + PLAN_PROMPT
-    + "\nThis reply is the plan only: no tool call yet."
-)
-#: A step's closing words.
-STEP_CLOSING = "Work on the current plan step: answer with tool calls."
-#: The first step's, after the plan reply: small models went on writing plans (the 0.5B did).
-FIRST_CLOSING = (
-    "The plan is set: do not write it again. Work on its current step: answer with a tool call."
 )
 
 
@@ -188,22 +159,22 @@ class AgentRun:
             )
         self.specs: list[ToolSpec] = [*base.specs(offered), UPDATE_PLAN, REMEMBER]
         self.names = frozenset(s.name for s in self.specs)
-        # The full frame, or the compact one when the window is small (agent/prompts.py).
-        self.frame = prompt_frame(
-            self.tokens, self.specs, self.task, self.tool_format, window_budget(self.limits)[0]
+        # The frame (full or compact), the system message fixed for the run and each call's
+        # prompt on the conversation (agent/run_prompts.py).
+        self.prompts = RunPrompts(
+            self.tokens, self.specs, self.task, self.tool_format, self.limits, self.convo,
+            self.emit,
         )
-        smallest = smallest_frame(self.tokens, self.specs, self.task, self.tool_format)
         self.calls = ModelCalls(
-            model, self.limits, self.tokens, self.frame.offered, self.emit, options.sleep,
-            min(self.frame.min_budget, smallest.min_budget),
-        )
-        self.calls.too_small = lambda window: too_small(
-            self.tokens, smallest, max(0, window - self.calls.reply) if window else 0
+            model, self.limits, self.tokens, self.prompts.frame.offered, self.emit, options.sleep,
+            self.prompts.min_budget,
         )
         self.calls.usage, self.calls.count = resumed
-        # What follows the system prompt in the system message, fixed for the run: the task,
-        # the project instructions and the memory as they were when it started.
-        self.notes = self._notes()
+        # The project instructions and the memory as they were when the run started.
+        notes = [f"Learned in earlier runs:\n{self.memory.render()}"] if self.memory.entries else []
+        self.prompts.attach(
+            self.calls, redact("\n\n".join([*notes, self.instructions.text]).strip())
+        )
         self.reader = CallReader(self.tool_format, self.names, self.emit, lambda: self.ctx)
         self.ctx = ToolContext.create(
             config, granted=options.granted, confirm=options.confirm, run_id=run_id
@@ -345,81 +316,16 @@ class AgentRun:
         closing: str = "",
         code_share: float | None = None,
     ) -> StepPrompt:
-        """The prompt of the next call: the conversation so far (system message and tools
-        fixed for the run), plus a user message with what is new for this step."""
-        if budget < self.frame.min_budget or (budget < COMPACT_BELOW and not self.frame.compact):
-            self._reframe(budget)
-        current = self.plan.current if self.plan else None
-        plan_text = ""
-        if self.plan is not None:
-            plan_text = self.plan.render() + (f"\nCurrent step: {current.title}" if current else "")
-        query = " ".join(
-            [
-                self.task,
-                current.title if current else "",
-                current.done_when if current else "",
-                observation_digest(self.observation),
-            ]
-        )
-        before = self.convo.compactions
-        built = self.convo.build(
+        """The prompt of the next call (agent/run_prompts.py)."""
+        return self.prompts.build(
+            budget,
+            plan=self.plan,
+            observation=self.observation,
             step=self.next_step if step is None else step,
-            budget=budget,
-            system=self._system(),
-            tools_tokens=self.frame.tools_tokens,
-            tools=self.frame.offered,
-            plan=plan_text,
-            closing=closing or (FIRST_CLOSING if not self.observation else STEP_CLOSING),
-            query=query,
             retrieve=self._retrieve,
-            **({"code_share": code_share} if code_share is not None else {}),
+            closing=closing,
+            code_share=code_share,
         )
-        if self.convo.compactions > before:
-            self.emit(
-                "notice",
-                step=self.next_step if step is None else step,
-                kind="compaction",
-                message=f"the conversation outgrew the budget: its oldest steps were dropped "
-                f"(one line each kept; compaction {self.convo.compactions})",
-            )
-        return built
-
-    def _notes(self) -> str:
-        notes = [f"Learned in earlier runs:\n{self.memory.render()}"] if self.memory.entries else []
-        text = redact("\n\n".join([*notes, self.instructions.text]).strip())
-        # A fixed share of what the frame leaves: the system message never changes in a run.
-        fixed = fixed_tokens(self.tokens, self.frame.system, self.frame.tools_tokens, self.task)
-        room = self.tokens.usable(self.calls.budget) - fixed
-        return clip_to_tokens(text, max(0, int(room * 0.12)), self.counter) if text else ""
-
-    def _system(self) -> str:
-        """The system message, the same at every call of the run: the system prompt, the task,
-        the project instructions and memory."""
-        parts = [self.frame.system, f"# Task\n{self.task}"]
-        if self.notes:
-            parts.append(f"# Project instructions and memory\n{self.notes}")
-        return "\n\n".join(parts)
-
-    def _fixed(self) -> int:
-        t = self.tokens.template
-        return self.tokens.count(self._system()) + self.frame.tools_tokens + t.per_message + t.reply
-
-    def _reframe(self, budget: int) -> None:
-        """A budget too small for the frame (the server reported a small window): the compact
-        frame from now on (the prefix changes this once)."""
-        frame: PromptFrame = prompt_frame(
-            self.tokens, self.specs, self.task, self.tool_format, budget
-        )
-        if frame.compact != self.frame.compact:
-            self.frame = frame
-            self.calls.offered = frame.offered
-            self.notes = self._notes()
-            self.emit(
-                "notice",
-                kind="compact_tools",
-                message=f"a {budget:,}-token prompt budget: the compact tool set "
-                f"({', '.join(s.name for s in frame.specs)})",
-            )
 
     def _retrieve(self, query: str, budget: int) -> ContextPack:
         session, cfg = self.ctx.session, self.config
@@ -645,7 +551,7 @@ class AgentRun:
     ) -> None:
         self.observation, self.next_step = tuple(obs), step + 1
         self.history.append(summary)
-        self.convo.observe(step, obs, self.calls.budget, self._fixed(), recap=summary)
+        self.convo.observe(step, obs, self.calls.budget, self.prompts.fixed(), recap=summary)
         store = self.ctx.checkpoints
         files = checkpoint_files(store.dir, self.run_id, step) if store else []
         if files:
