@@ -41,6 +41,11 @@ RECAP_HEADER = (
     "Earlier steps of this run, summarised by repoctx (their messages were removed to fit "
     "the context window; this is a record, not a format to reply in):"
 )
+#: ... and when a resumed run starts: its earlier steps were in an earlier session.
+RESUME_HEADER = (
+    "Earlier steps of this run, summarised by repoctx (the run was stopped and resumed; this "
+    "is a record, not a format to reply in):"
+)
 CODE_HEADER = "Code retrieved for the current step (not shown before in this conversation):"
 
 Retrieve = Callable[[str, int], "ContextPack | None"]
@@ -108,7 +113,7 @@ class Conversation:
         self.dropped = list(range(1, len(history) + 1))
         self.recaps = dict(enumerate(history, 1))
         if history:
-            self.extend(0, [Message.user(self._recap_text(10_000))])
+            self.extend(0, [Message.user(self._recap_text(10_000, RESUME_HEADER))])
         self.extend(max(len(history), 1), list(observation))
 
     def commit(self) -> None:
@@ -254,12 +259,12 @@ class Conversation:
             self.steps = self.steps[: len(self.messages)]
             self.sizes = [self.tokens.message_tokens(m) for m in self.messages]
 
-    def _recap_text(self, cap: int) -> str:
+    def _recap_text(self, cap: int, header: str = RECAP_HEADER) -> str:
         lines = [self.recaps[s] for s in self.dropped if s in self.recaps]
         if not lines:
             return ""
         kept: list[str] = []
-        used = self.tokens.count(RECAP_HEADER)
+        used = self.tokens.count(header)
         for line in reversed(lines):
             n = self.tokens.count(line) + 1
             if used + n > cap:
@@ -268,4 +273,4 @@ class Conversation:
             used += n
         skipped = len(lines) - len(kept)
         head = [f"- ({skipped} earlier steps not shown)"] if skipped else []
-        return "\n".join([RECAP_HEADER, *head, *reversed(kept)])
+        return "\n".join([header, *head, *reversed(kept)])
