@@ -30,11 +30,16 @@ from .models.prompt_tokens import PromptCounter
 #: the room; it drops the oldest messages down to COMPACT_TO of it.
 COMPACT_AT, COMPACT_TO = 0.85, 0.5
 #: Share of the room one step's new code may take (the plan call's, more: nothing is shown yet).
-STEP_CODE_SHARE, FIRST_CODE_SHARE = 0.2, 0.35
+STEP_CODE_SHARE, FIRST_CODE_SHARE = 0.2, 0.3
 #: Share of the room one step's tool results may take when they are appended.
 OBSERVATION_SHARE = 0.33
 #: Share of the room the lines of dropped steps may take.
 RECAP_SHARE = 0.12
+#: The plan call's exchange survives a compaction while it takes at most this share of what is
+#: kept (it holds the first code shown; the cache keeps matching through it).
+HEAD_SHARE = 0.75
+#: The step number of the message holding the lines of dropped steps.
+RECAP_STEP = -1
 #: How the lines of dropped steps are introduced: a record, not a form to answer in (a 1.5B
 #: model copied the old `step N: tool({...}) -> ok` lines as its reply).
 RECAP_HEADER = (
@@ -217,40 +222,55 @@ class Conversation:
     # -- compaction ------------------------------------------------------------------------------
 
     def _compact(self, target: int) -> None:
-        """Drop the oldest messages until the rest fits ``target`` tokens (keeping at least the
-        latest reply and its results), and put one line per dropped step in their place."""
+        """Drop the oldest steps until the rest fits ``target`` tokens, and put one line per
+        dropped step in their place. The plan call's exchange stays when it is not too large
+        (the server's cache then keeps matching through it), and so do the latest reply and
+        its results."""
+        head = 0
+        while head < len(self.messages) and self.steps[head] == 0:
+            head += 1
+        if sum(self.sizes[:head]) > target * HEAD_SHARE:
+            head = 0
         last_reply = max(
             (i for i, m in enumerate(self.messages) if m.role == "assistant"), default=0
         )
-        cut = 0
-        for i in range(last_reply + 1):
+        cut = head
+        for i in range(head, last_reply + 1):
             if self.messages[i].role == "tool":  # results stay with the call they answer
                 continue
             cut = i
-            if sum(self.sizes[i:]) <= target:
+            if sum(self.sizes[:head]) + sum(self.sizes[i:]) <= target:
                 break
-        if cut == 0 and sum(self.sizes) <= target * 2:
+        if cut == head and sum(self.sizes) <= target * 2:
             return  # nothing can be dropped, and what there is fits the room
-        gone = set(self.steps[:cut]) - set(self.steps[cut:]) - {0}
+        gone = set(self.steps[head:cut]) - set(self.steps[cut:]) - {0, RECAP_STEP}
         self.dropped = sorted(set(self.dropped) | gone)
-        messages, steps, sizes = self.messages[cut:], self.steps[cut:], self.sizes[cut:]
-        self.shown = [(i - cut, *rest) for i, *rest in self.shown if i >= cut]
+        kept = range(cut, len(self.messages))
+        messages = [*self.messages[:head], *(self.messages[i] for i in kept)]
+        steps = [*self.steps[:head], *(self.steps[i] for i in kept)]
+        sizes = [*self.sizes[:head], *(self.sizes[i] for i in kept)]
+        self.shown = [
+            (i if i < head else i - cut + head, *rest)
+            for i, *rest in self.shown
+            if i < head or i >= cut
+        ]
         self.plan_shown = ""
         self.compactions += 1
         recap = self._recap_text(int(target * RECAP_SHARE / COMPACT_TO))
-        if recap and messages and messages[0].role == "user":
-            messages[0] = Message.user(f"{recap}\n\n{messages[0].content}")
-            sizes[0] = self.tokens.message_tokens(messages[0])
+        if recap and len(messages) > head and messages[head].role == "user":
+            messages[head] = Message.user(f"{recap}\n\n{messages[head].content}")
+            sizes[head] = self.tokens.message_tokens(messages[head])
         elif recap:  # a user turn in front of the kept reply (turns alternate)
             lead = Message.user(recap)
-            messages, steps = [lead, *messages], [0, *steps]
-            sizes = [self.tokens.message_tokens(lead), *sizes]
-            self.shown = [(i + 1, *rest) for i, *rest in self.shown]
+            messages.insert(head, lead)
+            steps.insert(head, RECAP_STEP)
+            sizes.insert(head, self.tokens.message_tokens(lead))
+            self.shown = [(i + 1 if i >= head else i, *rest) for i, *rest in self.shown]
         self.messages, self.steps, self.sizes = messages, steps, sizes
         if sum(self.sizes) > target * 2:
             # One reply with its results larger than the room: clip them (they change, so the
             # server's cache matches up to here this once).
-            lead_n = 1 if self.messages and self.messages[0].role == "user" else 0
+            lead_n = head + (1 if len(messages) > head and messages[head].role == "user" else 0)
             fitted = _fit_observation(
                 self.messages[lead_n:], max(64, target), self.tokens.counter,
                 self.tokens.template,

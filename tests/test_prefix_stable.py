@@ -365,7 +365,9 @@ def test_a_conversation_outgrowing_the_budget_is_compacted_keeping_the_fixed_pre
         r for b, r in zip(srv.requests, srv.requests[1:], strict=False)
         if r["messages"][: len(b["messages"])] != b["messages"]
     )  # fmt: skip
-    recap = compacted["messages"][1]["content"]
+    # The plan call's exchange is kept too: the cache matches through it even then.
+    assert compacted["messages"][:3] == srv.requests[1]["messages"][:3]
+    recap = compacted["messages"][3]["content"]
     assert recap.startswith("Earlier steps of this run") and "step 1: read_span" in recap
     assert "read_span(" not in recap and "->" not in recap
     assert all(r["messages"][-1]["content"] for r in srv.requests)
