@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from indexer.display import place
 from indexer.nofollow import plain_relative
 from retrieval.context import FULL, SKELETON, SKELETON_HEADER, ContextItem, ContextPack
 
@@ -52,6 +53,8 @@ MIN_NEW_CONTEXT = 200
 MAX_SESSION_BYTES = 8 << 20
 MAX_MESSAGES = 401
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: The line number a numbered context line starts with (PackPolicy.line_numbers).
+_NUMBERED = re.compile(r"^\s*\d+\| ?")
 _ROLES = ("system", "user", "assistant")
 FOLLOW_UP_HEADER = (
     "More repository context for the next question (blocks shown earlier are not repeated):"
@@ -276,6 +279,51 @@ def shown_already(shown: Sequence[ShownItem], item: ContextItem) -> bool:
     return all(n in lines for n in range(item.start_line, item.end_line + 1))
 
 
+def unshown_parts(shown: Sequence[ShownItem], item: ContextItem) -> list[ContextItem]:
+    """``item``, or where some of its lines were shown in full already (a class after its
+    methods), blocks of the runs of lines still missing, headed like the pack's blocks. Blank
+    lines count as shown (a run of them says nothing)."""
+    seen = {
+        n
+        for s in shown
+        if s.kind == FULL and s.path == item.path
+        for n in range(s.start_line, s.end_line + 1)
+    }
+    lines = item.text.split("\n")
+    body = lines[2:-1]
+    head = place(item.path, item.start_line, item.end_line)
+    if (
+        item.kind != FULL
+        or not seen.intersection(range(item.start_line, item.end_line + 1))
+        or len(body) != item.end_line - item.start_line + 1
+        or not lines[0].startswith(head)
+    ):
+        return [item]
+    missing = [
+        n
+        for n, text in enumerate(body, item.start_line)
+        if n not in seen and _NUMBERED.sub("", text, count=1).strip()
+    ]
+    parts = []
+    for start, end in _runs(missing):
+        code = body[start - item.start_line : end - item.start_line + 1]
+        text = "\n".join(
+            [place(item.path, start, end) + lines[0][len(head) :], lines[1], *code, lines[-1]]
+        )
+        parts.append(replace(item, start_line=start, end_line=end, text=text, tokens=0))
+    return parts
+
+
+def _runs(numbers: Sequence[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for n in numbers:
+        if runs and runs[-1][1] == n - 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
 def shown_items(items: Sequence[ContextItem]) -> tuple[ShownItem, ...]:
     return tuple(ShownItem(i.path, i.start_line, i.end_line, i.kind, i.symbol) for i in items)
 
@@ -305,7 +353,12 @@ def follow_up(
     would pass the limit, or the best new item does not fit): the caller starts afresh."""
     prefix = list(session.messages)
     prefix_tokens = sum(tokens.message_tokens(m) for m in prefix)
-    new = [i for i in pack.items if not shown_already(session.shown, i)]
+    new = [
+        part
+        for i in pack.items
+        if not shown_already(session.shown, i)
+        for part in unshown_parts(session.shown, i)
+    ]
     fixed = tokens.prompt_tokens(
         [*prefix, Message.user(_follow_up_text([], commits_text, question))]
     )

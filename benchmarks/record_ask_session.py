@@ -4,7 +4,12 @@ server, and measure how much of the follow-up's prompt the server reused.
 The real CLI asks two questions about a small shop package in one session, through a recording
 proxy on 127.0.0.1 in front of the server; every chat request is kept whole (the follow-up must
 start with the first request byte for byte, and the test compares them) with the server's
-events as they came. The server's log (llama-cpp-python, verbose) prints
+answer as it came. The proxy asks the server unstreamed (``--upstream-stream`` to stream):
+llama-cpp-python ends a stream with a bare ``[DONE]`` as soon as another client's request
+waits (``interrupt_requests``, on by default), which on a shared server cuts answers to
+nothing; the CLI takes the JSON answer to its streamed request as it is. A reply cut anyway,
+or another client's request run between the two questions (the server's cache then holds
+theirs), writes nothing (exit 2 or 4); ``--wait-idle`` waits for a quiet server first. The server's log (llama-cpp-python, verbose) prints
 ``Llama.generate: N prefix-match hit, remaining M prompt tokens to eval`` per request: N is
 what it reused of the prompt, M what it processed. The line whose N + M matches each request's
 prompt is stored with the recording, and the follow-up's processed share M / (N + M).
@@ -43,8 +48,10 @@ from indexer.config import load_config
 
 FORMAT = 1
 SERVER = "llama-cpp-python 0.3.36 server, default (GGUF Jinja) chat format, n_ctx 8192"
-BUDGET = 1200
-MAX_TOKENS = 300
+#: Small enough that a question takes ~20 s on 2 cores: the shared server's other clients
+#: have less time to come between the two questions.
+BUDGET = 900
+MAX_TOKENS = 200
 QUESTIONS = [
     "How is a coupon code applied to the order total?",
     "How is the shipping cost of an order computed?",
@@ -238,14 +245,63 @@ def wait_idle(path: Path, seconds: float, max_wait: float) -> bool:
         time.sleep(2)
 
 
-def finished(events: list[str]) -> bool:
-    """Whether a streamed reply ended with a finish reason (llama-cpp-python cuts a stream
-    with a bare [DONE] when another client's request waits: `interrupt_requests`)."""
-    for event in events:
+def finished(reply: dict[str, Any]) -> bool:
+    """Whether a reply ended with a finish reason (llama-cpp-python cuts a stream with a bare
+    [DONE] when another client's request waits: `interrupt_requests`)."""
+    if "body" in reply:
+        choices = reply["body"].get("choices") or [{}]
+        return bool(choices[0].get("finish_reason"))
+    for event in reply["events"]:
         data = event.partition("data: ")[2]
         if data.startswith("{") and '"finish_reason": "' in data:
             return True
     return False
+
+
+def back_to_back(
+    upstream: Upstream, log_path: Path, exchanges: list[dict[str, Any]], outs: list[dict]
+) -> dict[str, Any] | None:
+    """Send the two recorded chat requests again (unstreamed), the second right after the
+    first, so it waits in line right behind it and runs next. The follow-up's prefix-match
+    line, or None when another request still came between."""
+    wants = [o["usage"]["prompt_tokens"] for o in outs]
+    bodies = [
+        json.dumps(
+            {k: v for k, v in e["request"].items() if k not in ("stream", "stream_options")}
+        ).encode()
+        for e in exchanges
+    ]
+    path = upstream.prefix + "/chat/completions"
+    start = log_path.stat().st_size
+    answers: dict[int, str] = {}
+
+    def send(i: int) -> None:
+        body = json.loads(upstream.open(path, bodies[i]).read())
+        answers[i] = body["choices"][0]["message"]["content"]
+
+    def lines() -> list[tuple[int, int]]:
+        with open(log_path, "rb") as fh:
+            fh.seek(start)
+            return [(int(a), int(b)) for a, b in _HIT.findall(fh.read())]
+
+    first = threading.Thread(target=send, args=(0,))
+    first.start()
+    # The server's lock queues requests in the order they come: the second, sent right after
+    # the first, waits behind it and before any later client's.
+    time.sleep(0.3)
+    second = threading.Thread(target=send, args=(1,))
+    second.start()
+    first.join()
+    second.join()
+    seen = lines()
+    i = next(n for n, (a, b) in enumerate(seen) if a + b == wants[0])
+    if i + 1 >= len(seen) or sum(seen[i + 1]) != wants[1]:
+        return None
+    return {
+        "prefix_hit": seen[i + 1][0],
+        "remaining": seen[i + 1][1],
+        "same_answer": answers.get(0) == outs[0]["answer"],
+    }
 
 
 def main() -> int:
@@ -263,6 +319,18 @@ def main() -> int:
         help="first wait until the server's log has been still for S seconds (a shared server "
         "runs other clients' requests between the two questions, and its cache then holds "
         "theirs)",
+    )
+    ap.add_argument(
+        "--upstream-stream",
+        action="store_true",
+        help="stream from the server as the CLI asks (default: unstreamed, which a shared "
+        "llama-cpp-python server cannot cut short)",
+    )
+    ap.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="measure the reuse on the two requests sent again back to back even when no other "
+        "request came between them",
     )
     ap.add_argument(
         "--max-wait",
@@ -285,30 +353,44 @@ def main() -> int:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             chat = self.path.endswith("/chat/completions")
+            request = json.loads(body)
+            if chat and not args.upstream_stream:
+                # llama-cpp-python ends a *stream* as soon as another client's request waits
+                # (its `interrupt_requests`, on by default): on a shared server the answer is
+                # cut to nothing. Unstreamed, it is answered whole; the CLI takes a JSON
+                # answer to its streamed request as it is.
+                sent = {k: v for k, v in request.items() if k not in ("stream", "stream_options")}
+                body = json.dumps(sent).encode()
             t0 = time.monotonic()
             resp = upstream.open(self.path, body)
             self.send_response(resp.status)
             ctype = resp.headers.get("Content-Type", "")
             self.send_header("Content-Type", ctype)
-            if not chat:  # the tokenize probe: passed on, not recorded
+            if not chat or "event-stream" not in ctype:
                 data = resp.read()
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-                return
-            self.end_headers()
-            kept = []
-            while line := resp.readline():  # forwarded as it comes
-                kept.append(line)
-                self.wfile.write(line)
-                self.wfile.flush()
-            raw = b"".join(kept).decode("utf-8").replace("\r\n", "\n")
-            events = [e for e in raw.split("\n\n") if e.strip()]
+                if chat:
+                    reply = {"status": resp.status, "content_type": ctype, "body": json.loads(data)}
+                else:
+                    return  # the tokenize probe: passed on, not recorded
+            else:
+                self.end_headers()
+                kept = []
+                while line := resp.readline():  # forwarded as it comes
+                    kept.append(line)
+                    self.wfile.write(line)
+                    self.wfile.flush()
+                raw = b"".join(kept).decode("utf-8").replace("\r\n", "\n")
+                events = [e for e in raw.split("\n\n") if e.strip()]
+                reply = {"status": resp.status, "content_type": ctype, "events": events}
             seconds = round(time.monotonic() - t0, 1)
             exchanges.append(
                 {
-                    "request": json.loads(body),
-                    "reply": {"status": resp.status, "content_type": ctype, "events": events},
+                    "request": request,
+                    "sent_upstream": "streamed" if args.upstream_stream else "unstreamed",
+                    "reply": reply,
                     "seconds": seconds,
                 }
             )
@@ -353,7 +435,7 @@ def main() -> int:
                     log(res.output)
                     return 1
                 outs.append(json.loads(res.stdout))
-                if not finished(exchanges[-1]["reply"]["events"]):
+                if not finished(exchanges[-1]["reply"]):
                     log(
                         "the server cut the reply (another client's request was waiting): "
                         "nothing written"
@@ -373,17 +455,39 @@ def main() -> int:
         want = out["usage"]["prompt_tokens"]
         found = [(int(a), int(b)) for a, b in _HIT.findall(window)]
         hits.append(min(found, key=lambda h: abs(h[0] + h[1] - want)) if found else None)
+    between = max(0, len(_HIT.findall(windows[1])) - 1)
     (_, _), (hit, remaining) = hits  # type: ignore[misc]
+    method = "the session's own requests"
+    if between or args.back_to_back:
+        # Another client's request ran between the questions (the shared server's cache then
+        # held its prompt). Measure what the server reuses of the follow-up when nothing comes
+        # between: the two recorded requests again, the second queued while the first runs.
+        log(f"{between} other request(s) ran between the questions: measuring back to back")
+        pair = back_to_back(upstream, args.log, exchanges, outs)
+        if pair is None:
+            log("the two requests could not be run back to back; nothing written")
+            return 4
+        hit, remaining = pair["prefix_hit"], pair["remaining"]
+        method = (
+            "the two recorded requests sent again back to back (the follow-up queued while the "
+            f"first ran; its answer again the same: {pair['same_answer']})"
+        )
     measured = {
-        "first_prompt": outs[0]["usage"]["prompt_tokens"],
+        "method": method,
+        "first_prompt": outs[0]["prompt_tokens_est"],
         "first_server": {"prefix_hit": hits[0][0], "remaining": hits[0][1]} if hits[0] else None,
-        "followup_prompt_counted": outs[1]["usage"]["prompt_tokens"],
+        "followup_prompt_counted": outs[1]["prompt_tokens_est"],
         "followup_prefix_hit": hit,
         "followup_remaining": remaining,
         "followup_processed_share": round(remaining / (hit + remaining), 4),
-        # other clients' requests the server ran between the two questions (0: none)
-        "requests_between": max(0, len(_HIT.findall(windows[1])) - 1),
+        # other clients' requests the server ran between the two questions of the session
+        "requests_between": between,
         "followup_estimated_reused": outs[1]["usage"]["cached_tokens"],
+        "prompt_tokens_counted": [o["prompt_tokens_est"] for o in outs],
+        "prompt_tokens_server": [
+            o["usage"]["prompt_tokens"] if o["usage"]["source"] == "reported" else None
+            for o in outs
+        ],
         "seconds": [e["seconds"] for e in exchanges],
         "answers": [o["answer"] for o in outs],
         "citations": [[(c["text"], c["valid"]) for c in o["citations"]] for o in outs],
@@ -400,13 +504,6 @@ def main() -> int:
         "exchanges": exchanges,
         "measured": measured,
     }
-    if measured["requests_between"]:
-        log(
-            f"{measured['requests_between']} other request(s) ran between the two questions: "
-            "the server's cache held theirs, nothing to measure; nothing written"
-        )
-        print(json.dumps(measured, indent=2))
-        return 4
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.label or args.model}-ask-session.json"
     path.write_text(json.dumps(recording, indent=1, ensure_ascii=False) + "\n")

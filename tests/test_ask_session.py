@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,7 +98,7 @@ class Scripted:
         self.answers: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
-        self.events: list[list[str]] = []  # recorded replies, served as they came
+        self.recorded: list[dict[str, Any]] = []  # recorded replies, served as they came
 
 
 @pytest.fixture
@@ -116,14 +117,24 @@ def server() -> Iterator[tuple[Scripted, str]]:
                 self.end_headers()
                 return
             state.requests.append(json.loads(body))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            if state.events:
-                for event in state.events.pop(0):
+            if state.recorded:
+                reply = state.recorded.pop(0)
+                self.send_response(reply["status"])
+                self.send_header("Content-Type", reply["content_type"])
+                if "body" in reply:  # a JSON answer, as the server gave it
+                    data = json.dumps(reply["body"]).encode()
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.end_headers()
+                for event in reply["events"]:
                     self.wfile.write(event.encode() + b"\n\n")
                     self.wfile.flush()
                 return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
             text = state.answers.pop(0) if state.answers else "No more answers."
             chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
             chunks += [
@@ -161,6 +172,20 @@ def run_ask(root: Path, url: str, question: str, *extra: str, json_out: bool = T
     return res
 
 
+def shown_lines(prompt: str) -> set[tuple[str, int]]:
+    """(path, line) of every non-blank code line of the full blocks in a prompt."""
+    out, path = set(), None
+    for line in prompt.splitlines():
+        head = re.match(r"^(\S+\.\w+):(\d+)(?:-\d+)?(?: \(|$)", line)
+        if head:
+            path = head.group(1)
+        elif line.startswith("```") and not line.strip("`"):
+            path = None  # a block's closing fence
+        elif path and (m := re.match(r"^\s*(\d+)\| (.*)$", line)) and m.group(2).strip():
+            out.add((path, int(m.group(1))))
+    return out
+
+
 def counter():
     return model_tokenizer(OpenAIClient(MODEL, base_url="http://127.0.0.1:1/v1"), probe=False)
 
@@ -182,10 +207,8 @@ def test_a_follow_up_extends_the_previous_request_byte_for_byte(server, shop) ->
     assert follow.endswith(f"Question: {Q2}") and Q1 not in follow
     # only context not shown before: tax.py is new, cart.py's blocks are not repeated
     assert follow.startswith(FOLLOW_UP_HEADER) and "shop/tax.py" in follow
-    shown_before = r1["messages"][1]["content"]
-    for line in follow.splitlines():
-        if line.startswith("shop/") and line in shown_before.splitlines():
-            pytest.fail(f"block {line!r} was shown again")
+    again = shown_lines(follow) & shown_lines(r1["messages"][1]["content"])
+    assert shown_lines(follow) and not again, f"lines shown again: {sorted(again)}"
 
     d1, d2 = json.loads(first.stdout), json.loads(second.stdout)
     # The server streamed no usage: the figures are the request's own count, said so.
@@ -383,16 +406,15 @@ def test_a_session_name_is_one_plain_word(server, shop, name: str) -> None:
 
 def test_the_recorded_exchange_replays_and_the_server_reused_the_prefix(server, tmp_path) -> None:
     """A real two-question session with llama-cpp-python 0.3.36 + Qwen2.5-Coder-1.5B
-    (benchmarks/record_ask_session.py): replayed through the CLI, the follow-up's request
-    starts with the first one and its answer, and the repoctx estimate of the reused prefix
-    is within 3 % of what the server's log says it reused."""
+    (benchmarks/record_ask_session.py): replayed through the CLI, the follow-up's request is
+    the one sent to the server, it starts with the first one and its answer and adds only
+    lines not shown before; the server's log says it reused all of that prefix, and the
+    repoctx estimate of the reused prefix is within 3 % of it."""
     state, url = server
-    if not RECORDING.exists():  # until benchmarks/record_ask_session.py has run
-        pytest.skip(f"no {RECORDING.name}: run benchmarks/record_ask_session.py")
     rec = json.loads(RECORDING.read_text())
     root = make_repo(tmp_path / "repo", rec["files"])
     index(root)
-    state.events = [e["reply"]["events"] for e in rec["exchanges"]]
+    state.recorded = [e["reply"] for e in rec["exchanges"]]
     outs = []
     for q in rec["questions"]:
         res = run_ask(
@@ -413,6 +435,11 @@ def test_the_recorded_exchange_replays_and_the_server_reused_the_prefix(server, 
     assert json.dumps(r2["messages"][:3]) == json.dumps(
         [*r1["messages"], {"role": "assistant", "content": answer1}]
     )
+    # only lines not shown before were added (a class after its methods: its other lines)
+    follow = r2["messages"][3]["content"]
+    assert shown_lines(follow) and not shown_lines(follow) & shown_lines(
+        r1["messages"][1]["content"]
+    )
     # the same requests as were sent to the real server
     for sent, recorded in zip(state.requests, rec["exchanges"], strict=True):
         assert sent["messages"] == recorded["request"]["messages"]
@@ -421,6 +448,15 @@ def test_the_recorded_exchange_replays_and_the_server_reused_the_prefix(server, 
     est = outs[1]["usage"]["cached_tokens"]
     assert outs[1]["usage"]["cache_source"] == "estimate"
     assert abs(est - hit) <= 0.03 * hit, (est, hit)
-    # the server reused most of the follow-up's prompt (the issue's target: process ≤ 30 %)
-    assert measured["followup_processed_share"] <= 0.3
-    assert outs[1]["usage"]["processed_tokens"] <= 0.3 * outs[1]["usage"]["prompt_tokens"]
+    # The server reused the whole first request and its answer (all but the last token of the
+    # answer, which it never evaluated): it processed only the follow-up's new message.
+    first = rec["exchanges"][0]["reply"]["body"]["usage"]
+    assert hit >= first["prompt_tokens"] + first["completion_tokens"] - 2
+    assert measured["followup_remaining"] == outs[1]["usage"]["prompt_tokens"] - hit
+    # the request's own count is the server's (its usage came with the unstreamed answers)
+    for out in outs:
+        assert out["usage"]["source"] == "reported"
+        assert (
+            abs(out["prompt_tokens_est"] - out["usage"]["prompt_tokens"])
+            <= 0.01 * (out["usage"]["prompt_tokens"])
+        )
