@@ -212,8 +212,12 @@ def ask_cmd(
     )
     if answer.session is not None:
         from agent.ask_session import save_session
+        from indexer.errors import RepoctxError
 
-        save_session(config.index_path, answer.session)
+        try:
+            save_session(config.index_path, answer.session)
+        except (RepoctxError, OSError) as exc:  # the answer is still worth printing
+            click.echo(f"warning: session {answer.session.name} was not saved: {exc}", err=True)
     for note in answer.notes:
         click.echo(note, err=True)
     for w in answer.pack.warnings:  # e.g. the vectors could not be read: answered without them

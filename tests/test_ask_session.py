@@ -396,6 +396,31 @@ def test_a_linked_or_special_session_file_is_not_followed(server, shop, tmp_path
     assert state.requests == [] and outside.read_text() == "{}"
 
 
+def test_a_session_that_cannot_be_saved_still_prints_the_answer(server, shop, tmp_path) -> None:
+    state, url = server
+    root, index_dir = shop
+    (index_dir / SESSIONS_DIR).write_text("not a directory")
+    state.answers = [A1]
+    res = run_ask(root, url, Q1, "--session", "s", "-b", "900", json_out=False)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(A1)
+    assert "warning: session s was not saved:" in res.stderr
+    assert (index_dir / SESSIONS_DIR).read_text() == "not a directory"
+
+
+def test_a_linked_session_directory_is_not_followed(server, shop, tmp_path) -> None:
+    state, url = server
+    root, index_dir = shop
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.json").write_text("{}")
+    (index_dir / SESSIONS_DIR).symlink_to(outside)
+    state.answers = [A1]
+    res = run_ask(root, url, Q1, "--session", "x", "-b", "900")
+    assert res.exit_code == 1 and "Cannot read the ask session" in res.output, res.output
+    assert state.requests == [] and os.listdir(outside) == ["x.json"]
+
+
 @pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", "", "x" * 65])
 def test_a_session_name_is_one_plain_word(server, shop, name: str) -> None:
     state, url = server
