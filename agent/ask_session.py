@@ -7,7 +7,15 @@ request *starts with those messages byte for byte* (system prompt, first context
 and appends one user message: only the context items of the new question's pack that were not
 shown already, then the question. llama.cpp (and llama-cpp-python's server) keep the last
 prompt's tokens and reuse the longest common prefix, so the server processes only the new
-message instead of the whole context again (recorded: tests/recordings/*-ask-session.json).
+message instead of the whole context again (recorded with Qwen2.5-Coder-1.5B: the server
+reused all 780 tokens of the first request and its answer, and processed only the follow-up's
+456 new tokens; tests/recordings/*-ask-session.json). A block whose lines were partly shown
+already (a class after its methods) is cut to the lines still missing.
+
+What the server reused is its own figure where it reports one; else it is estimated as the
+tokens the request shares with the session's last request and answer — what a server that
+served that request last reuses. A shared server that ran another client's request in between
+holds that one instead (llama-cpp-python keeps one prompt), and reuses little.
 
 The prompt of a session grows with each question. When the next one would pass the session's
 limit (the context budget plus :data:`PROMPT_ALLOWANCE` for instructions, questions and
@@ -18,7 +26,9 @@ and the question, and the answer says so. In a session the first context takes
 The file is written atomically through :class:`agent.safe_fs.Beneath` (no link followed, from
 the index directory's parent). The index directory is untrusted on read (a clone can ship one):
 the file is read regular-only and size-capped, and every field is checked before it is used;
-one that fails is an :class:`AskSessionError` naming the file to delete.
+one that fails is an :class:`AskSessionError` naming the file to delete. A planted session can
+at most put text before the question, as a planted repository file can; every citation of the
+answer is still checked against the files on disk.
 """
 
 from __future__ import annotations
