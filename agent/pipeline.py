@@ -29,7 +29,7 @@ from indexer.config import Config
 from indexer.errors import RepoctxError
 
 from .budget import StepPrompt, classify_tool_failure
-from .edit_blocks import EditBlock, WorkspaceFiles, block_calls, scan_edit_blocks
+from .edit_blocks import WorkspaceFiles, block_calls, scan_edit_blocks
 from .errors import AgentError
 from .localize import Localization, localize
 from .model_calls import ModelCallFailed, ModelCalls
@@ -43,11 +43,13 @@ from .pipeline_text import (
     NO_BLOCKS,
     SYSTEM,
     TEST_TASK,
+    Sampling,
     after_attempts,
     common_prefix_tokens,
     declined,
     failures_text,
     first_prompt,
+    guard_tests,
     missing_parameters,
     shown_paths,
 )
@@ -72,12 +74,14 @@ from .trace import (
 )
 
 #: Attempts (model calls after localization) per run, unless RunOptions.attempts says.
-ATTEMPTS = 3
+ATTEMPTS = 4
 #: Tokens of code shown (the spans); the whole prompt stays near 1-2k tokens.
 SPAN_TOKENS = 1500
 #: Most reply tokens asked for: a few blocks fit; a runaway reply at ~7 tokens/s on a CPU
 #: would take minutes.
 REPLY_TOKENS = 1024
+#: Temperature of every request after the first (which is greedy): a retry needs a new reply.
+SAMPLE_TEMPERATURE = 0.8
 #: Requests per attempt when replies come back empty (the run ends) or cut short.
 EMPTY_TRIES = 3
 
@@ -123,6 +127,8 @@ class PipelineRun:
         self.interface: list[tuple[str, str]] = []
         self.failing_before: list[str] = []
         self.live_steps: list[int] = []  # steps whose edits are in the tree
+        self.test_failures = 0  # attempts whose tests failed (the first is fed back)
+        self._keep = True  # the current attempt extends the conversation (else: a sample)
         self.next_step, self.prior_s, self.history = 1, 0.0, []
         resumed, run_id = (Usage(), 0), options.run_id
         if options.resume:
@@ -138,7 +144,11 @@ class PipelineRun:
         limits = replace(
             self.limits, completion_tokens=min(self.limits.completion_tokens, REPLY_TOKENS)
         )
-        self.calls = ModelCalls(model, limits, self.tokens, [], self._emit_call, options.sleep, 1)
+        self.sampling = Sampling(model)
+        self.calls = ModelCalls(
+            self.sampling, limits, self.tokens, [], self._emit_call, options.sleep, 1
+        )
+        self.first_attempt = self.next_step if self.fixed else self.next_step + 1
         self.calls.usage, self.calls.count = resumed
         self._sent: list[Message] = []  # the last request and its reply, for the cache estimate
         self._reuse = 0
@@ -183,6 +193,10 @@ class PipelineRun:
                 raise TraceError(f"Run {run_id} is done — start a new run instead.")
             if e["type"] == "step":
                 messages = [message_from_dict(m) for m in e.get("observation", ())]
+                if e.get("tests_failed"):
+                    self.test_failures += 1
+                if e.get("kept") is False:
+                    messages = []  # a sample from the fixed messages, not in the conversation
                 if e.get("localized"):
                     self.fixed = messages
                     self.named_tests = list(e.get("named_tests", ()))
@@ -368,9 +382,15 @@ class PipelineRun:
     # -- one attempt -----------------------------------------------------------------------------
 
     def _attempt(self, step: int) -> _Attempt:
-        messages = [*self.fixed, *self.convo]
+        # A test failure is fed back once; after a second, each attempt is a fresh sample from
+        # the fixed messages alone (all of them in the server's cache): in tries with
+        # Qwen2.5-Coder-1.5B a model that failed twice repeated itself or undid its own change,
+        # while fresh samples of the first prompt found the fix one time in four.
+        self._keep = self.test_failures < 2
+        messages = [*self.fixed, *self.convo] if self._keep else list(self.fixed)
+        temperature = 0.0 if step == self.first_attempt else SAMPLE_TEMPERATURE
         for n in range(1, EMPTY_TRIES + 1):
-            reply = self._ask(step, messages)
+            reply = self._ask(step, messages, temperature)
             cut = scan_edit_blocks(reply.content)
             if reply.content.strip() and (cut.blocks or not cut.problems or n > 1):
                 break
@@ -413,7 +433,9 @@ class PipelineRun:
             return _Attempt("no_blocks", clip(text, 200))
         self._rollback(step)  # a failed attempt's edits go before the next is applied
         corrections = list(scanned.problems)
-        blocks = self._guard_tests(scanned.blocks, corrections)
+        blocks = guard_tests(
+            self.task, bool(self.named_tests or self.failing_before), scanned.blocks, corrections
+        )
         files = WorkspaceFiles(self.ctx)
         shown = [p for p in dict.fromkeys(shown_paths(self.fixed))]
         calls, unplaced = block_calls(blocks, shown, files.read, repo_paths=files.paths, step=step)
@@ -448,7 +470,8 @@ class PipelineRun:
             return _Attempt("unplaced", clip(corrections[0], 300))
         return self._test(step, reply)
 
-    def _ask(self, step: int, messages: list[Message]) -> Message:
+    def _ask(self, step: int, messages: list[Message], temperature: float) -> Message:
+        self.sampling.temperature = temperature
         self._reuse = common_prefix_tokens(self.tokens, messages, self._sent)
         self._last_usage = None
         before = self.calls.usage
@@ -472,22 +495,6 @@ class PipelineRun:
             None,
             0.0,
         )
-
-    def _guard_tests(self, blocks: list[EditBlock], corrections: list[str]) -> list[EditBlock]:
-        """A task that names failing tests states the behaviour wanted through them: blocks
-        changing a test file are refused unless the task asks to change tests."""
-        if not (self.named_tests or self.failing_before) or TEST_TASK.search(self.task):
-            return blocks
-        kept = []
-        for b in blocks:
-            if b.path and is_test_file(b.path):
-                corrections.append(
-                    f"{b.path} is a test that states the expected behaviour: change the code "
-                    "it tests, not the test."
-                )
-            else:
-                kept.append(b)
-        return kept
 
     def _test(self, step: int, reply: Message) -> _Attempt:
         if not self._changed():
@@ -524,13 +531,16 @@ class PipelineRun:
             )
         failures = [Failure(**f) for r in result.data.get("runs") or () for f in r["failures"]]
         why = failures_text(failures) or clip(result.error or result.output, FAILURE_CHARS)
+        self.test_failures += 1
         feedback = (
             f"The edit was applied, then these tests failed:\n{why}\n"
-            "The files are back as shown at the start. Send corrected SEARCH/REPLACE blocks "
-            "for the whole change."
+            "That change is undone: the code is again as shown at the start. Send corrected "
+            "SEARCH/REPLACE blocks for the whole change."
         )
+        obs = [reply, Message.user(feedback)] if self.test_failures == 1 else [reply]
+        self._keep = self._keep and self.test_failures == 1
         self._end_step(
-            step, [reply, Message.user(feedback)], f"step {step}: changed; tests fail", failed=True
+            step, obs, f"step {step}: changed; tests fail", failed=True, tests_failed=True
         )
         return _Attempt("tests_failed", why)
 
@@ -587,7 +597,9 @@ class PipelineRun:
         self, step: int, obs: list[Message], summary: str, failed: bool = False, **extra: Any
     ) -> None:
         if not extra.get("localized"):
-            self.convo += obs
+            extra["kept"] = self._keep
+            if self._keep:
+                self.convo += obs
         self.next_step = step + 1
         self.history.append(summary)
         store = self.ctx.checkpoints

@@ -8,8 +8,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .edit_blocks import EditBlock
 from .localize import Localization
-from .models.base import Message
+from .models.base import Message, ModelClient
 from .outcome import asks_for_change
 from .tools.testing import Failure, is_test_file
 from .trace import clip
@@ -108,6 +109,40 @@ def missing_parameters(
                     "change too (put the `def` line in SEARCH)."
                 )
     return out
+
+
+def guard_tests(
+    task: str, tests_named: bool, blocks: list[EditBlock], corrections: list[str]
+) -> list[EditBlock]:
+    """A task that names failing tests states the behaviour wanted through them: blocks
+    changing a test file are refused (a correction each) unless the task asks to change
+    tests."""
+    if not tests_named or TEST_TASK.search(task):
+        return blocks
+    kept = []
+    for b in blocks:
+        if b.path and is_test_file(b.path):
+            corrections.append(
+                f"{b.path} is a test that states the expected behaviour: change the code it "
+                "tests, not the test."
+            )
+        else:
+            kept.append(b)
+    return kept
+
+
+class Sampling:
+    """The run's model, asked at the temperature the attempt sets."""
+
+    def __init__(self, model: ModelClient) -> None:
+        self.model, self.name, self.temperature = model, model.name, None
+
+    def complete(self, messages, tools=(), *, max_tokens=None, temperature=None):  # noqa: ANN001
+        t = self.temperature if temperature is None else temperature
+        return self.model.complete(messages, tools, max_tokens=max_tokens, temperature=t)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
 
 
 def declined(text: str) -> bool:

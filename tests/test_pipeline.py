@@ -220,10 +220,10 @@ def test_every_request_extends_the_one_before(repo: Path, server: Server) -> Non
 
 
 def test_a_reply_without_blocks_is_no_progress(repo: Path, server: Server) -> None:
-    server.replies = [reply("The function looks right to me.")] * 3
+    server.replies = [reply("The function looks right to me.")] * 4
     report = run(repo, server)
     assert (report.status, report.reason) == ("no_progress", "no_change")
-    assert report.model_calls == 3 and not report.changed
+    assert report.model_calls == 4 and not report.changed
     assert "return a - b" in (repo / "pkg/calc.py").read_text()
     assert "no file was changed" in report.message
     assert "no SEARCH/REPLACE block" in server.requests[1]["messages"][-1]["content"]
@@ -325,7 +325,7 @@ def test_cli_strategy_flag_and_auto_from_the_window(
     runner.invoke(cli, ["agent", "undo", "last", "--root", str(repo)])
     # auto, with the window the configuration states: the pipeline, and the trace says why
     (repo / ".repoctx.toml").write_text(TOML + "strategy = \"auto\"\ncontext_window = 4096\n")
-    server.replies = [reply("Nothing to change.")] * 3
+    server.replies = [reply("Nothing to change.")] * 4
     res = runner.invoke(cli, ["agent", "run", TASK, *base], env=env)
     assert res.exit_code == 3, res.output  # no_progress
     data = json.loads(res.output)
@@ -408,3 +408,20 @@ def test_an_empty_reply_is_asked_again_without_counting(repo: Path, server: Serv
     assert (report.status, report.model_calls) == ("done", 2)
     assert sent(server, 0) == sent(server, 1)  # the same request again
     assert any(e.get("kind") == "empty_answer" for e in events(repo, report.run_id))
+
+
+def test_after_two_failures_each_attempt_samples_the_first_prompt(
+    repo: Path, server: Server
+) -> None:
+    other = block("pkg/calc.py", "    return a - b\n", "    return b - a\n", "Swap.")
+    server.replies = [reply(WRONG), reply(other), reply(FIX)]
+    report = run(repo, server)
+    assert (report.status, report.model_calls) == ("done", 3)
+    first, second, third = (sent(server, i) for i in range(3))
+    assert second[: len(first)] == first and len(second) == len(first) + 2  # fed back once
+    assert third == first  # then a fresh sample of the fixed messages, all of them cached
+    temps = [r.get("temperature") for r in server.requests]
+    assert temps[0] == 0.0 and temps[1] > 0 and temps[2] > 0
+    # The conversation kept for a resume holds the feedback, not the sampled reply.
+    steps = [e for e in events(repo, report.run_id) if e["type"] == "step"]
+    assert [e.get("kept") for e in steps[1:]] == [True, False, False]
