@@ -22,13 +22,17 @@ conversation holds the task, the plan with its current step, code retrieved for 
 (more is added as the work moves on) and the results of your tool calls. Work on the current \
 plan step; call `update_plan` with `complete: true` when its criterion holds, or with new \
 `steps` and a reason when what you see contradicts the plan. Read before you edit; copy \
-old_text exactly. Run the tests after changing code. Save lasting facts about the repository \
+old_text exactly. Instead of `edit` you may write SEARCH/REPLACE blocks in your reply: the \
+file's path on its own line, `<<<<<<< SEARCH`, the exact lines now in the file, `=======`, the \
+new lines, `>>>>>>> REPLACE`. Run the tests after changing code. Save lasting facts about the repository \
 (test command, layout, conventions) with `remember`. When the task is done, or cannot be done, \
 call `finish` with a summary for the user. Always answer with tool calls."""
 #: For small context windows: the same rules in fewer words, for the compact tool set.
 COMPACT_SYSTEM_PROMPT = """\
 You fix code in a repository through tools. Read the code before you change it; in `edit`, \
-copy old_text exactly from the file. Run the tests after a change. When the task is done, or \
+copy old_text exactly from the file (or write SEARCH/REPLACE blocks: the path on its own \
+line, `<<<<<<< SEARCH`, the exact lines, `=======`, the new lines, `>>>>>>> REPLACE`). Run the \
+tests after a change. When the task is done, or \
 cannot be done, call `finish` with a short summary. Always answer with tool calls."""
 NUDGE_EMPTY = "Your reply was empty. Call a tool for the current plan step, or call `finish`."
 NUDGE_TEXT = (

@@ -712,3 +712,20 @@ def test_two_blocks_without_search_in_one_fence(repo, ctx) -> None:
     assert "def total(self, discount=0.0):" in (repo / "shop/cart.py").read_text()
     assert "* (1 - rate(code))" in (repo / "shop/checkout.py").read_text()
     assert calls[1].arguments["old_text"] == "    return round(cart.total(), 2)\n"
+
+
+@pytest.mark.parametrize("suffix", [":4-6", ":12", "#L3", "#L3-L9", ":4:2"])
+def test_create_file_refuses_a_path_ending_in_a_line_location(tmp_path: Path, suffix: str) -> None:
+    # The live 1.5B created `pkg/calc.py:4-6` with create_file: a citation copied into a path.
+    from agent.tools import ToolContext, default_registry
+    from indexer.config import load_config
+
+    root = tmp_path / "repo"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    ctx = ToolContext.create(load_config(root, env={}, jobs=1), granted={"read", "write"})
+    result = default_registry().call(
+        "create_file", {"path": f"pkg/calc.py{suffix}", "content": "x = 1\n"}, ctx
+    )
+    assert not result.ok and "line location" in (result.error or "")
+    assert sorted(p.name for p in (root / "pkg").iterdir()) == ["calc.py"]

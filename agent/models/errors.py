@@ -47,7 +47,7 @@ class UnknownModelError(ModelError):
 
 
 class ContextTooLongError(ModelError):
-    """The prompt is longer than the model's context window — ask about less, lower the retrieval budget, or use a model with a longer context."""
+    """The prompt is longer than the model's context window — give the server a larger context (llama.cpp: --ctx-size / --n_ctx), lower --budget, or use `agent run --strategy pipeline`, which needs the least."""
 
     #: The model's context window and the prompt's size in its tokens, where the server said
     #: (OpenAI, vLLM, llama-cpp-python: "maximum context length is 8192 tokens ... 9030 in the

@@ -291,8 +291,22 @@ EDIT = Tool(
 )
 
 
+#: A new file's name that ends like a citation (``pkg/calc.py:4-6``, ``a.py#L3``): a small model
+#: copied a location into the path. Refused for new files only (an existing file is the user's).
+_CITED_PATH = re.compile(r"(?::|#L)\d+(?:[-–:]L?\d+)?$")
+
+
 def create_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     ws = ctx.workspace
+    cited = _CITED_PATH.search(args["path"])
+    if cited and not ws.lexists(ws.check_writable(args["path"])):
+        bare = args["path"][: cited.start()]
+        return fail(
+            f"{shown(args['path'])} ends with a line location ({cited.group(0)}), which is not "
+            f"part of a file name — use the path alone ({shown(bare)}), and `edit` to change "
+            "lines of an existing file.",
+            bad_arguments=True,
+        )
     real = ws.check_writable(args["path"])
     ws.check_readable(args["path"])
     rel = ws.relative(real)
