@@ -80,33 +80,47 @@ def new_parameters(task: str) -> list[str]:
     return list(dict.fromkeys(_NEW_PARAM.findall(task)))
 
 
-def signature_of(text: str, name: str) -> str | None:
-    """The parameter list of ``def name(...)`` in ``text`` (to its closing parenthesis), or
-    None when there is no such definition."""
-    m = re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", text, re.M)
+def signature_of(text: str, name: str) -> tuple[str, str] | None:
+    """The parameter list of ``def name(...)`` in ``text`` and the function's body (the lines
+    indented under it), or None when there is no such definition."""
+    m = re.search(rf"^([ \t]*)(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", text, re.M)
     if m is None:
         return None
     depth, i = 1, m.end()
     while i < len(text) and depth:
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         i += 1
-    return text[m.end() : i - 1]
+    body = []
+    for line in text[i:].split("\n")[1:]:
+        if line.strip() and len(line) - len(line.lstrip()) <= len(m.group(1)):
+            break
+        body.append(line)
+    return text[m.end() : i - 1], "\n".join(body)
 
 
 def missing_parameters(
     task: str, interface: list[tuple[str, str]], read: Callable[[str], str | None]
 ) -> list[str]:
     """For a task that adds a named parameter to the functions it names (``interface``: path,
-    name): a correction for each whose `def` line does not take it yet — checked before the
-    tests, which may not call it."""
+    name): a correction for each whose `def` line does not take it yet, or whose body never
+    uses it (an added parameter nobody reads changes nothing) — checked before the tests,
+    which may never pass it."""
     out = []
     for param in new_parameters(task):
+        word = re.compile(rf"\b{re.escape(param)}\b")
         for path, name in interface:
-            sig = signature_of(read(path) or "", name)
-            if sig is not None and not re.search(rf"\b{re.escape(param)}\b", sig):
+            found = signature_of(read(path) or "", name)
+            if found is None:
+                continue
+            if not word.search(found[0]):
                 out.append(
                     f"`{name}` in {path} does not take `{param}` yet: its `def` line must "
                     "change too (put the `def` line in SEARCH)."
+                )
+            elif not word.search(found[1]):
+                out.append(
+                    f"`{name}` in {path} takes `{param}` but never uses it: its body must use "
+                    "it as the task says (or pass it on)."
                 )
     return out
 

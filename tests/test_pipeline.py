@@ -391,15 +391,24 @@ def test_a_named_parameter_missing_from_a_def_line_is_fed_back(
                 "def line(name, x, unit=\"\"):\n    return f\"{name}: {show(x, unit=unit)}\"\n",
                 "")
     )
-    server.replies = [reply(callers_only), reply(whole)]
+    unused = (
+        block("fmt/num.py", "def show(x):\n", "def show(x, unit=\"\"):\n")
+        + block("fmt/line.py", "def line(name, x):\n    return f\"{name}: {show(x)}\"\n",
+                "def line(name, x, unit=\"\"):\n    return f\"{name}: {show(x, unit=unit)}\"\n",
+                "")
+    )
+    server.replies = [reply(callers_only), reply(unused), reply(whole)]
     report = run(root, server, task=PARAM_TASK)
-    assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 2)
+    assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 3)
     feedback = server.requests[1]["messages"][-1]["content"]
     assert "`line` in fmt/line.py does not take `unit` yet" in feedback
     assert "`show` in fmt/num.py does not take `unit` yet" in feedback
+    feedback = server.requests[2]["messages"][-1]["content"]
+    assert "`show` in fmt/num.py takes `unit` but never uses it" in feedback
+    assert "`line` in fmt/line.py" not in feedback
     assert "unit=\"\"" in (root / "fmt/num.py").read_text()
     # The tests did not run on the incomplete change (they would have passed: nothing calls it).
-    assert len(report.tests) == 2  # before any edit (graph-selected), and after attempt 2
+    assert len(report.tests) == 2  # before any edit (graph-selected), and after attempt 3
 
 
 def test_an_empty_reply_is_asked_again_without_counting(repo: Path, server: Server) -> None:
