@@ -51,6 +51,8 @@ from .pipeline_text import (
     first_prompt,
     guard_tests,
     missing_parameters,
+    rebase,
+    resumed_state,
     shown_paths,
 )
 from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
@@ -64,7 +66,6 @@ from .trace import (
     TraceWriter,
     checkpoint_files,
     clip,
-    message_from_dict,
     message_to_dict,
     read_trace,
     record_tests,
@@ -94,9 +95,7 @@ class PipelineEnded(Exception):  # noqa: N818 - control flow, not an error
 
 @dataclass
 class _Attempt:
-    """What the last attempt left: `tests_failed`, `unplaced`, `no_blocks` or `passed`."""
-
-    state: str = ""
+    state: str = ""  # what the last attempt left: tests_failed | unplaced | no_blocks
     detail: str = ""
 
 
@@ -119,15 +118,16 @@ class PipelineRun:
             probe=False,
         )
         self.attempts = options.attempts or ATTEMPTS
-        self.fixed: list[Message] = []
-        self.convo: list[Message] = []
+        self.fixed: list[Message] = []  # system, example exchange, task with code: never change
+        self.convo: list[Message] = []  # the replies and feedback kept after them
         self.tests: list[TestRecord] = []
         self.named_tests: list[str] = []
+        self.failing_before: list[str] = []
         #: (path, name) of the functions whose interface the task changes (named in it).
         self.interface: list[tuple[str, str]] = []
-        self.failing_before: list[str] = []
         self.live_steps: list[int] = []  # steps whose edits are in the tree
-        self.test_failures = 0  # attempts whose tests failed (the first is fed back)
+        self.test_failures = 0  # attempts whose tests failed
+        self.attempts_made = 0  # the first two build the conversation, the rest are samples
         self._keep = True  # the current attempt extends the conversation (else: a sample)
         self.next_step, self.prior_s, self.history = 1, 0.0, []
         resumed, run_id = (Usage(), 0), options.run_id
@@ -184,40 +184,16 @@ class PipelineRun:
         return self.emit(type, **fields)
 
     def _load(self, run_id: str) -> tuple[Usage, int]:
-        """A pipeline run's state from its trace: the fixed messages (step 1's observation),
-        the conversation (each attempt's), the tests, the step number."""
+        """A pipeline run's state from its trace (agent/pipeline_text.py `resumed_state`)."""
         events = read_trace(trace_path(self.config.index_path, run_id))
-        usage, calls = Usage(), 0
-        for e in events:
-            if e["type"] == "end" and e.get("status") == "done":
-                raise TraceError(f"Run {run_id} is done — start a new run instead.")
-            if e["type"] == "step":
-                messages = [message_from_dict(m) for m in e.get("observation", ())]
-                if e.get("tests_failed"):
-                    self.test_failures += 1
-                if e.get("kept") is False:
-                    messages = []  # a sample from the fixed messages, not in the conversation
-                if e.get("localized"):
-                    self.fixed = messages
-                    self.named_tests = list(e.get("named_tests", ()))
-                    self.failing_before = list(e.get("failing_before", ()))
-                    self.interface = [tuple(x) for x in e.get("interface", ())]
-                else:
-                    self.convo += messages
-                self.next_step = e["step"] + 1
-                self.history.append(e.get("summary", ""))
-            elif e["type"] == "model_call":
-                u = e.get("usage") or {}
-                usage = usage + Usage(**{k: u[k] for k in asdict(Usage()) if k in u})
-                calls += 1
-            elif e["type"] == "end":
-                self.prior_s = float((e.get("summary") or {}).get("elapsed_s", 0))
-        self.task = events[0]["task"]
-        self.tests = tests_from(events)
-        if self.convo and self.convo[-1].role == "assistant":
-            # Interrupted after the reply: the next request must not hold two replies in a row.
-            self.convo.append(Message.user("Go on: reply with the SEARCH/REPLACE blocks."))
-        return usage, calls
+        if any(e["type"] == "end" and e.get("status") == "done" for e in events):
+            raise TraceError(f"Run {run_id} is done — start a new run instead.")
+        st = resumed_state(events)
+        self.task, self.tests, self.fixed, self.convo = st["task"], tests_from(events), *st["msgs"]
+        for key in ("named_tests", "failing_before", "interface", "test_failures",
+                    "attempts_made", "next_step", "prior_s", "history"):  # fmt: skip
+            setattr(self, key, st[key])
+        return st["usage"], st["calls"]
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -386,7 +362,8 @@ class PipelineRun:
         # the fixed messages alone (all of them in the server's cache): in tries with
         # Qwen2.5-Coder-1.5B a model that failed twice repeated itself or undid its own change,
         # while fresh samples of the first prompt found the fix one time in four.
-        self._keep = self.test_failures < 2
+        self._keep = self.attempts_made < 2
+        self.attempts_made += 1
         messages = [*self.fixed, *self.convo] if self._keep else list(self.fixed)
         temperature = 0.0 if step == self.first_attempt else SAMPLE_TEMPERATURE
         for n in range(1, EMPTY_TRIES + 1):
@@ -431,12 +408,16 @@ class PipelineRun:
                 failed=True,
             )
             return _Attempt("no_blocks", clip(text, 200))
-        self._rollback(step)  # a failed attempt's edits go before the next is applied
+        if self.test_failures:  # a change the tests refuted goes before the next is applied
+            self._rollback(step)
         corrections = list(scanned.problems)
         blocks = guard_tests(
             self.task, bool(self.named_tests or self.failing_before), scanned.blocks, corrections
         )
         files = WorkspaceFiles(self.ctx)
+        # An incomplete change stays, and the next reply's blocks complete it: a block already
+        # in place is skipped; one written against code an earlier block changed replaces it.
+        blocks = self._rebase(step, blocks, files)
         shown = [p for p in dict.fromkeys(shown_paths(self.fixed))]
         calls, unplaced = block_calls(blocks, shown, files.read, repo_paths=files.paths, step=step)
         corrections += unplaced
@@ -469,6 +450,16 @@ class PipelineRun:
             )
             return _Attempt("unplaced", clip(corrections[0], 300))
         return self._test(step, reply)
+
+    def _rebase(self, step: int, blocks: list, files: WorkspaceFiles) -> list:
+        store = self.ctx.checkpoints
+        originals = run_originals(store, self.run_id) if store and self.live_steps else {}
+        root = self.ctx.workspace.root
+        kept, restore = rebase(blocks, files.read, lambda p: originals.get(str(root / p)))
+        for path, text in restore.items():  # the later block replaces the earlier edits
+            args = {"path": path, "content": text, "overwrite": True}
+            self._call(step, ToolCall.from_raw(f"rebase-{step}", "create_file", args))
+        return kept
 
     def _ask(self, step: int, messages: list[Message], temperature: float) -> Message:
         self.sampling.temperature = temperature
@@ -537,8 +528,7 @@ class PipelineRun:
             "That change is undone: the code is again as shown at the start. Send corrected "
             "SEARCH/REPLACE blocks for the whole change."
         )
-        obs = [reply, Message.user(feedback)] if self.test_failures == 1 else [reply]
-        self._keep = self._keep and self.test_failures == 1
+        obs = [reply, Message.user(feedback)] if self._keep else [reply]
         self._end_step(
             step, obs, f"step {step}: changed; tests fail", failed=True, tests_failed=True
         )

@@ -1,19 +1,22 @@
-"""The text of the pipeline's prompts (agent/pipeline.py): the fixed messages — the system
-prompt, one example exchange, the task with the localized code — and the feedback appended
-after each attempt (test failures in their decisive lines)."""
+"""The pipeline's text and its pure helpers (agent/pipeline.py): the fixed messages — the
+system prompt, one example exchange, the task with the localized code — the feedback appended
+after an attempt (test failures in their decisive lines, corrections), the checks of a reply
+(a test file edited, a named parameter not taken or not used, blocks already applied), the
+outcome after the last attempt, and a run's state read back from its trace for `--resume`."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
-from .edit_blocks import EditBlock
+from .edit_blocks import EditBlock, find_search
 from .localize import Localization
-from .models.base import Message, ModelClient
+from .models.base import Message, ModelClient, Usage
 from .outcome import asks_for_change
 from .tools.testing import Failure, is_test_file
-from .trace import clip
+from .trace import clip, message_from_dict
 
 #: Characters of one test failure fed back.
 FAILURE_CHARS = 700
@@ -159,6 +162,31 @@ class Sampling:
         return getattr(self.model, name)
 
 
+def rebase(
+    blocks: list[EditBlock],
+    read: Callable[[str], str | None],
+    original: Callable[[str], bytes | None],
+) -> tuple[list[EditBlock], dict[str, str]]:
+    """Blocks of a new reply on top of an incomplete change kept from earlier attempts: a block
+    whose SEARCH is gone and whose REPLACE is there is already applied (dropped); one whose
+    SEARCH is gone but in the file as it was before the run is written against the code the
+    earlier edits changed: that file goes back to its original text first (``restore``)."""
+    kept, restore = [], {}
+    for b in blocks:
+        now = read(b.path) if b.path else None
+        if now is None or not b.search or find_search(now, b.search, b.replace).count:
+            kept.append(b)
+            continue
+        if b.replace.strip() and b.replace in now:
+            continue
+        before = original(b.path)
+        text = before.decode("utf-8", "replace") if before is not None else None
+        if text is not None and find_search(text, b.search, b.replace).count == 1:
+            restore[b.path] = text
+        kept.append(b)
+    return kept, restore
+
+
 def declined(text: str) -> bool:
     """Whether a reply without blocks says the model cannot do the task."""
     return bool(_DECLINED.search(text))
@@ -253,3 +281,41 @@ def after_attempts(
         f"`repoctx agent replay {run_id}`.",
         "no_progress",
     )
+
+
+def resumed_state(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a pipeline run stands by its trace: the fixed messages (step 1's observation), the
+    conversation (each kept attempt's), what localization found, the counts, the usage."""
+    st: dict[str, Any] = {
+        "task": events[0]["task"], "named_tests": [], "failing_before": [], "interface": [],
+        "test_failures": 0, "attempts_made": 0, "next_step": 1, "prior_s": 0.0,
+        "history": [], "usage": Usage(), "calls": 0,
+    }  # fmt: skip
+    fixed: list[Message] = []
+    convo: list[Message] = []
+    for e in events:
+        if e["type"] == "step":
+            messages = [message_from_dict(m) for m in e.get("observation", ())]
+            st["test_failures"] += bool(e.get("tests_failed"))
+            if e.get("localized"):
+                fixed = messages
+                st["named_tests"] = list(e.get("named_tests", ()))
+                st["failing_before"] = list(e.get("failing_before", ()))
+                st["interface"] = [tuple(x) for x in e.get("interface", ())]
+            else:
+                st["attempts_made"] += 1
+                # a sample from the fixed messages is not part of the conversation
+                convo += messages if e.get("kept") is not False else []
+            st["next_step"] = e["step"] + 1
+            st["history"].append(e.get("summary", ""))
+        elif e["type"] == "model_call":
+            u = e.get("usage") or {}
+            st["usage"] += Usage(**{k: u[k] for k in asdict(Usage()) if k in u})
+            st["calls"] += 1
+        elif e["type"] == "end":
+            st["prior_s"] = float((e.get("summary") or {}).get("elapsed_s", 0))
+    if convo and convo[-1].role == "assistant":
+        # Interrupted after the reply: the next request must not hold two replies in a row.
+        convo.append(Message.user("Go on: reply with the SEARCH/REPLACE blocks."))
+    st["msgs"] = (fixed, convo)
+    return st
