@@ -173,6 +173,8 @@ def rebase(
     earlier edits changed: that file goes back to its original text first (``restore``)."""
     kept, restore = [], {}
     for b in blocks:
+        if b.search == b.replace:  # a block that changes nothing (small models write them)
+            continue
         now = read(b.path) if b.path else None
         if now is None or not b.search or find_search(now, b.search, b.replace).count:
             kept.append(b)
