@@ -75,7 +75,7 @@ from .trace import (
 )
 
 #: Attempts (model calls after localization) per run, unless RunOptions.attempts says.
-ATTEMPTS = 4
+ATTEMPTS = 6
 #: Tokens of code shown (the spans); the whole prompt stays near 1-2k tokens.
 SPAN_TOKENS = 1500
 #: Most reply tokens asked for: a few blocks fit; a runaway reply at ~7 tokens/s on a CPU
@@ -408,7 +408,10 @@ class PipelineRun:
                 failed=True,
             )
             return _Attempt("no_blocks", clip(text, 200))
-        if self.test_failures:  # a change the tests refuted goes before the next is applied
+        if self.test_failures and not self.interface:
+            # A fix the tests refuted is wrong as a whole: it goes before the next is applied.
+            # A change across an interface (a parameter through its callers) is kept: its
+            # pieces are the def and each caller, and the next reply's blocks replace theirs.
             self._rollback(step)
         corrections = list(scanned.problems)
         blocks = guard_tests(
@@ -523,9 +526,13 @@ class PipelineRun:
         failures = [Failure(**f) for r in result.data.get("runs") or () for f in r["failures"]]
         why = failures_text(failures) or clip(result.error or result.output, FAILURE_CHARS)
         self.test_failures += 1
+        undone = (
+            "That change is undone: the code is again as shown at the start."
+            if not self.interface
+            else "Blocks you send now replace the ones for the same lines."
+        )
         feedback = (
-            f"The edit was applied, then these tests failed:\n{why}\n"
-            "That change is undone: the code is again as shown at the start. Send corrected "
+            f"The edit was applied, then these tests failed:\n{why}\n{undone} Send corrected "
             "SEARCH/REPLACE blocks for the whole change."
         )
         obs = [reply, Message.user(feedback)] if self._keep else [reply]

@@ -20,6 +20,7 @@ from agent.budget import Limits
 from agent.localize import localize
 from agent.loop import undo_run
 from agent.models import OpenAIClient, RetryPolicy
+from agent.pipeline import ATTEMPTS
 from agent.replay import render_trace
 from agent.run_result import RunOptions
 from agent.strategy import choose, model_size_b, run_task
@@ -224,10 +225,10 @@ def test_every_request_extends_the_one_before(repo: Path, server: Server) -> Non
 
 
 def test_a_reply_without_blocks_is_no_progress(repo: Path, server: Server) -> None:
-    server.replies = [reply("The function looks right to me.")] * 4
+    server.replies = [reply("The function looks right to me.")] * ATTEMPTS
     report = run(repo, server)
     assert (report.status, report.reason) == ("no_progress", "no_change")
-    assert report.model_calls == 4 and not report.changed
+    assert report.model_calls == ATTEMPTS and not report.changed
     assert "return a - b" in (repo / "pkg/calc.py").read_text()
     assert "no file was changed" in report.message
     assert "no SEARCH/REPLACE block" in server.requests[1]["messages"][-1]["content"]
@@ -329,7 +330,7 @@ def test_cli_strategy_flag_and_auto_from_the_window(
     runner.invoke(cli, ["agent", "undo", "last", "--root", str(repo)])
     # auto, with the window the configuration states: the pipeline, and the trace says why
     (repo / ".repoctx.toml").write_text(TOML + "strategy = \"auto\"\ncontext_window = 4096\n")
-    server.replies = [reply("Nothing to change.")] * 4
+    server.replies = [reply("Nothing to change.")] * ATTEMPTS
     res = runner.invoke(cli, ["agent", "run", TASK, *base], env=env)
     assert res.exit_code == 3, res.output  # no_progress
     data = json.loads(res.output)
