@@ -6,6 +6,7 @@ outcome after the last attempt, and a run's state read back from its trace for `
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import asdict
@@ -120,12 +121,30 @@ def missing_parameters(
                     f"`{name}` in {path} does not take `{param}` yet: its `def` line must "
                     "change too (put the `def` line in SEARCH)."
                 )
-            elif not word.search(found[1]):
+            elif not _uses(read(path) or "", name, param, word.search(found[1]) is not None):
                 out.append(
                     f"`{name}` in {path} takes `{param}` but never uses it: its body must use "
                     "it as the task says (or pass it on)."
                 )
     return out
+
+
+def _uses(text: str, name: str, param: str, fallback: bool) -> bool:
+    """Whether the body of Python function ``name`` reads ``param`` — as code, not in its
+    docstring (a model wrote the parameter into the docstring only, and the tests passed);
+    ``fallback`` (the word anywhere in the body) when the file does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return fallback
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            return any(
+                isinstance(n, ast.Name) and n.id == param
+                for stmt in node.body
+                for n in ast.walk(stmt)
+            )
+    return fallback
 
 
 def guard_tests(

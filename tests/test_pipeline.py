@@ -396,8 +396,8 @@ def test_a_named_parameter_missing_from_a_def_line_is_fed_back(
                 "def line(name, x, unit=\"\"):\n    return f\"{name}: {show(x, unit=unit)}\"\n",
                 "")
     )
-    unused = (
-        block("fmt/num.py", "def show(x):\n", "def show(x, unit=\"\"):\n")
+    unused = (  # `unit` named in the docstring only: not a use
+        block("fmt/num.py", "def show(x):\n", "def show(x, unit=\"\"):\n    \"\"\"With unit.\"\"\"\n")
         + block("fmt/line.py", "def line(name, x):\n    return f\"{name}: {show(x)}\"\n",
                 "def line(name, x, unit=\"\"):\n    return f\"{name}: {show(x, unit=unit)}\"\n",
                 "")
