@@ -30,7 +30,6 @@ from indexer.errors import RepoctxError
 
 from .budget import StepPrompt, classify_tool_failure
 from .edit_blocks import WorkspaceFiles, block_calls, scan_edit_blocks
-from .errors import AgentError
 from .localize import Localization, localize
 from .model_calls import ModelCallFailed, ModelCalls
 from .models.base import Message, ModelClient, ToolCall, Usage
@@ -47,10 +46,13 @@ from .pipeline_text import (
     after_attempts,
     common_prefix_tokens,
     declined,
+    example_checks,
+    example_failure,
     failures_text,
     first_prompt,
     guard_tests,
     missing_parameters,
+    module_of,
     rebase,
     resumed_state,
     shown_paths,
@@ -58,7 +60,7 @@ from .pipeline_text import (
 from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
 from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, run_originals
 from .tools.changes import changed_ranges, changed_symbols
-from .tools.testing import Failure, is_test_file, select_tests
+from .tools.testing import Failure, is_test_file, pytest_argv, select_tests
 from .trace import (
     TRACE_FORMAT,
     TestRecord,
@@ -125,6 +127,7 @@ class PipelineRun:
         self.failing_before: list[str] = []
         #: (path, name) of the functions whose interface the task changes (named in it).
         self.interface: list[tuple[str, str]] = []
+        self.examples: list[str] = []  # checks of the task's examples (failing before the edit)
         self.live_steps: list[int] = []  # steps whose edits are in the tree
         self.test_failures = 0  # attempts whose tests failed
         self.attempts_made = 0  # the first two build the conversation, the rest are samples
@@ -163,23 +166,17 @@ class PipelineRun:
         return event
 
     def _emit_call(self, type: str, **fields: Any) -> dict[str, Any]:
-        """ModelCalls' events; a model call gets the prompt tokens reused from the server's
-        cache, estimated from the prompt before when the server did not report them."""
+        """ModelCalls' events; a model call gets its prompt tokens reused from the cache."""
         if type == "model_call":
             usage = dict(fields.get("usage") or {})
             if usage.get("cache_source") != "server":
-                # The previous reply is in the server's cache too (llama.cpp keeps the tokens
-                # it generated), and every request here extends the last one and its reply.
+                # llama.cpp caches the reply it generated too: each request extends both.
                 mine = min(self._reuse, int(usage.get("prompt_tokens", 0)))
                 usage["cached_tokens"] = max(int(usage.get("cached_tokens", 0)), mine)
                 usage["cache_source"] = "estimate"
-            fields["usage"] = usage
-            cached = int(usage.get("cached_tokens", 0))
-            fields["cache"] = {
-                "processed": int(usage.get("prompt_tokens", 0)) - cached,
-                "reused": cached,
-                "source": usage["cache_source"],
-            }
+            fields["usage"], cached = usage, int(usage.get("cached_tokens", 0))
+            processed = int(usage.get("prompt_tokens", 0)) - cached
+            fields["cache"] = dict(processed=processed, reused=cached, source=usage["cache_source"])
             self._last_usage = Usage(**{k: usage[k] for k in asdict(Usage()) if k in usage})
         return self.emit(type, **fields)
 
@@ -190,7 +187,7 @@ class PipelineRun:
             raise TraceError(f"Run {run_id} is done — start a new run instead.")
         st = resumed_state(events)
         self.task, self.tests, self.fixed, self.convo = st["task"], tests_from(events), *st["msgs"]
-        for key in ("named_tests", "failing_before", "interface", "test_failures",
+        for key in ("named_tests", "failing_before", "interface", "examples", "test_failures",
                     "attempts_made", "next_step", "prior_s", "history"):  # fmt: skip
             setattr(self, key, st[key])
         return st["usage"], st["calls"]
@@ -291,6 +288,11 @@ class PipelineRun:
             for run in result.data.get("runs") or ():
                 failures += [Failure(**f) for f in run.get("failures", ())]
         self.failing_before = [f.test_id for f in failures]
+        # Examples in the task that fail before any edit describe the change wanted (one that
+        # holds describes the bug: "add(1, 2) returns -1"): checked after the tests pass.
+        checks = example_checks(self.task, lambda name: module_of(conn, name))
+        if checks and ("execute" in self.opts.granted or self.opts.confirm):
+            self.examples = self._examples(step, checks)[0]
         searcher = self._searcher()
         loc = localize(
             conn,
@@ -335,6 +337,7 @@ class PipelineRun:
             named_tests=self.named_tests,
             failing_before=self.failing_before,
             interface=self.interface,
+            examples=self.examples,
         )
 
     def _searcher(self) -> Any:
@@ -464,6 +467,18 @@ class PipelineRun:
             self._call(step, ToolCall.from_raw(f"rebase-{step}", "create_file", args))
         return kept
 
+    def _examples(self, step: int, scripts: list[str]) -> tuple[list[str], str]:
+        """The example checks that fail now, and what the first of them says."""
+        failing, said = [], ""
+        for n, script in enumerate(scripts):
+            # -B: a __pycache__ entry (same size, same second) hid a later edit from the tests
+            argv = {"command": [pytest_argv(self.ctx)[0], "-B", "-c", script]}
+            res = self._call(step, ToolCall.from_raw(f"example-{step}-{n}", "run_command", argv))
+            if not (res.ok and res.data.get("exit_code") == 0):
+                failing.append(script)
+                said = said or example_failure(res.text())
+        return failing, said
+
     def _ask(self, step: int, messages: list[Message], temperature: float) -> Message:
         self.sampling.temperature = temperature
         self._reuse = common_prefix_tokens(self.tokens, messages, self._sent)
@@ -479,16 +494,9 @@ class PipelineRun:
         return reply
 
     def _step_prompt(self, messages: list[Message], budget: int) -> StepPrompt:
-        fixed = self.tokens.prompt_tokens(self.fixed)
-        total = self.tokens.prompt_tokens(messages)
-        return StepPrompt(
-            tuple(messages),
-            total,
-            budget,
-            {"fixed": fixed, "conversation": total - fixed},
-            None,
-            0.0,
-        )
+        fixed, total = self.tokens.prompt_tokens(self.fixed), self.tokens.prompt_tokens(messages)
+        sections = {"fixed": fixed, "conversation": total - fixed}
+        return StepPrompt(tuple(messages), total, budget, sections, None, 0.0)
 
     def _test(self, step: int, reply: Message) -> _Attempt:
         if not self._changed():
@@ -515,6 +523,13 @@ class PipelineRun:
                 "done",
             )
         result = self._call(step, ToolCall.from_raw(f"tests-{step}", "run_tests", {"tests": tests}))
+        if result.data.get("passed") and (wrong := self._examples(step, self.examples)[1]):
+            # The tests may never pass the new behaviour: the task's own examples are checked.
+            self.test_failures += 1
+            feedback = f"The tests pass, but {wrong} Send corrected SEARCH/REPLACE blocks."
+            obs = [reply, Message.user(feedback)] if self._keep else [reply]
+            self._end_step(step, obs, f"step {step}: an example fails", True, tests_failed=True)
+            return _Attempt("tests_failed", wrong)
         if result.data.get("passed"):
             self._end_step(step, [reply], f"step {step}: changed; {len(tests)} test(s) pass")
             raise PipelineEnded(
@@ -681,6 +696,4 @@ def run_pipeline(
     registry: ToolRegistry | None = None,
 ) -> RunReport:
     """Run (or, with ``options.resume``, continue) the pipeline on ``task``."""
-    if not task and not (options and options.resume):
-        raise AgentError("Give a task to run the pipeline on.")
     return PipelineRun(config, task, model, options or RunOptions(), registry).run()

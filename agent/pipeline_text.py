@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from indexer import graph
+
 from .edit_blocks import EditBlock, find_search
 from .localize import Localization
 from .models.base import Message, ModelClient, Usage
@@ -145,6 +147,48 @@ def _uses(text: str, name: str, param: str, fallback: bool) -> bool:
                 for n in ast.walk(stmt)
             )
     return fallback
+
+
+#: An example the task gives: `name(args) returns "value"` (or `==`, `->`, "gives").
+_EXAMPLE = re.compile(
+    r"`?\b([A-Za-z_]\w*)(\((?:[^()\n]|\([^()\n]*\))*\))`?\s+(?:returns|gives|should return|"
+    r"==|->|is)\s+`?(\"[^\"\n]*\"|'[^'\n]*'|-?\d+(?:\.\d+)?|True|False|None)`?"
+)
+
+
+def example_checks(task: str, module_of: Callable[[str], str | None]) -> list[str]:
+    """One Python script per example the task gives, asserting it (``module_of(name)``: the
+    module defining ``name``, None when unknown)."""
+    out = []
+    for name, args, expected in _EXAMPLE.findall(task)[:5]:
+        module = module_of(name)
+        if module is None:
+            continue
+        call = f"{name}{args}"
+        out.append(
+            f"from {module} import {name}\ngot = {call}\nassert got == {expected}, "
+            f"'The task says ' + {call!r} + ' returns ' + {expected!r} + ', but it returns ' "
+            "+ repr(got)"
+        )
+    return out
+
+
+def module_of(conn: Any, name: str) -> str | None:
+    """The module defining the one function ``name`` outside the tests (None: none or many)."""
+    rows = [
+        r
+        for r in graph.find_definitions(conn, name, limit=5)
+        if r.name == name and not is_test_file(r.path)
+    ]
+    if len(rows) != 1 or not rows[0].path.endswith(".py"):
+        return None
+    return rows[0].path.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
+def example_failure(output: str) -> str:
+    """The line of a failed example check that says what the task expected."""
+    said = [ln for ln in output.splitlines() if "The task says" in ln]
+    return said[-1].split("AssertionError: ", 1)[-1].strip() if said else clip(output, 300)
 
 
 def guard_tests(
@@ -309,6 +353,7 @@ def resumed_state(events: list[dict[str, Any]]) -> dict[str, Any]:
     conversation (each kept attempt's), what localization found, the counts, the usage."""
     st: dict[str, Any] = {
         "task": events[0]["task"], "named_tests": [], "failing_before": [], "interface": [],
+        "examples": [],
         "test_failures": 0, "attempts_made": 0, "next_step": 1, "prior_s": 0.0,
         "history": [], "usage": Usage(), "calls": 0,
     }  # fmt: skip
@@ -323,6 +368,7 @@ def resumed_state(events: list[dict[str, Any]]) -> dict[str, Any]:
                 st["named_tests"] = list(e.get("named_tests", ()))
                 st["failing_before"] = list(e.get("failing_before", ()))
                 st["interface"] = [tuple(x) for x in e.get("interface", ())]
+                st["examples"] = list(e.get("examples", ()))
             else:
                 st["attempts_made"] += 1
                 # a sample from the fixed messages is not part of the conversation

@@ -178,8 +178,11 @@ def test_localize_edit_test_done(repo: Path, server: Server) -> None:
     assert "assert add(1, 2) == 3" not in prompt  # the test is not shown: it is not to change
     trace = events(repo, report.run_id)
     calls = [(e["name"], e["ok"]) for e in trace if e["type"] == "tool_call"]
-    # the named test before any edit (it fails), the block as an edit, the tests after it
-    assert calls == [("run_tests", True), ("edit", True), ("run_tests", True)]
+    # the named test before any edit (it fails), the task's example "add(1, 2) returns -1"
+    # (it holds before the edit: it describes the bug, so it is not checked after), the block
+    # as an edit, the tests after it
+    assert calls == [("run_tests", True), ("run_command", True), ("edit", True),
+                     ("run_tests", True)]  # fmt: skip
     before = next(e for e in trace if e["type"] == "tool_call")
     assert before["failing"] == ["tests/test_calc.py::test_add"]
     (strategy,) = [e for e in trace if e.get("kind") == "strategy"]
@@ -276,7 +279,7 @@ def test_resume_continues_the_conversation(repo: Path, server: Server) -> None:
     assert [e["type"] for e in trace].count("resume") == 1
     # localization is not redone: the test ran once before the edit, once after it
     assert [e["name"] for e in trace if e["type"] == "tool_call"] == [
-        "run_tests", "edit", "run_tests"
+        "run_tests", "run_command", "edit", "run_tests"
     ]
 
 
@@ -442,3 +445,28 @@ def test_after_two_attempts_each_samples_the_first_prompt(
     # The conversation kept for a resume holds the feedback, not the sampled reply.
     steps = [e for e in events(repo, report.run_id) if e["type"] == "step"]
     assert [e.get("kept") for e in steps[1:]] == [True, True, False]
+
+
+def test_the_tasks_own_example_is_checked_after_the_tests(tmp_path: Path, server: Server) -> None:
+    root = make_repo(tmp_path / "fmt", PARAM_FILES)
+    task = PARAM_TASK + ' So show(2, unit="m") returns "2.0m".'
+
+    def change(body: str) -> str:
+        return block(
+            "fmt/num.py", "def show(x):\n    return f\"{x:.1f}\"\n",
+            f"def show(x, unit=\"\"):\n    return {body}\n",
+        ) + block(
+            "fmt/line.py", "def line(name, x):\n    return f\"{name}: {show(x)}\"\n",
+            "def line(name, x, unit=\"\"):\n    return f\"{name}: {show(x, unit=unit)}\"\n", "",
+        )
+
+    spaced = 'f"{x:.1f}" + (" " + unit if unit else "")'  # the tests pass, the example not
+    server.replies = [reply(change(spaced)), reply(change('f"{x:.1f}{unit}"'))]
+    report = run(root, server, task=task)
+    assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 2)
+    feedback = server.requests[1]["messages"][-1]["content"]
+    assert feedback.startswith("The tests pass, but The task says")
+    assert "returns '2.0 m'" in feedback
+    checks = [e for e in events(root, report.run_id) if e.get("name") == "run_command"]
+    assert [e["data"]["exit_code"] for e in checks] == [1, 1, 0]  # before, attempt 1, 2
+    assert 'return f"{x:.1f}{unit}"' in (root / "fmt/num.py").read_text()
