@@ -139,6 +139,7 @@ SLOW_MODULES = frozenset({
     "test_pool_stop", "test_untrusted_interpreter", "test_sandbox_ns", "test_mcp_protocol",
     "test_damage_exhaustion", "test_control_chars", "test_untrusted_git", "test_attack_pass_index",
     "test_attack_pass_agent", "test_hostile_untrusted_bench", "test_attack_pass_more",
+    "test_pipeline", "test_prefix_stable", "test_small_windows", "test_plan_rules",
 })
 
 
