@@ -408,9 +408,12 @@ def cache_figures(exchanges: Sequence[Mapping[str, Any]], log: ServerLog | None)
             log.between(x.get("mark_start", -1), x.get("mark_end", -1)) if log is not None else ""
         )
         use = prompt_cache_use(text, x.get("prompt_tokens"))
-        per_call.append({"prompt": x.get("prompt_tokens"), **use})
+        prompt = x.get("prompt_tokens")
+        if not prompt and use["source"] == "log: prefix-match line":
+            prompt = use["processed"] + use["reused"]  # a streamed reply, no probe: N + M
+        per_call.append({"prompt": prompt, **use})
     known = [c for c in per_call if c["processed"] is not None]
-    later = [c for c in known[1:] if c["prompt"]]
+    later = [c for c in per_call[1:] if c["processed"] is not None and c["prompt"]]
     shares = [round(c["processed"] / c["prompt"] * 100, 1) for c in later]
     return {
         "processed": sum(c["processed"] for c in known) if known else None,

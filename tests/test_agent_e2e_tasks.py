@@ -200,7 +200,7 @@ def test_what_aider_and_mini_report(tmp_path: Path) -> None:
 # -- the server's log ----------------------------------------------------------------------------
 
 
-def test_prompt_cache_use_reads_the_requests_own_prefix_line() -> None:
+def test_prompt_cache_use_reads_the_requests_own_prefix_line(tmp_path: Path) -> None:
     other = "Llama.generate: 10 prefix-match hit, remaining 90 prompt tokens to eval\n"
     mine = "Llama.generate: 1200 prefix-match hit, remaining 300 prompt tokens to eval\n"
     use = bench.prompt_cache_use(other + "llama_perf ...\n" + mine, 1500)
@@ -215,6 +215,18 @@ def test_prompt_cache_use_reads_the_requests_own_prefix_line() -> None:
     full = "Llama.generate: full prompt already cached, skipping reset\n"
     assert bench.prompt_cache_use(mine + full, 1500)["reused"] == 1500
     assert bench.prompt_cache_use("", None)["processed"] is None
+    # A streamed reply without a count (no probe): the prefix line's N + M is the prompt.
+    log = tmp_path / "server.log"
+    log.write_text("start\n" + mine)
+    calls = [
+        {"chat": True, "complete": True, "mark_start": 0, "mark_end": 6},
+        {"chat": True, "complete": True, "mark_start": 6, "mark_end": log.stat().st_size},
+    ]
+    figures = bench.cache_figures(calls, bench.ServerLog(log))
+    assert figures["per_call"][1]["prompt"] == 1500 and figures["processed_pct_after_first"] == [
+        20.0
+    ]
+    assert figures["per_call"][0]["processed"] is None  # no line, no count: unknown
 
 
 class LoggingServer:
