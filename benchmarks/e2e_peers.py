@@ -437,11 +437,19 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         if r.get("kind") == "ask" or r.get("outcome") in ("unavailable", "bench_error"):
             continue
         s = out.setdefault(
-            r["system"], {"solved": 0, "tasks": 0, "by_category": {}, "nothing_done_success": 0}
+            r["system"],
+            {
+                "solved": 0,
+                "tasks": 0,
+                "by_category": {},
+                "nothing_done_success": 0,
+                "claimed_unsolved": 0,
+            },
         )
         s["tasks"] += 1
         s["solved"] += r.get("outcome") == "solved"
         s["nothing_done_success"] += bool(r.get("nothing_done_reported_success"))
+        s["claimed_unsolved"] += bool(r.get("success_claimed_but_unsolved"))
         cat = s["by_category"].setdefault(r.get("category") or "?", [0, 0])
         cat[0] += r.get("outcome") == "solved"
         cat[1] += 1
@@ -452,8 +460,10 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
     sums = summary(rows)
     cats = sorted({c for s in sums.values() for c in s["by_category"]})
     out = [
-        "| system | solved | " + " | ".join(cats) + " | nothing done reported as success |",
-        "|" + "---|" * (len(cats) + 3),
+        "| system | solved | "
+        + " | ".join(cats)
+        + " | nothing done reported as success | success reported, unsolved |",
+        "|" + "---|" * (len(cats) + 4),
     ]
     for system, s in sums.items():
         cells = [
@@ -462,7 +472,7 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(
             f"| {system} | {s['solved']}/{s['tasks']} | "
             + " | ".join(cells)
-            + f" | {s['nothing_done_success']} |"
+            + f" | {s['nothing_done_success']} | {s['claimed_unsolved']} |"
         )
     return "\n".join(out)
 
