@@ -269,13 +269,13 @@ def main() -> int:
     single = {**common, "exchanges": record_single(upstream, args.model)}
     path = args.out / f"{label}-single.json"
     path.write_text(json.dumps(single, indent=1, ensure_ascii=False) + "\n")
-    written.append(str(path.relative_to(REPO)))
+    written.append(str(path))
     if not args.skip_run:
         with tempfile.TemporaryDirectory(prefix="record-llm-") as tmp:
             run = {**common, **record_run(upstream, args.model, Path(tmp))}
         path = args.out / f"{label}-run.json"
         path.write_text(json.dumps(run, indent=1, ensure_ascii=False) + "\n")
-        written.append(str(path.relative_to(REPO)))
+        written.append(str(path))
         log(f"run: {run['outcome']}")
     print(json.dumps({"written": written, "seconds": round(time.monotonic() - t0, 1)}, indent=2))
     return 0
