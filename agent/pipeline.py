@@ -30,15 +30,25 @@ from indexer.errors import RepoctxError
 
 from .budget import StepPrompt, classify_tool_failure
 from .edit_blocks import WorkspaceFiles, block_calls, scan_edit_blocks
-from .localize import Localization, localize
+from .localize import localize
 from .model_calls import ModelCallFailed, ModelCalls
 from .models.base import Message, ModelClient, ToolCall, Usage
 from .models.prompt_tokens import model_tokenizer
 from .outcome import asks_for_change
+from .pipeline_steps import (
+    SAMPLE_TEMPERATURE,
+    Location,
+    LocationRepair,
+    PipelineEnded,
+    locations,
+    locations_data,
+    locations_from,
+    reaching_tests,
+    verify,
+)
 from .pipeline_text import (
     EXAMPLE_REPLY,
     EXAMPLE_TASK,
-    FAILURE_CHARS,
     NO_BLOCKS,
     SYSTEM,
     TEST_TASK,
@@ -48,7 +58,6 @@ from .pipeline_text import (
     declined,
     example_checks,
     example_failure,
-    failures_text,
     first_prompt,
     guard_tests,
     missing_parameters,
@@ -59,8 +68,7 @@ from .pipeline_text import (
 )
 from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
 from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, run_originals
-from .tools.changes import changed_ranges, changed_symbols
-from .tools.testing import Failure, is_test_file, pytest_argv, select_tests
+from .tools.testing import Failure, is_test_file, pytest_argv
 from .trace import (
     TRACE_FORMAT,
     TestRecord,
@@ -83,16 +91,8 @@ SPAN_TOKENS = 1500
 #: Most reply tokens asked for: a few blocks fit; a runaway reply at ~7 tokens/s on a CPU
 #: would take minutes.
 REPLY_TOKENS = 1024
-#: Temperature of every request after the first (which is greedy): a retry needs a new reply.
-SAMPLE_TEMPERATURE = 0.8
 #: Requests per attempt when replies come back empty (the run ends) or cut short.
 EMPTY_TRIES = 3
-
-
-class PipelineEnded(Exception):  # noqa: N818 - control flow, not an error
-    def __init__(self, reason: str, message: str, status: str = "stopped") -> None:
-        super().__init__(message)
-        self.reason, self.message, self.status = reason, message, status
 
 
 @dataclass
@@ -128,6 +128,9 @@ class PipelineRun:
         #: (path, name) of the functions whose interface the task changes (named in it).
         self.interface: list[tuple[str, str]] = []
         self.examples: list[str] = []  # checks of the task's examples (failing before the edit)
+        #: The functions repaired one per request (agent/pipeline_steps.py); [] for one place.
+        self.locations: list[Location] = []
+        self.loc_next, self.swept = 0, False  # the function asked for next; all had a turn
         self.live_steps: list[int] = []  # steps whose edits are in the tree
         self.test_failures = 0  # attempts whose tests failed
         self.attempts_made = 0  # the first two build the conversation, the rest are samples
@@ -188,8 +191,9 @@ class PipelineRun:
         st = resumed_state(events)
         self.task, self.tests, self.fixed, self.convo = st["task"], tests_from(events), *st["msgs"]
         for key in ("named_tests", "failing_before", "interface", "examples", "test_failures",
-                    "attempts_made", "next_step", "prior_s", "history"):  # fmt: skip
+                    "attempts_made", "next_step", "prior_s", "history", "loc_next", "swept"):  # fmt: skip
             setattr(self, key, st[key])
+        self.locations = locations_from(st["locations"])
         return st["usage"], st["calls"]
 
     # -- the run ---------------------------------------------------------------------------------
@@ -202,7 +206,10 @@ class PipelineRun:
                 if not self.fixed:
                     self._localize(self.next_step)
                 state = _Attempt()
-                for _ in range(self.attempts):
+                if self.locations:  # a change across functions: one function per request
+                    repair = LocationRepair(self, self.locations)
+                    state = _Attempt(*repair.drive(t0, self.loc_next, self.swept))
+                for _ in range(0 if self.locations else self.attempts):
                     self._check_limits(t0)
                     state = self._attempt(self.next_step)
                 raise self._after_attempts(state)
@@ -280,7 +287,7 @@ class PipelineRun:
         )
         self.named_tests = list(loc0.named_tests)
         failures: list[Failure] = []
-        tests = self.named_tests or self._reaching(conn, loc0)
+        tests = self.named_tests or reaching_tests(conn, loc0, self.ctx.agent.test_select_hops)
         if tests and ("execute" in self.opts.granted or self.opts.confirm):
             result = self._call(
                 step, ToolCall.from_raw("localize-tests", "run_tests", {"tests": tests})
@@ -312,12 +319,6 @@ class PipelineRun:
             + (f"; {len(loc.left_out)} left out for the budget" if loc.left_out else ""),
             localization=loc.to_dict(),
         )
-        self.fixed = [
-            Message.system(SYSTEM),
-            Message.user(EXAMPLE_TASK),
-            Message.assistant(EXAMPLE_REPLY),
-            Message.user(first_prompt(self.task, loc)),
-        ]
         if loc.signature_change:
             self.interface = [
                 (c.path, c.qualname.rsplit(".", 1)[-1])
@@ -326,6 +327,15 @@ class PipelineRun:
                 and not is_test_file(c.path)
                 and any(r.startswith("named in the task") for r in c.reasons)
             ]
+        if asks_for_change(self.task):
+            self.locations = locations(loc, bool(self.named_tests or self.failing_before))
+        closing = LocationRepair(self, self.locations).first_request() if self.locations else None
+        self.fixed = [
+            Message.system(SYSTEM),
+            Message.user(EXAMPLE_TASK),
+            Message.assistant(EXAMPLE_REPLY),
+            Message.user(first_prompt(self.task, loc, closing)),
+        ]
         summary = f"step {step}: localized {len(loc.spans)} spans" + (
             f", {len(failures)} failing test(s) before any change" if failures else ""
         )
@@ -338,25 +348,12 @@ class PipelineRun:
             failing_before=self.failing_before,
             interface=self.interface,
             examples=self.examples,
+            locations=locations_data(self.locations),
         )
 
     def _searcher(self) -> Any:
         session, cfg = self.ctx.session, self.config
         return session.searcher(cfg, semantic=session.embed_model(cfg) is not None)
-
-    def _reaching(self, conn: Any, loc: Localization) -> list[str]:
-        """Tests that reach the task's named definitions through the graph (run before the
-        edit when the task names no test)."""
-        from .tools.changes import ChangedSymbol
-
-        named = [c for c in loc.candidates if "named in the task" in " ".join(c.reasons)]
-        changed = [
-            ChangedSymbol(c.id, c.qualname, c.kind, c.path, c.start, c.end, None)
-            for c in named
-            if not is_test_file(c.path)
-        ]
-        selected, _ = select_tests(conn, changed, self.ctx.agent.test_select_hops)
-        return selected[:50]
 
     # -- one attempt -----------------------------------------------------------------------------
 
@@ -369,26 +366,7 @@ class PipelineRun:
         self.attempts_made += 1
         messages = [*self.fixed, *self.convo] if self._keep else list(self.fixed)
         temperature = 0.0 if step == self.first_attempt else SAMPLE_TEMPERATURE
-        for n in range(1, EMPTY_TRIES + 1):
-            reply = self._ask(step, messages, temperature)
-            cut = scan_edit_blocks(reply.content)
-            if reply.content.strip() and (cut.blocks or not cut.problems or n > 1):
-                break
-            # Empty, or a block cut short: the same request again (nothing appended keeps the
-            # prefix). llama-cpp-python's server ends a streamed reply at once when another
-            # client's request arrives; a real reply comes back the same.
-            kind = "cut_reply" if reply.content.strip() else "empty_answer"
-            self.emit("notice", step=step, kind=kind, message=f"{kind}: asked again")
-            self.opts.sleep(2.0 * n)
-        if not reply.content.strip():
-            self._end_step(step, [], f"step {step}: empty replies", failed=True)
-            raise PipelineEnded(
-                "empty_answer",
-                f"The model sent {EMPTY_TRIES} empty replies in a row — is another client "
-                "using the same server (llama.cpp's server cuts a streamed reply short when "
-                "another request arrives)? Run again, or try another model.",
-                "failed",
-            )
+        reply = self._reply(step, messages, temperature)
         text = reply.content
         scanned = scan_edit_blocks(text)
         if not scanned.blocks and not scanned.problems:
@@ -416,11 +394,57 @@ class PipelineRun:
             # A change across an interface (a parameter through its callers) is kept: its
             # pieces are the def and each caller, and the next reply's blocks replace theirs.
             self._rollback(step)
+        applied, corrections = self._apply(step, scanned)
+        if not corrections:
+            corrections = missing_parameters(self.task, self.interface, self.files().read)
+        if corrections:
+            done = f"Applied: {', '.join(dict.fromkeys(applied))}. " if applied else ""
+            feedback = (
+                f"{done}Not applied:\n"
+                + "\n".join(f"- {c}" for c in corrections)
+                + "\nSend the blocks for the whole change again, copying SEARCH exactly from "
+                "the code shown at the start."
+            )
+            self._end_step(
+                step,
+                [reply, Message.user(feedback)],
+                f"step {step}: {len(applied)} block(s) applied, {len(corrections)} not",
+                failed=not applied,
+            )
+            return _Attempt("unplaced", clip(corrections[0], 300))
+        return self._test(step, reply)
+
+    def _reply(self, step: int, messages: list[Message], temperature: float) -> Message:
+        """The model's reply; an empty or cut-short one is asked again (nothing appended keeps
+        the prefix): llama-cpp-python's server ends a streamed reply at once when another
+        client's request arrives, and a real reply comes back the same."""
+        for n in range(1, EMPTY_TRIES + 1):
+            reply = self._ask(step, messages, temperature)
+            cut = scan_edit_blocks(reply.content)
+            if reply.content.strip() and (cut.blocks or not cut.problems or n > 1):
+                return reply
+            kind = "cut_reply" if reply.content.strip() else "empty_answer"
+            self.emit("notice", step=step, kind=kind, message=f"{kind}: asked again")
+            self.opts.sleep(2.0 * n)
+        if reply.content.strip():
+            return reply
+        self._end_step(step, [], f"step {step}: empty replies", failed=True)
+        raise PipelineEnded(
+            "empty_answer",
+            f"The model sent {EMPTY_TRIES} empty replies in a row — is another client using "
+            "the same server (llama.cpp's server cuts a streamed reply short when another "
+            "request arrives)? Run again, or try another model.",
+            "failed",
+        )
+
+    def _apply(self, step: int, scanned: Any) -> tuple[list[str], list[str]]:
+        """A reply's blocks as `edit`/`create_file` calls through the registry: the paths
+        changed, and a correction for each block that could not be placed or applied."""
         corrections = list(scanned.problems)
         blocks = guard_tests(
             self.task, bool(self.named_tests or self.failing_before), scanned.blocks, corrections
         )
-        files = WorkspaceFiles(self.ctx)
+        files = self.files()
         # An incomplete change stays, and the next reply's blocks complete it: a block already
         # in place is skipped; one written against code an earlier block changed replaces it.
         blocks = self._rebase(step, blocks, files)
@@ -438,24 +462,18 @@ class PipelineRun:
                 )
         if applied:
             self.live_steps.append(step)
-        if not corrections:
-            corrections = missing_parameters(self.task, self.interface, files.read)
-        if corrections:
-            done = f"Applied: {', '.join(dict.fromkeys(applied))}. " if applied else ""
-            feedback = (
-                f"{done}Not applied:\n"
-                + "\n".join(f"- {c}" for c in corrections)
-                + "\nSend the blocks for the whole change again, copying SEARCH exactly from "
-                "the code shown at the start."
-            )
-            self._end_step(
-                step,
-                [reply, Message.user(feedback)],
-                f"step {step}: {len(applied)} block(s) applied, {len(corrections)} not",
-                failed=not applied,
-            )
-            return _Attempt("unplaced", clip(corrections[0], 300))
-        return self._test(step, reply)
+        return applied, corrections
+
+    def files(self) -> WorkspaceFiles:
+        return WorkspaceFiles(self.ctx)
+
+    def original(self, path: str) -> str | None:
+        """``path`` as it was before the run (its text now when the run has not changed it)."""
+        store = self.ctx.checkpoints
+        before = run_originals(store, self.run_id).get(str(self.ctx.workspace.root / path))
+        if before is not None:
+            return before.decode("utf-8", "replace")
+        return self.files().read(path)
 
     def _rebase(self, step: int, blocks: list, files: WorkspaceFiles) -> list:
         store = self.ctx.checkpoints
@@ -499,7 +517,8 @@ class PipelineRun:
         return StepPrompt(tuple(messages), total, budget, sections, None, 0.0)
 
     def _test(self, step: int, reply: Message) -> _Attempt:
-        if not self._changed():
+        verdict, why = verify(self, step, reply)
+        if verdict == "unchanged":
             self._end_step(
                 step,
                 [reply, Message.user(NO_BLOCKS)],
@@ -507,40 +526,12 @@ class PipelineRun:
                 failed=True,
             )
             return _Attempt("no_blocks", "the blocks changed nothing")
-        conn = self.ctx.session.conn(self.config)
-        ranges, _ = changed_ranges(self.ctx)
-        selected, total = select_tests(
-            conn, changed_symbols(conn, ranges), self.ctx.agent.test_select_hops
-        )
-        tests = list(dict.fromkeys([*self.named_tests, *self.failing_before, *selected]))
-        if not tests:
-            self._end_step(step, [reply], f"step {step}: changed; no test reaches the change")
-            raise PipelineEnded(
-                "untested",
-                f"Changed {', '.join(c.path for c in self._changed())}; no test of the "
-                f"{total} in the index reaches the change, so it is not verified — review it "
-                f"(`git diff`), or undo it with `repoctx agent undo {self.run_id}`.",
-                "done",
-            )
-        result = self._call(step, ToolCall.from_raw(f"tests-{step}", "run_tests", {"tests": tests}))
-        if result.data.get("passed") and (wrong := self._examples(step, self.examples)[1]):
-            # The tests may never pass the new behaviour: the task's own examples are checked.
-            self.test_failures += 1
-            feedback = f"The tests pass, but {wrong} Send corrected SEARCH/REPLACE blocks."
+        self.test_failures += 1
+        if verdict == "example":
+            feedback = f"The tests pass, but {why} Send corrected SEARCH/REPLACE blocks."
             obs = [reply, Message.user(feedback)] if self._keep else [reply]
             self._end_step(step, obs, f"step {step}: an example fails", True, tests_failed=True)
-            return _Attempt("tests_failed", wrong)
-        if result.data.get("passed"):
-            self._end_step(step, [reply], f"step {step}: changed; {len(tests)} test(s) pass")
-            raise PipelineEnded(
-                "tests_passed",
-                f"Changed {', '.join(c.path for c in self._changed())}; the {len(tests)} "
-                "test(s) that reach the change pass.",
-                "done",
-            )
-        failures = [Failure(**f) for r in result.data.get("runs") or () for f in r["failures"]]
-        why = failures_text(failures) or clip(result.error or result.output, FAILURE_CHARS)
-        self.test_failures += 1
+            return _Attempt("tests_failed", why)
         undone = (
             "That change is undone: the code is again as shown at the start."
             if not self.interface

@@ -257,8 +257,9 @@ def declined(text: str) -> bool:
     return bool(_DECLINED.search(text))
 
 
-def first_prompt(task: str, loc: Localization) -> str:
-    """The task and the localized code: the last of the run's fixed messages."""
+def first_prompt(task: str, loc: Localization, closing: str | None = None) -> str:
+    """The task and the localized code: the last of the run's fixed messages (``closing``:
+    what it asks for, when not the blocks for the whole change)."""
     # The failing tests' output is not shown: it steered the model in tries with
     # Qwen2.5-Coder-1.5B to echo it or to edit the test; its frames chose the code instead.
     parts = [f"# Task\n{task}", "# Code"]
@@ -270,7 +271,7 @@ def first_prompt(task: str, loc: Localization) -> str:
         parts.append("(no code found for this task)")
     if loc.left_out:
         parts.append("Also related, not shown: " + ", ".join(loc.left_out[:5]))
-    parts.append(CLOSING if asks_for_change(task) else ANSWER_CLOSING)
+    parts.append(closing or (CLOSING if asks_for_change(task) else ANSWER_CLOSING))
     return "\n\n".join(parts)
 
 
@@ -355,7 +356,8 @@ def resumed_state(events: list[dict[str, Any]]) -> dict[str, Any]:
         "task": events[0]["task"], "named_tests": [], "failing_before": [], "interface": [],
         "examples": [],
         "test_failures": 0, "attempts_made": 0, "next_step": 1, "prior_s": 0.0,
-        "history": [], "usage": Usage(), "calls": 0,
+        "history": [], "usage": Usage(), "calls": 0, "locations": [], "loc_next": 0,
+        "swept": False,
     }  # fmt: skip
     fixed: list[Message] = []
     convo: list[Message] = []
@@ -369,10 +371,13 @@ def resumed_state(events: list[dict[str, Any]]) -> dict[str, Any]:
                 st["failing_before"] = list(e.get("failing_before", ()))
                 st["interface"] = [tuple(x) for x in e.get("interface", ())]
                 st["examples"] = list(e.get("examples", ()))
+                st["locations"] = list(e.get("locations", ()))
             else:
                 st["attempts_made"] += 1
                 # a sample from the fixed messages is not part of the conversation
                 convo += messages if e.get("kept") is not False else []
+                if "next_location" in e:
+                    st["loc_next"], st["swept"] = e["next_location"], bool(e.get("swept"))
             st["next_step"] = e["step"] + 1
             st["history"].append(e.get("summary", ""))
         elif e["type"] == "model_call":

@@ -408,9 +408,11 @@ def test_a_named_parameter_missing_from_a_def_line_is_fed_back(
     server.replies = [reply(callers_only), reply(unused), reply(whole)]
     report = run(root, server, task=PARAM_TASK)
     assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 3)
+    # One function per request (two functions, an interface change): `show` first, and its
+    # feedback is about `show` alone.
     feedback = server.requests[1]["messages"][-1]["content"]
-    assert "`line` in fmt/line.py does not take `unit` yet" in feedback
     assert "`show` in fmt/num.py does not take `unit` yet" in feedback
+    assert "`line` in fmt/line.py" not in feedback
     steps = [e for e in events(root, report.run_id) if e["type"] == "step"]
     feedback = steps[2]["observation"][-1]["content"]  # after attempt 2
     assert "`show` in fmt/num.py takes `unit` but never uses it" in feedback
@@ -470,3 +472,161 @@ def test_the_tasks_own_example_is_checked_after_the_tests(tmp_path: Path, server
     checks = [e for e in events(root, report.run_id) if e.get("name") == "run_command"]
     assert [e["data"]["exit_code"] for e in checks] == [1, 1, 0]  # before, attempt 1, 2
     assert 'return f"{x:.1f}{unit}"' in (root / "fmt/num.py").read_text()
+
+
+# -- one function per request (agent/pipeline_steps.py) ---------------------------------------------
+
+
+def _report(tmp_path: Path) -> tuple[Path, str]:
+    from benchmarks.e2e_tasks import REPOS, TASKS_BY_NAME
+
+    return make_repo(tmp_path / "report", REPOS["report"]), TASKS_BY_NAME["add_param"].prompt
+
+
+FMT_DEF = (
+    "def format_amount(value):\n    \"\"\"``value`` with two decimals and thousands separators: "
+    "1234.5 -> '1,234.50'.\"\"\"\n    return f\"{value:,.2f}\"\n"
+)
+FMT_NEW = (
+    "def format_amount(value, currency=None):\n    text = f\"{value:,.2f}\"\n"
+    "    return f\"{text} {currency}\" if currency else text\n"
+)
+INV = "def invoice_line(name, value):\n"
+SUM = "def summary_total(values):\n"
+
+
+def _caller(path: str, name: str, args: str, ret: str, call: str) -> str:
+    return block(
+        path, f"def {name}({args}):\n",
+        f"def {name}({args}, currency=None):\n", f"Add currency to {name}.",
+    ) + block(
+        path, f"    return {ret}{{format_amount({call})}}\"\n",
+        f"    return {ret}{{format_amount({call}, currency=currency)}}\"\n", "",
+    )
+
+
+def test_an_interface_change_is_asked_one_function_at_a_time(
+    tmp_path: Path, server: Server
+) -> None:
+    root, task = _report(tmp_path)
+    server.replies = [  # the function written out whole (under its path, then without), a block
+        reply(f"Add currency.\n\nreport/format.py\n```python\n{FMT_NEW}```\n"),
+        reply("```python\ndef invoice_line(name, value, currency=None):\n"
+              '    return f"{name}: {format_amount(value, currency=currency)}"\n```\n'),
+        reply(_caller("report/summary.py", "summary_total", "values", 'f"Total: ', "sum(values)")),
+    ]
+    report = run(root, server, task=task)
+    assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 3)
+    assert (root / "report/format.py").read_text().startswith('"""Number formatting')
+    first, second, third = (sent(server, i) for i in range(3))
+    # Prefix-stable: each request is the one before, its reply and one more user message.
+    assert second[: len(first)] == first and len(second) == len(first) + 2
+    assert third[: len(second)] == second and len(third) == len(second) + 2
+    assert "First only `format_amount` in report/format.py" in first[-1][1]
+    ask2, ask3 = second[-1][1], third[-1][1]
+    assert ask2.startswith("Applied.") and "Now only `invoice_line` in report/invoice.py" in ask2
+    # The caller's turn shows its code as it is now and the definition as the reply left it.
+    assert "def invoice_line(name, value):" in ask2 and "format_amount(value)" in ask2
+    assert "which is now `def format_amount(value, currency=None):`" in ask2
+    assert "Now only `summary_total` in report/summary.py" in ask3
+    assert "def invoice_line" not in ask3  # each request shows its own function only
+    assert {c.path for c in report.changed} == {
+        "report/format.py", "report/invoice.py", "report/summary.py"
+    }
+    verify = TASKS_BY_NAME_VERIFY()
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", verify], cwd=root, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    steps = [e for e in events(root, report.run_id) if e["type"] == "step"]
+    assert [e.get("next_location") for e in steps[1:]] == [1, 2, None]
+    assert steps[0]["locations"][0]["role"] == "definition"
+
+
+def TASKS_BY_NAME_VERIFY() -> str:  # noqa: N802 - the benchmark's own check of add_param
+    from benchmarks.e2e_tasks import TASKS_BY_NAME
+
+    return TASKS_BY_NAME["add_param"].verify
+
+
+def test_a_location_with_an_empty_then_wrong_reply_ends_honestly(
+    tmp_path: Path, server: Server
+) -> None:
+    root, task = _report(tmp_path)
+    no_block = reply("I would add the parameter to summary_total.")
+    server.replies = [
+        reply(block("report/format.py", FMT_DEF, FMT_NEW, "Add currency.")),
+        reply(_caller("report/invoice.py", "invoice_line", "name, value", 'f"{name}: ', "value")),
+        no_block, no_block,  # summary_total: asked twice, no block either time
+        *[no_block] * 5,  # every later request, sent back to summary_total
+    ]
+    report = run(root, server, task=task, attempts=3)
+    # 3 functions + 2 more requests (attempts - 1): never called done.
+    assert report.model_calls == 5
+    assert report.status == "stopped" and report.reason == "tests_failing"
+    assert "summary_total" in report.message
+    retry = sent(server, 3)[-1][1]
+    assert retry.startswith("Your reply had no SEARCH/REPLACE block")
+    assert "Now only `summary_total`" in retry
+    # After every function's turn, the failed check goes back to the function it names.
+    last = sent(server, 4)[-1][1]
+    assert "`summary_total` in report/summary.py does not take `currency` yet" in last
+    assert "Now only `summary_total` in report/summary.py" in last
+    assert "currency=None" in (root / "report/invoice.py").read_text()
+    assert "currency" not in (root / "report/summary.py").read_text()
+
+
+def test_a_failing_test_goes_back_to_the_function_of_its_frame(
+    tmp_path: Path, server: Server
+) -> None:
+    root, task = _report(tmp_path)
+    broken = block(
+        "report/invoice.py", "def invoice_line(name, value):\n",
+        "def invoice_line(name, value, currency=None):\n    value = value + 1\n", "Add it.",
+    ) + block("report/invoice.py", '    return f"{name}: {format_amount(value)}"\n',
+              '    return f"{name}: {format_amount(value, currency=currency)}"\n', "")
+    fixed = block("report/invoice.py", "    value = value + 1\n", "", "Drop the line.")
+    server.replies = [
+        reply(block("report/format.py", FMT_DEF, FMT_NEW, "Add currency.")),
+        reply(broken),
+        reply(_caller("report/summary.py", "summary_total", "values", 'f"Total: ', "sum(values)")),
+        reply(fixed),
+    ]
+    report = run(root, server, task=task)
+    assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 4)
+    back = sent(server, 3)[-1][1]
+    assert back.startswith("These tests fail now:") and "test_invoice_line" in back
+    assert "Now only `invoice_line` in report/invoice.py" in back, back
+    assert "value = value + 1" in back  # its code as it is now, with the wrong line
+
+
+def test_a_bug_fix_stays_one_request_for_the_whole_change(repo: Path, server: Server) -> None:
+    server.replies = [reply(FIX)]
+    report = run(repo, server)
+    assert (report.status, report.model_calls) == ("done", 1)
+    assert "one function at a time" not in sent(server, 0)[-1][1]
+    steps = [e for e in events(repo, report.run_id) if e["type"] == "step"]
+    assert steps[0]["locations"] == []
+
+
+def test_a_resumed_run_asks_the_function_it_stopped_at(tmp_path: Path, server: Server) -> None:
+    root, task = _report(tmp_path)
+    no_block = reply("I would add the parameter to summary_total.")
+    server.replies = [
+        reply(block("report/format.py", FMT_DEF, FMT_NEW, "Add currency.")),
+        reply(_caller("report/invoice.py", "invoice_line", "name, value", 'f"{name}: ', "value")),
+        no_block, no_block,
+    ]
+    first = run(root, server, task=task, attempts=1)
+    assert (first.status, first.model_calls) == ("stopped", 4)
+    server.replies = [
+        reply(_caller("report/summary.py", "summary_total", "values", 'f"Total: ', "sum(values)"))
+    ]
+    options = RunOptions(limits=Limits(model_retries=0), granted=ALL, sleep=lambda s: None,
+                         resume=first.run_id)
+    report = run_task(config(root), "", client(server), options)
+    assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 5)
+    before, now = sent(server, 3), sent(server, 4)
+    assert now[: len(before)] == before and len(now) == len(before) + 2
+    assert "Now only `summary_total` in report/summary.py" in now[-1][1]
