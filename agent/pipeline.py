@@ -328,7 +328,8 @@ class PipelineRun:
                 and any(r.startswith("named in the task") for r in c.reasons)
             ]
         if asks_for_change(self.task):
-            self.locations = locations(loc, bool(self.named_tests or self.failing_before))
+            failing = bool(self.named_tests or self.failing_before)
+            self.locations = locations(loc, failing, self.task)
         closing = LocationRepair(self, self.locations).first_request() if self.locations else None
         self.fixed = [
             Message.system(SYSTEM),

@@ -62,6 +62,7 @@ MOST_LOCATIONS = 5
 #: apply (then the next function has its turn; the final check sends it back if it matters).
 TRIES_PER_LOCATION = 2
 _FUNCS = ("function", "method")
+_RENAME = re.compile(r"\brenam(e|es|ed|ing)\b", re.I)
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,12 @@ class Location:
         return self.qualname.rsplit(".", 1)[-1]
 
 
-def locations(loc: Localization, has_failing_tests: bool) -> list[Location]:
+def locations(loc: Localization, has_failing_tests: bool, task: str = "") -> list[Location]:
     """The functions to repair one at a time, the definition first, then its callers; [] when
-    the change is in one place (a bug fix stays one request for the whole change)."""
+    the change is in one place (a bug fix stays one request for the whole change) or is not
+    made of functions alone (a rename also changes imports and tests)."""
+    if _RENAME.search(task):
+        return []
     covered = {(s.path, s.start, s.end) for s in loc.spans}
 
     def shown(c: Any) -> bool:

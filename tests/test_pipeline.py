@@ -630,3 +630,25 @@ def test_a_resumed_run_asks_the_function_it_stopped_at(tmp_path: Path, server: S
     before, now = sent(server, 3), sent(server, 4)
     assert now[: len(before)] == before and len(now) == len(before) + 2
     assert "Now only `summary_total` in report/summary.py" in now[-1][1]
+
+
+def test_locations_are_the_definition_then_its_callers_never_for_a_rename(
+    tmp_path: Path,
+) -> None:
+    from agent.pipeline_steps import locations
+    from benchmarks.e2e_tasks import REPOS, TASKS_BY_NAME
+
+    def locs(name: str) -> list:
+        task = TASKS_BY_NAME[name]
+        root = make_repo(tmp_path / name, REPOS[task.repo])
+        conn = store.open_for_read(index(root).index_path).conn
+        loc = localize(conn, root, task.prompt, counter=lambda s: len(s) // 4)
+        return locations(loc, False, task.prompt)
+
+    found = locs("add_delimiter")
+    assert [(x.name, x.role) for x in found] == [
+        ("csv_line", "definition"), ("customers_csv", "caller"), ("orders_csv", "caller")
+    ]
+    assert {x.calls for x in found[1:]} == {"csv_line"}
+    # A rename changes imports and tests too, which are not functions: one request for all.
+    assert locs("rename_stock_level") == []
