@@ -9,9 +9,15 @@ unchanged; the first of them already asks for the first function. Each later req
 the reply and one user message: "now this function: <its code as it is after the earlier
 edits>", so the server reuses everything before. Each reply's blocks are applied through the
 same path as any attempt (agent/pipeline.py `_apply`: gate, sandbox, checkpoints, trace).
-When every function has had its turn, the parameter check, the tests and the task's examples
-run once; a failure goes back to the function it names (the innermost frame, the name in a
-correction or an example), within the run's request budget.
+Each request asks for the function written out whole (a fence is read as one block replacing
+the function as it is now; a SEARCH/REPLACE block is taken too); each function's reply is
+checked on its own (a parameter the task adds: taken and used) and asked again once. When
+every function has had its turn, the parameter check, the tests and the task's examples run
+once; a failure goes back to the function it names (the innermost frame, the name in a
+correction or an example, a failing test named for it), within the run's request budget.
+
+Also here, shared with agent/pipeline.py: `verify` (the tests that reach the change, then the
+task's examples) and `reaching_tests` (the tests run before any edit).
 """
 
 from __future__ import annotations
@@ -148,9 +154,10 @@ def function_text(text: str, qualname: str) -> str | None:
     return "".join(lines[start - 1 : node.end_lineno])
 
 
-def function_reply(scanned: ScannedBlocks, x: Location, code: str) -> ScannedBlocks:
+def function_reply(scanned: ScannedBlocks, x: Location, code: str | None) -> ScannedBlocks:
     """A reply that writes function ``x`` out whole (in a fence, under its path or none, no
-    markers) as one block replacing ``code``, the function as it is now; blocks as they are."""
+    markers) as one block replacing ``code``, the function as it is now (None: not found, the
+    reply is taken as it is); SEARCH/REPLACE blocks as they are."""
 
     def new_code(text: str) -> str | None:
         if not re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(x.name)}\b", text, re.M):
@@ -269,7 +276,8 @@ class LocationRepair:
             temperature = 0.0 if tries == 0 and not swept else SAMPLE_TEMPERATURE
             reply = run._reply(step, [*run.fixed, *run.convo], temperature)
             x = self.locs[at]
-            scanned = function_reply(scan_edit_blocks(reply.content), x, self._code(x))
+            now = function_text(run.files().read(x.path) or "", x.qualname)
+            scanned = function_reply(scan_edit_blocks(reply.content), x, now)
             applied: list[str] = []
             corrections: list[str] = []
             if scanned.blocks or scanned.problems:
@@ -294,7 +302,7 @@ class LocationRepair:
                         if corrections
                         else "Not done yet:\n" + "\n".join(f"- {c}" for c in own)
                         if own
-                        else "Your reply had no SEARCH/REPLACE block, so nothing was changed."
+                        else "Your reply had no code for it, so nothing was changed."
                     )
                     self._next(step, reply, at, swept, self.request(at, said), failed=True)
                     continue

@@ -567,7 +567,7 @@ def test_a_location_with_an_empty_then_wrong_reply_ends_honestly(
     assert report.status == "stopped" and report.reason == "tests_failing"
     assert "summary_total" in report.message
     retry = sent(server, 3)[-1][1]
-    assert retry.startswith("Your reply had no SEARCH/REPLACE block")
+    assert retry.startswith("Your reply had no code for it")
     assert "Now only `summary_total`" in retry
     # After every function's turn, the failed check goes back to the function it names.
     last = sent(server, 4)[-1][1]
