@@ -550,7 +550,11 @@ class PipelineRun:
 
     def _after_attempts(self, state: _Attempt) -> PipelineEnded:
         reason, message, status = after_attempts(
-            state.state, state.detail, bool(self._changed()), self.attempts, self.run_id
+            state.state,
+            state.detail,
+            bool(self._changed()),
+            self.attempts_made if self.locations else self.attempts,
+            self.run_id,
         )
         return PipelineEnded(reason, message, status)
 

@@ -565,7 +565,7 @@ def test_a_location_with_an_empty_then_wrong_reply_ends_honestly(
     # 3 functions + 2 more requests (attempts - 1): never called done.
     assert report.model_calls == 5
     assert report.status == "stopped" and report.reason == "tests_failing"
-    assert "summary_total" in report.message
+    assert "summary_total" in report.message and report.message.startswith("After 5 attempt")
     retry = sent(server, 3)[-1][1]
     assert retry.startswith("Your reply had no code for it")
     assert "Now only `summary_total`" in retry
