@@ -52,6 +52,7 @@ from .pipeline_text import (
     NO_BLOCKS,
     SYSTEM,
     TEST_TASK,
+    UNAPPLIED,
     Sampling,
     after_attempts,
     common_prefix_tokens,
@@ -390,6 +391,10 @@ class PipelineRun:
                 failed=True,
             )
             return _Attempt("no_blocks", clip(text, 200))
+        if not asks_for_change(self.task):
+            # A question is answered, never edited: its blocks are suggestions for the user.
+            self._end_step(step, [reply], f"step {step}: answered; suggested edits not applied")
+            raise PipelineEnded("answered", text.strip() + UNAPPLIED, "done")
         if self.test_failures and not self.interface:
             # A fix the tests refuted is wrong as a whole: it goes before the next is applied.
             # A change across an interface (a parameter through its callers) is kept: its

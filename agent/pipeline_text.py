@@ -313,6 +313,13 @@ def common_prefix_tokens(tokens: Any, messages: list[Message], before: list[Mess
     return n
 
 
+#: Said after an answer to a question that came with edit blocks: they were not applied.
+UNAPPLIED = (
+    "\n\n(The task asks a question, so the SEARCH/REPLACE blocks above were not applied: "
+    "nothing was changed. To make the change, ask for it, e.g. `repoctx agent run \"Fix …\"`.)"
+)
+
+
 def after_attempts(
     state: str, detail: str, changed: bool, attempts: int, run_id: str
 ) -> tuple[str, str, str]:

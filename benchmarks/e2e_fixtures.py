@@ -172,6 +172,15 @@ def check_change(task: Task, root: Path, files: Mapping[str, str]) -> dict[str, 
     }
 
 
+def repoctx_claimed(status: str | None, reason: str | None) -> bool | None:
+    """Whether a repoctx run reported success at the task: status ``done``, except an answer
+    (reason ``answered``: a question was answered and nothing was changed, which is what a
+    vague "can you look into it?" should end with); None when it reported nothing."""
+    if not status:
+        return None
+    return status == "done" and reason != "answered"
+
+
 def judge(task: Task, check: Mapping[str, Any], claimed_success: bool | None) -> dict[str, Any]:
     """The verdict of one run from the files (``check``) and what the system said
     (``claimed_success``: True when it reported success — repoctx's status ``done``,

@@ -407,3 +407,16 @@ def test_mini_swe_agent_runs_against_the_server_and_a_claim_is_not_a_solution(
     assert row["nothing_done_reported_success"] and row["steps"] == 2
     # The second prompt extends the first: the server's log shows the reuse.
     assert row["server_cache"]["per_call"][1]["reused"] > 0
+
+
+def test_an_answered_question_is_no_claim_of_a_change_but_a_done_edit_is() -> None:
+    from benchmarks.e2e_fixtures import repoctx_claimed
+
+    vague = next(t for t in bench.TASKS if t.unchanged)
+    unchanged = {"solved": True, "changed_files": []}
+    answered = bench.judge(vague, unchanged, repoctx_claimed("done", "answered"))
+    assert answered["solved"] and not answered["success_claimed_but_unsolved"]
+    done = bench.judge(vague, unchanged, repoctx_claimed("done", "tests_passed"))
+    assert not done["solved"] and done["success_claimed_but_unsolved"]
+    assert repoctx_claimed("no_progress", "no_change") is False
+    assert repoctx_claimed(None, None) is None
