@@ -47,10 +47,7 @@ from .pipeline_steps import (
     verify,
 )
 from .pipeline_text import (
-    EXAMPLE_REPLY,
-    EXAMPLE_TASK,
     NO_BLOCKS,
-    SYSTEM,
     TEST_TASK,
     UNAPPLIED,
     Sampling,
@@ -60,6 +57,7 @@ from .pipeline_text import (
     example_checks,
     example_failure,
     first_prompt,
+    fixed_messages,
     guard_tests,
     missing_parameters,
     module_of,
@@ -332,12 +330,7 @@ class PipelineRun:
             failing = bool(self.named_tests or self.failing_before)
             self.locations = locations(loc, failing, self.task)
         closing = LocationRepair(self, self.locations).first_request() if self.locations else None
-        self.fixed = [
-            Message.system(SYSTEM),
-            Message.user(EXAMPLE_TASK),
-            Message.assistant(EXAMPLE_REPLY),
-            Message.user(first_prompt(self.task, loc, closing)),
-        ]
+        self.fixed = fixed_messages(self.task, first_prompt(self.task, loc, closing))
         summary = f"step {step}: localized {len(loc.spans)} spans" + (
             f", {len(failures)} failing test(s) before any change" if failures else ""
         )

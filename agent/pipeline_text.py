@@ -48,6 +48,15 @@ EXAMPLE_REPLY = (
     ">>>>>>> REPLACE"
 )
 CLOSING = "Reply with the SEARCH/REPLACE blocks for the change."
+#: For a task that asks a question: no edit form and no example exchange to copy (shown the
+#: edit example, the 1.5B answered "the dashboard feels slow" with the example's own change).
+ANSWER_SYSTEM = (
+    "You answer questions about code in a repository. You are given a question and the code "
+    "it concerns, each file under its path. Answer in a few sentences, naming the files and "
+    "functions that matter; do not rewrite the code. If the code shown does not answer the "
+    "question, say so and name what you would look at next."
+)
+
 ANSWER_CLOSING = "Answer the question in a few sentences, naming the files and functions."
 NO_BLOCKS = (
     "Your reply had no SEARCH/REPLACE block, so nothing was changed. Reply with the blocks for "
@@ -318,6 +327,19 @@ UNAPPLIED = (
     "\n\n(The task asks a question, so the SEARCH/REPLACE blocks above were not applied: "
     "nothing was changed. To make the change, ask for it, e.g. `repoctx agent run \"Fix …\"`.)"
 )
+
+
+def fixed_messages(task: str, first: str) -> list[Message]:
+    """The messages every request of a run starts with: the system prompt, one example
+    exchange (for a change) and the task with its code (``first``)."""
+    if not asks_for_change(task):
+        return [Message.system(ANSWER_SYSTEM), Message.user(first)]
+    return [
+        Message.system(SYSTEM),
+        Message.user(EXAMPLE_TASK),
+        Message.assistant(EXAMPLE_REPLY),
+        Message.user(first),
+    ]
 
 
 def after_attempts(

@@ -89,3 +89,7 @@ def test_a_question_is_answered_and_its_suggested_blocks_are_not_applied(
     assert (report.status, report.reason) == ("done", "answered"), report.message
     assert (repo / "app/handlers.py").read_bytes() == before
     assert not report.changed and "were not applied" in report.final
+    # asked as a question: no edit form, no example exchange a small model would copy
+    (request,) = server.requests
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    assert "SEARCH" not in request["messages"][0]["content"]
