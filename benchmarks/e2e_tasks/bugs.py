@@ -220,6 +220,13 @@ TASKS = (
                 "start = (page - 1) * per_page\n",
             ),
         ),
+        verify=(  # inputs the tests do not use
+            "from catalog.pagination import paginate\n"
+            "items = list(range(10))\n"
+            "assert paginate(items, 1, 4) == [0, 1, 2, 3], paginate(items, 1, 4)\n"
+            "assert paginate(items, 3, 4) == [8, 9], paginate(items, 3, 4)\n"
+            "assert paginate(items, 4, 4) == [], paginate(items, 4, 4)\n"
+        ),
         keep=("tests/test_listing.py",),
         files=("catalog/pagination.py",),
         category="bug",
@@ -231,6 +238,13 @@ TASKS = (
         "tests/test_occupancy.py::test_guest_stays_on_the_last_night_booked fails: a guest is "
         "not counted on the last night of their booking. Fix the bug in the code (not the tests).",
         fix=(("bookings/dates.py", "return start <= day < end\n", "return start <= day <= end\n"),),
+        verify=(  # inputs the tests do not use
+            "from datetime import date\n"
+            "from bookings.dates import in_range\n"
+            "a, b = date(2024, 2, 27), date(2024, 3, 1)\n"
+            "assert in_range(a, a, b) and in_range(b, a, b) and in_range(date(2024, 2, 29), a, b)\n"
+            "assert not in_range(date(2024, 3, 2), a, b) and not in_range(date(2024, 2, 26), a, b)\n"
+        ),
         keep=("tests/test_occupancy.py",),
         files=("bookings/dates.py",),
         category="bug",
