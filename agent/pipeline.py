@@ -52,7 +52,6 @@ from .pipeline_text import (
     UNAPPLIED,
     Sampling,
     after_attempts,
-    common_prefix_tokens,
     declined,
     example_checks,
     example_failure,
@@ -151,13 +150,10 @@ class PipelineRun:
         )
         self.sampling = Sampling(model)
         self.calls = ModelCalls(
-            self.sampling, limits, self.tokens, [], self._emit_call, options.sleep, 1
+            self.sampling, limits, self.tokens, [], self.emit, options.sleep, 1
         )
         self.first_attempt = self.next_step if self.fixed else self.next_step + 1
         self.calls.usage, self.calls.count = resumed
-        self._sent: list[Message] = []  # the last request and its reply, for the cache estimate
-        self._reuse = 0
-        self._last_usage: Usage | None = None
 
     # -- trace -----------------------------------------------------------------------------------
 
@@ -166,21 +162,6 @@ class PipelineRun:
         if self.opts.on_event is not None:
             self.opts.on_event(event)
         return event
-
-    def _emit_call(self, type: str, **fields: Any) -> dict[str, Any]:
-        """ModelCalls' events; a model call gets its prompt tokens reused from the cache."""
-        if type == "model_call":
-            usage = dict(fields.get("usage") or {})
-            if usage.get("cache_source") != "server":
-                # llama.cpp caches the reply it generated too: each request extends both.
-                mine = min(self._reuse, int(usage.get("prompt_tokens", 0)))
-                usage["cached_tokens"] = max(int(usage.get("cached_tokens", 0)), mine)
-                usage["cache_source"] = "estimate"
-            fields["usage"], cached = usage, int(usage.get("cached_tokens", 0))
-            processed = int(usage.get("prompt_tokens", 0)) - cached
-            fields["cache"] = dict(processed=processed, reused=cached, source=usage["cache_source"])
-            self._last_usage = Usage(**{k: usage[k] for k in asdict(Usage()) if k in usage})
-        return self.emit(type, **fields)
 
     def _load(self, run_id: str) -> tuple[Usage, int]:
         """A pipeline run's state from its trace (agent/pipeline_text.py `resumed_state`)."""
@@ -498,17 +479,11 @@ class PipelineRun:
 
     def _ask(self, step: int, messages: list[Message], temperature: float) -> Message:
         self.sampling.temperature = temperature
-        self._reuse = common_prefix_tokens(self.tokens, messages, self._sent)
-        self._last_usage = None
-        before = self.calls.usage
+        # ModelCalls estimates the reused prefix (this request against the last and its reply)
         _, completion = self.calls.complete(
             step, "edit", lambda budget: self._step_prompt(messages, budget), tools=()
         )
-        if self._last_usage is not None:  # the usage with the cache figures filled in
-            self.calls.usage = before + self._last_usage
-        reply = Message.assistant(completion.message.content)
-        self._sent = [*messages, reply]
-        return reply
+        return Message.assistant(completion.message.content)
 
     def _step_prompt(self, messages: list[Message], budget: int) -> StepPrompt:
         fixed, total = self.tokens.prompt_tokens(self.fixed), self.tokens.prompt_tokens(messages)

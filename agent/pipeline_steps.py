@@ -386,44 +386,33 @@ def verify(run: PipelineRun, step: int, reply: Message) -> tuple[str, str]:
         conn, changed_symbols(conn, ranges), run.ctx.agent.test_select_hops
     )
     tests = list(dict.fromkeys([*run.named_tests, *run.failing_before, *selected]))
-    if not tests and total:
-        # No test reaches the change through the graph, but the repository has tests: run them
-        # all. A deleted function or a half-done rename breaks tests the graph cannot link to
-        # the edit (both were called done, untested, on the benchmark).
-        full = ToolCall.from_raw(f"tests-{step}", "run_tests", {"scope": "full"})
-        result = run._call(step, full)
-        if result.data.get("passed"):
-            run._end_step(step, [reply], f"step {step}: changed; the whole test suite passes")
-            raise PipelineEnded(
-                "tests_passed",
-                f"Changed {', '.join(c.path for c in run._changed())}; no test reaches the "
-                "change through the code graph, and the whole test suite passes.",
-                "done",
-            )
-        failures = [Failure(**f) for r in result.data.get("runs") or () for f in r["failures"]]
-        why = failures_text(failures) or clip(result.error or result.output, FAILURE_CHARS)
-        return "tests", why
-    if not tests:
-        run._end_step(step, [reply], f"step {step}: changed; no test reaches the change")
+    changed = ", ".join(c.path for c in run._changed())
+    if not tests and not total:
+        run._end_step(step, [reply], f"step {step}: changed; the repository has no tests")
         raise PipelineEnded(
             "untested",
-            f"Changed {', '.join(c.path for c in run._changed())}; no test of the "
-            f"{total} in the index reaches the change, so it is not verified — review it "
+            f"Changed {changed}; the index holds no test, so it is not verified — review it "
             f"(`git diff`), or undo it with `repoctx agent undo {run.run_id}`.",
             "done",
         )
-    result = run._call(step, ToolCall.from_raw(f"tests-{step}", "run_tests", {"tests": tests}))
+    # No test reaches the change through the graph, but the repository has tests: run them
+    # all. A deleted function or a half-done rename breaks tests the graph cannot link to the
+    # edit (both were called done, untested, on the benchmark).
+    args = {"tests": tests} if tests else {"scope": "full"}
+    result = run._call(step, ToolCall.from_raw(f"tests-{step}", "run_tests", args))
     if result.data.get("passed") and (wrong := run._examples(step, run.examples)[1]):
         # The tests may never pass the new behaviour: the task's own examples are checked.
         return "example", wrong
     if result.data.get("passed"):
-        run._end_step(step, [reply], f"step {step}: changed; {len(tests)} test(s) pass")
-        raise PipelineEnded(
-            "tests_passed",
-            f"Changed {', '.join(c.path for c in run._changed())}; the {len(tests)} "
-            "test(s) that reach the change pass.",
-            "done",
+        which = (
+            f"the {len(tests)} test(s) that reach the change pass"
+            if tests
+            else "no test reaches the change through the code graph, and the whole test "
+            "suite passes"
         )
+        passed = f"{len(tests)} test(s) pass" if tests else "the whole test suite passes"
+        run._end_step(step, [reply], f"step {step}: changed; {passed}")
+        raise PipelineEnded("tests_passed", f"Changed {changed}; {which}.", "done")
     failures = [Failure(**f) for r in result.data.get("runs") or () for f in r["failures"]]
     return "tests", failures_text(failures) or clip(result.error or result.output, FAILURE_CHARS)
 

@@ -311,17 +311,6 @@ def shown_paths(fixed: list[Message]) -> list[str]:
     return re.findall(r"^(\S+)\n```", fixed[-1].content, re.M)
 
 
-def common_prefix_tokens(tokens: Any, messages: list[Message], before: list[Message]) -> int:
-    """Prompt tokens a prefix cache holds for ``messages`` after a request of ``before`` (the
-    previous request and its reply): the messages they share from the start."""
-    n = 0
-    for a, b in zip(messages, before, strict=False):
-        if (a.role, a.content) != (b.role, b.content):
-            break
-        n += tokens.message_tokens(a)
-    return n
-
-
 #: Said after an answer to a question that came with edit blocks: they were not applied.
 UNAPPLIED = (
     "\n\n(The task asks a question, so the SEARCH/REPLACE blocks above were not applied: "
