@@ -20,7 +20,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer import graph
+from indexer.graph import reads as graph
 from retrieval.context import ContextPack
 
 _PATH = r"(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9_+]*)"

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.display import place
-from indexer.nofollow import plain_relative
+from indexer.safety.nofollow import plain_relative
 from retrieval.context import FULL, SKELETON, SKELETON_HEADER, ContextItem, ContextPack
 
 from .errors import AgentError, PathNotFoundError

@@ -48,8 +48,8 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterable
 
-from indexer import graph
 from indexer.errors import RepoctxError
+from indexer.graph import reads as graph
 
 from .block_reading import (
     EditBlock,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer import graph
+from indexer.graph import reads as graph
 from retrieval.context import FULL, assemble_context
 
 from .tools.testing import Failure, is_test_file

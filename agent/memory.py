@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from indexer.index_dir_guard import check_index_dir
-from indexer.nofollow import read_regular
+from indexer.safety.index_dir_guard import check_index_dir
+from indexer.safety.nofollow import read_regular
 
 from .errors import AgentError
 from .models.base import ToolSpec

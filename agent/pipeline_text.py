@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from indexer import graph
+from indexer.graph import reads as graph
 
 from .edit_blocks import EditBlock, find_search
 from .localize import Localization

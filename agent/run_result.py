@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.gitsafe import GitConfigError, git_env
+from indexer.safety.gitsafe import GitConfigError, git_env
 
 from .budget import Limits
 from .errors import AgentError
@@ -60,7 +60,7 @@ def diff_stats(root: Path, originals: Mapping[str, bytes | None]) -> list[FileSt
 
 def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """git in ``root`` with the user's own environment (identity), but nothing the repository
-    configures runs: no hooks, fsmonitor, filters or external diff (indexer.gitsafe, which asks
+    configures runs: no hooks, fsmonitor, filters or external diff (indexer.safety.gitsafe, which asks
     git for the configuration before every call)."""
     try:
         return subprocess.run(

@@ -28,7 +28,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from indexer.display import shown
-from indexer.nofollow import READ_FLAGS, open_beneath, openat2_available, plain_relative
+from indexer.safety.nofollow import READ_FLAGS, open_beneath, openat2_available, plain_relative
 
 from .errors import LinkInPathError, NotAFileError, PathEscapeError, PathNotFoundError
 

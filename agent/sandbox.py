@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from indexer import gitsafe
+from indexer.safety import gitsafe
 
 from . import home_policy, landlock, sandbox_env
 from . import sandbox_child as child

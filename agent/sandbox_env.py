@@ -8,7 +8,7 @@ What holds by construction, whatever the command's words:
   ``ENV``, ``LD_PRELOAD``, ``LD_AUDIT``) — whatever `agent.env_allow` or a tool's extra
   environment says.
 - repoctx's own configuration comes after that, so it is the only command-scope configuration:
-  ``GIT_CONFIG_COUNT``/``_KEY_n``/``_VALUE_n`` from `indexer.gitsafe.git_env` (no pager, editor,
+  ``GIT_CONFIG_COUNT``/``_KEY_n``/``_VALUE_n`` from `indexer.safety.gitsafe.git_env` (no pager, editor,
   hooks, fsmonitor, askpass, credential helper, ``ext::`` transport, and the repository's
   drivers neutralised), which outranks every configuration file — the repository's, its
   includes, and whatever the command writes. ``GIT_CONFIG_GLOBAL`` and ``GIT_CONFIG_SYSTEM``
@@ -29,9 +29,8 @@ import os
 import subprocess
 from collections.abc import Mapping
 
-from indexer import gitsafe
+from indexer.safety import gitsafe
 
-#: Kept among the ``GIT_*`` variables: they name no program, file or repository.
 KEPT_GIT_VARS: tuple[str, ...] = ("GIT_AUTHOR_*", "GIT_COMMITTER_*")
 #: Dropped too: they make a shell (``bash -c`` runs string commands) or the loader run code.
 CODE_VARS: frozenset[str] = frozenset({"BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT"})

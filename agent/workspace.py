@@ -14,8 +14,8 @@ import pathspec
 
 from indexer.config import Config, section_settings
 from indexer.config_files import is_config_path
-from indexer.denylist import DEFAULT_DENY, deny_spec
 from indexer.display import shown
+from indexer.safety.denylist import DEFAULT_DENY, deny_spec
 
 from .errors import (
     BinaryFileError,

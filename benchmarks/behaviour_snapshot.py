@@ -16,6 +16,7 @@ script. The corpus (four standard-library packages and a small git history) is m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -83,10 +84,8 @@ def run_cli(code: Path, corpus: Path, *args: str):
     proc = subprocess.run([sys.executable, "-c", "from cli.main import main; main()", *args], cwd=corpus, env=env,
                           capture_output=True, text=True)
     out = proc.stdout
-    try:
+    with contextlib.suppress(ValueError):
         out = json.loads(out)
-    except ValueError:
-        pass
     return {"rc": proc.returncode, "out": strip_timings(out),
             "err": proc.stderr.strip().splitlines()[-1:] if proc.returncode else []}
 
@@ -127,7 +126,7 @@ def differences(a, b, path: str = "") -> list[str]:
         return [d for k in sorted(set(a) | set(b), key=str)
                 for d in differences(a.get(k), b.get(k), f"{path}/{k}")]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
     return [] if a == b else [f"{path}: {json.dumps(a)[:160]} != {json.dumps(b)[:160]}"]
 
 

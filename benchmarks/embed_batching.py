@@ -47,7 +47,7 @@ def stdlib_chunks(n: int, seed: int = 1) -> list[str]:
     """Embedding inputs (header + code, as the index embeds them) of ``n`` random chunks."""
     from indexer.build import build
     from indexer.config import load_config
-    from indexer.store import open_for_read
+    from indexer.graph.store import open_for_read
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(
@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from indexer.embed import SentenceTransformerEmbedder, _OpenVinoRuntime
+    from indexer.vectors.embed import SentenceTransformerEmbedder, _OpenVinoRuntime
 
     texts = stdlib_chunks(args.chunks)
     log(f"{len(texts)} chunks")

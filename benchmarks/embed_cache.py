@@ -20,7 +20,7 @@ import numpy as np
 
 
 class CachedEmbedder:
-    """Wraps an `indexer.embed.Embedder`: ``embed`` answers from the cache where it can and
+    """Wraps an `indexer.vectors.embed.Embedder`: ``embed`` answers from the cache where it can and
     embeds (and stores) the rest; everything else is the wrapped embedder's."""
 
     def __init__(self, inner, path: Path) -> None:

@@ -66,7 +66,7 @@ def child(runtime: str, cache: str, n: int, batch_size: int, out: str, reps: int
     """Measure one runtime in this (fresh) process."""
     t0 = time.perf_counter()
     sys.path.insert(0, str(REPO))
-    from indexer.embed import SentenceTransformerEmbedder
+    from indexer.vectors.embed import SentenceTransformerEmbedder
 
     emb = SentenceTransformerEmbedder(backend=runtime, batch_size=batch_size, cache_dir=cache)
     emb.load()
@@ -133,7 +133,7 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO))
-    from indexer.embed import MIN_COSINE, have_openvino, load_tokenizer
+    from indexer.vectors.embed import MIN_COSINE, have_openvino, load_tokenizer
 
     texts = sample_chunks(args.chunks)
     tok = load_tokenizer("all-MiniLM-L6-v2")

@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and the proj
 from benchmarks._common import git_revision, log  # noqa: E402
 from benchmarks.loc_metrics import by_source, chunk_units, file_units, first_unique, task_scores  # noqa: E402
 from benchmarks.loc_repos import DEFAULT_MIRRORS, materialize  # noqa: E402
-from indexer.testpaths import is_test_path  # noqa: E402
+from indexer.parse.testpaths import is_test_path  # noqa: E402
 
 DEFAULT_CACHE = Path("~/.cache/repoctx-history").expanduser()
 DEPTH = 50
@@ -132,10 +132,10 @@ def pct(values: list[float], q: float) -> float:
 
 def run(args) -> dict:
     from benchmarks.loc_bm25 import FileBM25
-    from indexer import store
     from indexer.build import build
     from indexer.config import load_config
-    from indexer.history import HistoryStats, history_status
+    from indexer.graph import store
+    from indexer.ops.history import HistoryStats, history_status
     from retrieval.history import HistoryFiles, HistorySymbols
     from retrieval.query import parse_query
     from retrieval.signals import Scope, SignalContext

@@ -64,9 +64,9 @@ from agent import landlock, redact, sandbox
 from agent.runner import run_command
 from agent.tools import ToolContext, ToolResult, default_registry
 from agent.tools.command_tools import sandbox_policy
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
+from indexer.graph import store
 
 WITH_INTERPRETERS = ["echo", "cat", "ls", "grep", "git", "python3"]
 NO_INTERPRETERS = ["echo", "cat", "ls", "grep", "git"]
@@ -901,7 +901,7 @@ def gitsafe_attacks(lab: Lab) -> list[Attack]:
     def reset() -> None:
         ran.unlink(missing_ok=True)
 
-    layer = "construction: indexer.gitsafe (repository-configured programs neutralised)"
+    layer = "construction: indexer.safety.gitsafe (repository-configured programs neutralised)"
     group = "git (gitsafe)"
     out = [Attack(f"hostile repository config, then `{c}` through run_command", group, layer,
                   cmd(c), effect, variants=("no_interpreters",), reset=reset, control=control)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from indexer import store  # noqa: E402
+from indexer.graph import store
 from retrieval.symbols import find_symbols  # noqa: E402
 
 

@@ -215,9 +215,9 @@ def load_models(spec: str):
 
 
 def run(args) -> dict:
-    from indexer import store
     from indexer.build import build
     from indexer.config import load_config
+    from indexer.graph import store
     from retrieval.context import assemble_context
     from retrieval.fusion import FusionModel, fuse
     from retrieval.pipeline import default_signals, run_signals
@@ -229,7 +229,7 @@ def run(args) -> dict:
     model_name = args.embed_model or "all-MiniLM-L6-v2"
     embedder = None
     if embed:
-        from indexer.embed import create_embedder
+        from indexer.vectors.embed import create_embedder
 
         embedder = create_embedder(model_name)
         if args.embed_cache:

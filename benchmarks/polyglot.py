@@ -36,10 +36,12 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and the proj
 
 import indexer.build as build_mod  # noqa: E402
 from benchmarks._common import bench_tmpdir, git_revision, log  # noqa: E402
-from indexer import languages as langs  # noqa: E402
-from indexer import parse_worker, parser, store  # noqa: E402
+from indexer.parse import languages as langs  # noqa: E402
 from indexer.config import load_config  # noqa: E402
-from indexer.discovery import discover  # noqa: E402
+from indexer.graph import store
+from indexer.parse import parser
+from indexer.parse import worker as parse_worker
+from indexer.parse.discovery import discover  # noqa: E402
 
 #: The languages repoctx parsed before the polyglot work: "before" is recomputed from them.
 BASELINE_LANGUAGES = ("python", "javascript", "typescript", "tsx", "go", "rust", "java", "c", "cpp")
@@ -81,8 +83,8 @@ def _via_content(path: str, data: bytes, language: str, module: str) -> object:
 
 
 DISPATCH: dict[str, ParseFn] = {
-    "indexer.parser.parse_source": _via_source,
-    "indexer.parse_worker.parse_content": _via_content,
+    "indexer.parse.parser.parse_source": _via_source,
+    "indexer.parse.worker.parse_content": _via_content,
 }
 
 

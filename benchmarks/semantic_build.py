@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from indexer import store  # noqa: E402
 from indexer.build import build  # noqa: E402
 from indexer.config import load_config  # noqa: E402
-from indexer.embed import create_embedder  # noqa: E402
-from indexer.semantic import embed_pending  # noqa: E402
+from indexer.graph import store
+from indexer.vectors.embed import create_embedder  # noqa: E402
+from indexer.vectors.semantic import embed_pending  # noqa: E402
 from retrieval.context import assemble_context  # noqa: E402
 from retrieval.search import Searcher, VectorsMissingError  # noqa: E402
 

@@ -86,8 +86,8 @@ PACK_TASKS = (
 
 def packs() -> list[tuple[str, str, str]]:
     """Context packs for a few tasks, from the repository's own index (none without one)."""
-    from indexer import store
     from indexer.config import load_config
+    from indexer.graph import store
     from retrieval.context import PackPolicy, assemble_context
 
     config = load_config(REPO)

@@ -217,7 +217,7 @@ def handle_errors(f: Callable) -> Callable:
             full = _exhausted(exc)  # a disk filled up under a worker or a library's wrapper
             raise click.ClickException(full or str(exc)) from exc
         except sqlite3.DatabaseError as exc:
-            from indexer import store
+            from indexer.graph import store
 
             if store.is_damage(exc):
                 raise click.ClickException(str(store.damaged(_index_dir, exc))) from exc
@@ -301,7 +301,7 @@ def _where(exc: BaseException) -> str:
 
 
 def _kept() -> str:
-    from indexer import store
+    from indexer.graph import store
 
     if _index_dir is None or store.graph_file(_index_dir) is None:
         return "nothing was indexed yet"

@@ -23,7 +23,7 @@ never returns is answered with a tool error and holds up nothing else. The wire 
 message, stdio and HTTP) is ``cli.mcp_protocol``.
 
 Size: the freshness protocol (LiveIndex, sync markers) and the tool adapters of one server; the
-change filter itself is indexer.watch.ChangeFilter.
+change filter itself is indexer.ops.watch.ChangeFilter.
 """
 
 from __future__ import annotations
@@ -47,12 +47,13 @@ from agent.tools.core import Tool, ToolContext, ToolRegistry, ToolResult, fail, 
 from agent.tools.read_tools import FIND_REFERENCES, FIND_SYMBOL, READ_SPAN, SEARCH_CODE
 from agent.tools.session import ToolSession
 from agent.workspace import Workspace
-from indexer import graph, store
 from indexer.build import build, index_exists
 from indexer.config import Config
 from indexer.display import place, shown
 from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
-from indexer.watch import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
+from indexer.graph import reads as graph
+from indexer.graph import store
+from indexer.ops.watch import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
 from retrieval.freshness import generation, stale_paths
 from retrieval.status import index_status
 
@@ -121,7 +122,7 @@ class _Events:
         paths = [src]
         if getattr(event, "dest_path", ""):
             paths.append(os.fsdecode(event.dest_path))
-        # The watcher's own filter (`indexer.watch.ChangeFilter`): ignore rules included.
+        # The watcher's own filter (`indexer.ops.watch.ChangeFilter`): ignore rules included.
         kinds = [live.filter.classify(p, event.is_directory) for p in paths]
         if any(kind == KEEP for kind, _ in kinds):
             if any(r.rpartition("/")[2] in RULE_FILES or r.startswith(".git/info/") for _, r in kinds):
@@ -540,7 +541,7 @@ class RepoctxMCP:
                 return  # the first call meets the same problem and reports it
         try:
             detectors()  # detect-secrets, which redacts every answer (~0.2 s to import)
-            import indexer.vectors  # noqa: F401  (lancedb)
+            import indexer.vectors.table  # noqa: F401  (lancedb)
             from retrieval.tokens import get_tokenizer
 
             get_tokenizer(None)

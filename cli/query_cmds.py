@@ -18,7 +18,7 @@ def generation(conn) -> int:
 
 
 def open_graph(root: Path, index_dir: Path | None):
-    from indexer import store
+    from indexer.graph import store
 
     config = config_for(root, index_dir)
     return config, store.open_for_read(config.index_path).conn
@@ -135,7 +135,7 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
                kinds: tuple[str, ...], history: bool, root: Path, index_dir: Path | None,
                as_json: bool) -> None:
     """Search code, docs and configs by words or identifiers: lexical, semantic or both fused."""
-    from indexer.languages import KINDS
+    from indexer.parse.languages import KINDS
     from retrieval.search import Searcher
 
     kinds = tuple(dict.fromkeys(kd.strip() for arg in kinds for kd in arg.split(",") if kd.strip()))
@@ -168,7 +168,7 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
 
 def _history_search(config, conn, query: str, k: int, as_json: bool) -> None:
     """`search --history`: similar past commits (reachable from the indexed HEAD)."""
-    from indexer.history import history_status
+    from indexer.ops.history import history_status
     from retrieval.history import similar_commits
     from retrieval.signals import SignalContext
 

@@ -101,7 +101,7 @@ def watch_cmd(
     """Watch PATH and keep its index up to date: every burst of changes (an edit, a branch
     switch) becomes one incremental build. Waits for a manual `index build` rather than
     failing; readers are never blocked."""
-    from indexer import watch
+    from indexer.ops import watch
 
     if sum((detach, foreground, show_status, stop)) > 1:
         raise click.UsageError("Use one of --detach, --foreground, --status and --stop.")
@@ -162,7 +162,7 @@ def watch_cmd(
 def _run_foreground(
     path, config, index_dir, embed_model, no_embed, debounce_ms, max_latency_ms, quiet
 ) -> None:
-    from indexer import watch
+    from indexer.ops import watch
 
     settings = watch.WatchSettings(
         debounce_s=debounce_ms / 1000,

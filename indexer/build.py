@@ -22,22 +22,24 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 
-from . import graph, graph_write, store
-from .blake2 import blake2b
-from .config import Config
-from .discovery import discover
-from .errors import BuildWorkerError, IndexDamagedError
-from .languages import formats_key, kind_of, language_for_file
-from .lock import WriteLock
-from .models import BuildStats, Progress
-from .modules import module_name, package_dirs
-from .parse_helper import parse_batch, parse_beside
-from .parse_worker import FileResult, learned_counts
-from .store import WriteDB
+from indexer.blake2 import blake2b
+from indexer.config import Config
+from indexer.errors import BuildWorkerError, IndexDamagedError
+from indexer.graph import reads as graph
+from indexer.graph import store
+from indexer.graph import write as graph_write
+from indexer.graph.store import WriteDB
+from indexer.lock import WriteLock
+from indexer.models import BuildStats, Progress
+from indexer.parse.discovery import discover
+from indexer.parse.helper import parse_batch, parse_beside
+from indexer.parse.languages import formats_key, kind_of, language_for_file
+from indexer.parse.modules import module_name, package_dirs
+from indexer.parse.worker import FileResult, learned_counts
 
 #: Below this many changed files, parse in-process: a pool costs more than it saves.
 POOL_THRESHOLD = 48
-#: From this many, one helper process parses beside this one (`indexer.parse_helper`).
+#: From this many, one helper process parses beside this one (`indexer.parse.helper`).
 HELPER_THRESHOLD = 16
 #: Above this many changed files (and a quarter of the index), a build is a bulk load: the
 #: reference indexes are dropped and made again after, and nothing waits for the disk.
@@ -75,7 +77,7 @@ def _parse_all(
         counter = None
         if model is not None and work:
             # Imported here: a no-op build parses nothing.
-            from .token_counts import open_counter
+            from indexer.vectors.token_counts import open_counter
 
             counter = open_counter(config.index_path, model)
         try:
@@ -98,12 +100,12 @@ def _parse_all(
     size = max(8, min(config.batch_size, len(work) // (jobs * 4) or 8))
     # The pool's imports (~25 ms, inside spawn_pool and in_flight) are paid only here: a
     # one-file edit is parsed in-process.
-    from .lifetime import in_flight, spawn_pool
+    from indexer.safety.lifetime import in_flight, spawn_pool
 
     # Workers (and so the resource tracker, which waits for them) exit if this process is
     # killed: a kill -9 of `index build` leaves no orphans.
     overhead, words = None, {}
-    with spawn_pool(jobs, root) as pool:  # isolated from the tree (`indexer.isolation`)
+    with spawn_pool(jobs, root) as pool:  # isolated from the tree (`indexer.safety.isolation`)
         calls = ((root, model, batch) for batch in _batches(work, size))
         for results, learned in in_flight(pool, _parse_batch_in_worker, calls, jobs * 2):
             if learned is not None:
@@ -114,7 +116,7 @@ def _parse_all(
                 progress(Progress("parse", done, len(work)))
             yield results
     if words:
-        from .token_counts import store_counts
+        from indexer.vectors.token_counts import store_counts
 
         store_counts(config.index_path, model, overhead, words)
 
@@ -142,12 +144,12 @@ def build(
     one line saying so. Without ``full`` a damaged index raises IndexDamagedError."""
     t0 = time.perf_counter()
     if config.vectors_uri:  # refuse a bad URI before the graph changes, not after
-        from .locations import check_uri
+        from indexer.locations import check_uri
 
         check_uri(config.vectors_uri, "vectors URI")
     engine = None
     if config.engine == "ray":
-        from .ray_engine import RaySession
+        from indexer.parse.ray_engine import RaySession
 
         engine = RaySession(config)  # connects on first use: a no-op build never starts Ray
     with WriteLock(config.index_path).acquire(wait_lock):
@@ -155,7 +157,7 @@ def build(
         published = not staged
         try:
             if embed:
-                from .semantic import canonical_model_name, check_model
+                from indexer.vectors.semantic import canonical_model_name, check_model
 
                 name = embedder.name if embedder else canonical_model_name(config.embed_model)
                 check_model(db, name, reembed)
@@ -167,7 +169,7 @@ def build(
                 if isinstance(exc, BrokenExecutor):  # a parse or resolution worker died
                     raise BuildWorkerError() from exc
                 raise
-            from .history import build_phase  # commit history: history.db, its own store
+            from indexer.ops.history import build_phase  # commit history: history.db, its own store
 
             phase_set = store.get_meta(db, graph.BUILD_PHASE) is not None
             if phase_set:
@@ -178,7 +180,7 @@ def build(
             elif aside is not None:
                 _tombstone_stray_vectors(config, db)
             if embed:
-                from .semantic import embed_pending
+                from indexer.vectors.semantic import embed_pending
 
                 if phase_set:
                     graph_write.set_build_phase(db.conn, "embed")
@@ -249,8 +251,8 @@ def _open_target(
 def vector_table_model(config: Config, conn=None) -> tuple[str, int] | None:
     """(model, dimension) recorded in the index's vector table itself, None without a table:
     what a graph too damaged to read its own meta was embedded with."""
-    from .errors import VectorTableDamagedError
-    from .vectors import raw_dataset, recorded_model
+    from indexer.errors import VectorTableDamagedError
+    from indexer.vectors.table import raw_dataset, recorded_model
 
     try:
         dataset = raw_dataset(config, conn)
@@ -265,9 +267,9 @@ def _tombstone_stray_vectors(config: Config, db: WriteDB) -> None:
     model, dim = store.get_meta(db, "embed_model"), store.get_meta(db, "embed_dim")
     if not model or not (dim or "").isdigit():
         return
-    from .errors import VectorTableDamagedError
-    from .locations import vectors_uri
-    from .vectors import raw_dataset, reading
+    from indexer.errors import VectorTableDamagedError
+    from indexer.locations import vectors_uri
+    from indexer.vectors.table import raw_dataset, reading
 
     try:
         dataset = raw_dataset(config, db.conn)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .config_files import (
+from indexer.config_files import (
     PYPROJECT,
     REPO_CONFIG,
     changes_repo_config,
@@ -40,9 +40,9 @@ from .config_files import (
     read_toml,
     user_config_path,
 )
-from .config_trust import Weakens, adds, differs, drops, looser_sandbox, outside, turns_on
-from .errors import ConfigError, NotARepositoryError, UntrustedConfigError
-from .locations import CREDENTIALS_HINT, check_uri, is_remote, redact_uri, uri_credentials
+from indexer.config_trust import Weakens, adds, differs, drops, looser_sandbox, outside, turns_on
+from indexer.errors import ConfigError, NotARepositoryError, UntrustedConfigError
+from indexer.locations import CREDENTIALS_HINT, check_uri, is_remote, redact_uri, uri_credentials
 
 __all__ = ["DEFAULT_ALLOW_COMMANDS", "DEFAULT_ENV_ALLOW", "SETTINGS", "TRUST_ENV", "Config",
            "Setting", "changes_repo_config", "check_setting", "check_uri", "env_name",

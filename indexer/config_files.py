@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import ConfigError
+from indexer.errors import ConfigError
 
 #: The repository's own config file; `[tool.repoctx]` of pyproject.toml is read when it is absent.
 REPO_CONFIG = ".repoctx.toml"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .locations import is_remote
+from indexer.locations import is_remote
 
 #: ``weakens(value, trusted, root)``: what a repository's ``value`` loosens compared with the
 #: ``trusted`` one, or None.

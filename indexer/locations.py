@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus, urlsplit
 
-from .errors import ConfigError
+from indexer.errors import ConfigError
 
 if TYPE_CHECKING:  # config.py imports this module for the URI checks
-    from .config import Config
+    from indexer.config import Config
 
 __all__ = ["check_uri", "filesystem", "is_remote", "redact_uri",
            "storage_options", "uri_credentials", "vectors_uri"]

@@ -11,8 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from .errors import IndexLockedError
-from .index_dir_guard import check_index_dir
+from indexer.errors import IndexLockedError
+from indexer.safety.index_dir_guard import check_index_dir
 
 
 class WriteLock:

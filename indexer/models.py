@@ -136,14 +136,14 @@ class BuildStats:
     resolved: int = 0
     ambiguous: int = 0
     by_language: dict[str, int] = field(default_factory=dict)
-    #: Files indexed by kind (code | docs | config, see `indexer.languages.KINDS`).
+    #: Files indexed by kind (code | docs | config, see `indexer.parse.languages.KINDS`).
     by_kind: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     generation: int = 0
     full: bool = False
-    #: Figures of the embedding phase (see indexer.semantic.EmbedStats); empty when skipped.
+    #: Figures of the embedding phase (see indexer.vectors.semantic.EmbedStats); empty when skipped.
     embedding: dict = field(default_factory=dict)
     #: Seconds per phase: discover, parse (wall, workers and writes overlapped), write (the
     #: driver's SQLite writes within parse), resolve, finalize (indexes, counts), embed.

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from indexer import graph
+from indexer.graph import reads as graph
 
 if TYPE_CHECKING:
     import sqlite3

@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.lexical_reads import chunk_at
+from indexer.graph.lexical_reads import chunk_at
 
 from .signals import Hit
 from .units import Unit, UnitCache

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from indexer import graph
+from indexer.graph import reads as graph
 
 from .query import Query
 from .signals import Hit, SignalContext

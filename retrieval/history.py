@@ -1,6 +1,6 @@
 """Past commits vote for what they changed (BugLocator's history score, and after).
 
-The commit messages in ``<index>/history.db`` (`indexer.history`) are searched with BM25 for
+The commit messages in ``<index>/history.db`` (`indexer.ops.history`) are searched with BM25 for
 the task's terms; each of the most similar commits votes for the files it touched that still
 exist in the index (renames followed), its vote — its similarity relative to the best commit —
 split over those files. `HistorySymbols` sends the same votes to the definitions the commits
@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer import graph
-from indexer.history_reads import HistoryReader
+from indexer.graph import reads as graph
+from indexer.ops.history_reads import HistoryReader
 
 from .query import Query, parse_query
 from .signals import Hit, SignalContext

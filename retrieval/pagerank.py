@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from indexer import graph
+from indexer.graph import reads as graph
 
 if TYPE_CHECKING:
     import sqlite3

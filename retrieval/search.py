@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer import graph
-from indexer.denylist import denied_by_default
 from indexer.errors import ModelMismatchError, VectorsMissingError, VectorTableDamagedError
-from indexer.languages import KINDS, kind_of, languages_of_kind
-from indexer.nofollow import read_regular
-from indexer.testpaths import is_test_path
+from indexer.graph import reads as graph
+from indexer.parse.languages import KINDS, kind_of, languages_of_kind
+from indexer.parse.testpaths import is_test_path
+from indexer.safety.denylist import denied_by_default
+from indexer.safety.nofollow import read_regular
 
 from .freshness import stale_paths
 
@@ -39,7 +39,7 @@ class SearchHit:
     ranks: dict[str, int] = field(default_factory=dict)  # source -> 1-based rank
     snippet: str = ""
     stale: bool = False  # the file changed on disk since it was indexed
-    kind: str = ""  # code | docs | config: what the file is for (see indexer.languages.KINDS)
+    kind: str = ""  # code | docs | config: what the file is for (see indexer.parse.languages.KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +129,7 @@ class Searcher:
                 self._unavailable = "this index has no vectors (it was built with `--no-embed`)"
                 return None
             from indexer.locations import locate_vectors
-            from indexer.vector_reader import VectorReader
+            from indexer.vectors.reader import VectorReader
 
             uri = locate_vectors(self._vectors_uri, self._meta("vectors_uri"), self.index_dir)
             try:
@@ -197,7 +197,7 @@ class Searcher:
 
     def embedder(self):
         if self._embedder is None:
-            from indexer.embed import create_embedder
+            from indexer.vectors.embed import create_embedder
 
             self._embedder = create_embedder(self._meta("embed_model") or "all-MiniLM-L6-v2")
         return self._embedder

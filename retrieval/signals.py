@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from indexer.graph import FileFilter
-from indexer.languages import kind_of, language_for_path, languages_of_kind
-from indexer.testpaths import is_test_path
+from indexer.graph.reads import FileFilter
+from indexer.parse.languages import kind_of, language_for_path, languages_of_kind
+from indexer.parse.testpaths import is_test_path
 
 if TYPE_CHECKING:
     import sqlite3

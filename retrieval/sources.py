@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from indexer import graph
-from indexer.lexical_reads import (
+from indexer.graph import reads as graph
+from indexer.graph.lexical_reads import (
     chunk_bm25,
     chunk_spans,
     file_bm25,

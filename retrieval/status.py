@@ -6,10 +6,11 @@ import json
 import os
 from typing import Any
 
-from indexer import graph, store
 from indexer.config import Config
-from indexer.discovery import discover
-from indexer.languages import kind_of, language_for_file
+from indexer.graph import reads as graph
+from indexer.graph import store
+from indexer.parse.discovery import discover
+from indexer.parse.languages import kind_of, language_for_file
 
 from .freshness import build_progress
 
@@ -41,8 +42,8 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
     ``damaged`` (it cannot be read; ``damage`` says why) or
     ``unchecked`` (object storage: not contacted by a status); ``fix`` says what to run."""
     from indexer.locations import storage_options, vectors_uri
-    from indexer.semantic import STAMP_META
-    from indexer.vectors import table_damage, table_missing
+    from indexer.vectors.semantic import STAMP_META
+    from indexer.vectors.table import table_damage, table_missing
 
     model = store.get_meta(db, "embed_model")
     if not model:
@@ -75,7 +76,7 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
 
 def _history(config: Config) -> dict[str, Any]:
     """The git-history index: state (``ok``, ``no_git``, ``error``...), commits, and a note."""
-    from indexer.history import history_status
+    from indexer.ops.history import history_status
 
     return history_status(config.index_path)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from indexer import graph
+from indexer.graph import reads as graph
 from indexer.models import RefRecord, SymbolRecord
 
 from .errors import SymbolNotFoundError

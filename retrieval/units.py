@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from indexer import graph
+from indexer.graph import reads as graph
 from indexer.models import CLASS_KINDS, FUNCTION_KINDS
 
 if TYPE_CHECKING:

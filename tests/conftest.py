@@ -55,7 +55,7 @@ def index(root: Path, full: bool = False, **overrides) -> Config:
 
 def dump_graph(cfg: Config) -> dict:
     """Everything the graph asserts, keyed by content rather than row ids."""
-    from indexer import store
+    from indexer.graph import store
 
     conn = store.open_for_read(cfg.index_path).conn
     try:

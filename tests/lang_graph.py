@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from indexer import store
+from indexer.graph import store
 from tests.conftest import index, make_repo, write_files
 
 _RESOLVED = (

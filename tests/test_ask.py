@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from agent.ask import MODEL_HINT, SYSTEM_PROMPT, ask, model_spec, verify_citations
 from agent.models import ScriptedModel
 from cli.main import cli
-from indexer import store
+from indexer.graph import store
 from tests.conftest import index, make_repo
 from tests.test_context import SHOP
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from agent.ask import ask, verify_citations
 from agent.models import ScriptedModel
 from cli.main import cli
-from indexer import store
+from indexer.graph import store
 from tests.conftest import index, make_repo
 
 SHOP = {

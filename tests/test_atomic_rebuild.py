@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 
 from agent.tools.session import ToolSession
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from indexer.embed import create_embedder
 from indexer.errors import ModelMismatchError, RepoctxError
-from indexer.verify import verify
+from indexer.graph import store
+from indexer.ops.verify import verify
+from indexer.vectors.embed import create_embedder
 from retrieval.search import Searcher
 from retrieval.symbols import find_symbols, references_to
 from tests.conftest import dump_graph, git, make_repo
@@ -254,7 +254,7 @@ READER_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
-    from indexer import store
+    from indexer.graph import store
     from retrieval.symbols import find_symbols, references_to
     index, stop = Path(sys.argv[1]), Path(sys.argv[2])
     while not stop.exists():
@@ -453,7 +453,7 @@ def test_a_full_rebuild_killed_at_any_point_leaves_a_serving_index(changed_repo,
 
 
 def test_pull_installs_a_new_generation_beside_the_one_readers_hold(tmp_path):
-    from indexer.snapshot import pull, push
+    from indexer.ops.snapshot import pull, push
 
     root = make_repo(tmp_path / "repo", tree(12))
     cfg = config(root)

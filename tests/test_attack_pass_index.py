@@ -5,7 +5,7 @@ A cloned repository can ship its own `.repoctx/` index directory — git keeps s
 SQLite, LanceDB, the write lock and the watcher open their files by path, following links: on
 17a1ef1 a shipped `write.lock → ~/.bashrc` emptied the user's file, `graph.db`, `history.db` or
 `token_counts.db → ~/x.db` had the index written into it, `.repoctx → ~/dir` put the whole index
-there. `indexer.index_dir_guard` refuses, before any writer writes, an index directory that is a
+there. `indexer.safety.index_dir_guard` refuses, before any writer writes, an index directory that is a
 link or holds a link or special file repoctx never makes.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from indexer.errors import UnsafeIndexDirError
-from indexer.watch import check_index
+from indexer.ops.watch import check_index
 from tests.conftest import git, index, make_repo
 
 CODE_ROOT = Path(__file__).resolve().parents[1]
@@ -239,8 +239,8 @@ SQL_SHAPES = {
 def test_a_graph_with_sql_repoctx_never_wrote_is_refused_then_set_aside(tmp_path, shape):
     import sqlite3
 
-    from indexer import store
     from indexer.errors import IndexDamagedError
+    from indexer.graph import store
 
     repo = make_repo(tmp_path / "repo", FILES)
     cfg = index(repo)
@@ -268,7 +268,7 @@ def test_watch_stop_never_signals_a_process_a_shipped_pid_file_leads_to(tmp_path
     """`index watch --stop` signals the holder of a flock-ed `watch.pid`: a shipped link to
     another program's flock-ed pid file made it SIGTERM (then SIGKILL) that program."""
     from indexer.config import load_config
-    from indexer.watch import stop_watcher, watch_status
+    from indexer.ops.watch import stop_watcher, watch_status
 
     daemon_pid_file = home / "daemon.pid"
     daemon = subprocess.Popen([sys.executable, "-c", (

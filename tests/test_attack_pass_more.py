@@ -5,7 +5,7 @@
 hashes. On 17a1ef1 a path `/dev/zero`, `../../…/dev/zero`, a committed link to it, a FIFO in the
 tree or `/proc/self/fd/0` made the pull read forever (memory until the kernel killed it) or block
 for good; a NUL byte gave a traceback. Adoption now opens each path as the parse worker does
-(`indexer.nofollow.open_regular`: beneath the root, regular files only, nothing that waits).
+(`indexer.safety.nofollow.open_regular`: beneath the root, regular files only, nothing that waits).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer import store
+from indexer.graph import store
 from tests.conftest import git, make_repo
 
 CODE_ROOT = Path(__file__).resolve().parents[1]

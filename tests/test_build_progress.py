@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
+from indexer.graph import store
 from retrieval.freshness import build_progress
 from retrieval.status import index_status
 from retrieval.symbols import find_symbols
@@ -104,7 +104,7 @@ def test_a_build_that_stopped_says_how_to_finish_and_the_next_build_clears_it(tm
 
 
 def test_a_no_op_build_records_no_phase_and_an_edit_records_its_phases(tmp_path, monkeypatch):
-    from indexer import graph_write
+    from indexer.graph import write as graph_write
 
     root = make_repo(tmp_path / "repo", FILES)
     cfg = _config(root)

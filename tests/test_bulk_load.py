@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from indexer import build as build_mod
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import IndexDamagedError
+from indexer.graph import store
 from tests.conftest import dump_graph, make_repo
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.chunking import chunk_file
-from indexer.languages import language_for_path
-from indexer.parser import parse_source
+from indexer.parse.chunking import chunk_file
+from indexer.parse.languages import language_for_path
+from indexer.parse.parser import parse_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "languages"
 STDLIB = Path(os.__file__).parent

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer import store
+from indexer.graph import store
 from retrieval.context import (
     FULL,
     HIT_SOURCES,
@@ -692,7 +692,7 @@ def test_cli_context_errors(shop, tmp_path):
 def test_semantic_hits_seed_when_the_index_has_vectors(tmp_path, shop):
     from indexer.build import build
     from indexer.config import load_config
-    from indexer.embed import create_embedder
+    from indexer.vectors.embed import create_embedder
     from retrieval.search import Searcher
 
     root = make_repo(tmp_path / "vec", SHOP)

@@ -125,7 +125,7 @@ def empty_table_dir(v: Path) -> None:
 def wrong_dimension(v: Path) -> None:
     import lancedb
 
-    from indexer.vectors import _schema
+    from indexer.vectors.table import _schema
 
     shutil.rmtree(_table(v))
     lancedb.connect(str(v)).create_table("chunks", schema=_schema(32, MODEL))

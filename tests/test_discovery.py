@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from indexer.config import Config
-from indexer.discovery import (
+from indexer.parse.discovery import (
     MAX_EXAMPLES,
     DiscoveredFile,
     Discovery,
@@ -619,7 +619,7 @@ def test_names_no_language_takes_are_counted_without_being_listed(tmp_path: Path
 
 def test_unparsable_names_are_exactly_those_no_language_takes_by_name() -> None:
     """Discovery's stat-free test must agree with the build's own decision by name."""
-    from indexer.languages import FORMATS, extensionless, language_for_path, unparsable_name
+    from indexer.parse.languages import FORMATS, extensionless, language_for_path, unparsable_name
 
     names = {"Dockerfile.dev", "Containerfile.x", ".gitignore", ".x", "..", "a.", "Makefile",
              "Makefile.am", "x.PY", "README", ".bashrc", "a.b.c.py", "...py", "logo.png",

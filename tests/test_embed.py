@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexer import embed
-from indexer.embed import (
+from indexer.vectors import embed
+from indexer.vectors.embed import (
     DEFAULT_MODEL_ID,
     EmbeddingModelError,
     HashingEmbedder,
@@ -67,7 +67,7 @@ def test_hashing_embedder_is_deterministic_and_normalised():
 
 
 def test_hashing_embedder_is_stable_across_processes():
-    code = "from indexer.embed import HashingEmbedder; print(HashingEmbedder(16).embed(['parse json']).tolist())"
+    code = "from indexer.vectors.embed import HashingEmbedder; print(HashingEmbedder(16).embed(['parse json']).tolist())"
     env = {**os.environ, "PYTHONHASHSEED": "123"}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
@@ -109,7 +109,7 @@ def test_create_embedder_and_names():
 
 def test_load_tokenizer_needs_no_torch():
     code = (
-        "import sys; from indexer.embed import load_tokenizer\n"
+        "import sys; from indexer.vectors.embed import load_tokenizer\n"
         "tok = load_tokenizer('all-MiniLM-L6-v2')\n"
         "print(tok.count(['hello world']), tok.max_tokens,"
         " [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules])"
@@ -200,7 +200,7 @@ def test_converted_model_is_cached_and_loads_without_torch(default_embedder):
     assert info["openvino"]["ok"] and info["dim"] == 384
     assert info["openvino"]["min_cosine_vs_torch"] >= embed.MIN_COSINE
     code = (
-        "import sys; from indexer.embed import SentenceTransformerEmbedder\n"
+        "import sys; from indexer.vectors.embed import SentenceTransformerEmbedder\n"
         "e = SentenceTransformerEmbedder(cache_dir=sys.argv[1])\n"
         "v = e.embed(['parse json document'])\n"
         "mods = ('torch', 'sentence_transformers', 'openvino_telemetry')\n"

@@ -8,9 +8,9 @@ import sqlite3
 
 import pytest
 
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
+from indexer.graph import store
 from retrieval.fusion import RRF_K, FusionModel, fuse, ranked_chunks
 from retrieval.pipeline import default_signals, rank, run_signals
 from retrieval.query import parse_query
@@ -279,7 +279,7 @@ def test_names_follow_the_tasks_imports_and_the_packages_exports(indexed):
 
 
 def test_fts_row_count_read_from_the_averages_record(indexed):
-    from indexer.lexical_reads import table_docs
+    from indexer.graph.lexical_reads import table_docs
 
     _, _, conn = indexed
     for table in ("chunks_fts", "files_fts"):

@@ -1,4 +1,4 @@
-"""indexer.graph: the one place that reads references as resolved edges and ambiguous
+"""indexer.graph.reads: the one place that reads references as resolved edges and ambiguous
 candidates together, on a real index; and no other layer reads those tables itself."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer import graph
+from indexer.graph import reads as graph
 from tests.lang_graph import graph_of
 
 FILES = {
@@ -113,8 +113,8 @@ def _layer_files(root: Path, layer: str) -> list[Path]:
 
 
 def test_no_sql_outside_the_indexer():
-    """The schema is the indexer's: the other layers read through indexer.graph (references,
-    definitions, files), indexer.lexical_reads (FTS5, chunks) and indexer.history_reads."""
+    """The schema is the indexer's: the other layers read through indexer.graph.reads (references,
+    definitions, files), indexer.graph.lexical_reads (FTS5, chunks) and indexer.ops.history_reads."""
     root = Path(__file__).resolve().parent.parent
     offenders = [
         f"{p.relative_to(root)}:{i}"
@@ -123,7 +123,7 @@ def test_no_sql_outside_the_indexer():
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if _SQL.search(line)
     ]
-    assert offenders == [], "read the index through indexer.graph, indexer.lexical_reads or indexer.history_reads"
+    assert offenders == [], "read the index through indexer.graph.reads, indexer.graph.lexical_reads or indexer.ops.history_reads"
 
 
 def test_retrieval_imports_sqlite3_for_annotations_only():

@@ -15,10 +15,10 @@ import os
 import shutil
 from pathlib import Path
 
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from indexer.lexical import CHUNK_TABLES, FILE_TABLES
+from indexer.graph import store
+from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES
 from tests.conftest import dump_graph, index, make_repo
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -40,7 +40,7 @@ def _snapshot(cfg) -> dict:
     graph = dump_graph(cfg)
     conn = store.open_for_read(cfg.index_path).conn
     try:
-        # code's lexical rows and prose's (`indexer.lexical.fts_table`) together
+        # code's lexical rows and prose's (`indexer.graph.lexical.fts_table`) together
         chunks = sorted(row for table in CHUNK_TABLES for row in conn.execute(
             "SELECT f.path, c.symbol, c.kind, c.start_line, c.end_line, c.tokens, c.header, "
             "c.content_hash, t.path, t.symbol, t.body FROM chunks c JOIN files f ON f.id = c.file_id "
@@ -82,8 +82,8 @@ def test_resolution_in_worker_processes_gives_the_same_graph(tmp_path, monkeypat
     """A full build with many references resolves them in worker processes
     (`graph_write.resolve_pending`): forced here on the small corpus, in small pages, with two
     parse processes too, it writes the graph of the serial build."""
-    import indexer.graph_write as gw
-    import indexer.lifetime as lifetime
+    import indexer.graph.write as gw
+    import indexer.safety.lifetime as lifetime
 
     monkeypatch.setattr(gw, "PARALLEL_MIN", 0)
     monkeypatch.setattr(gw, "PARALLEL_PAGE", 40)

@@ -19,10 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer import store
 from indexer.config import Config, load_config
-from indexer.discovery import classify_content, discover, is_ignored_path
-from indexer.watch import Watcher, WatchSettings
+from indexer.graph import store
+from indexer.ops.watch import Watcher, WatchSettings
+from indexer.parse.discovery import classify_content, discover, is_ignored_path
 from tests.conftest import git, make_repo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hostile"

@@ -164,8 +164,8 @@ def test_unchanged_files_are_not_named_again_unless_the_name_tables_changed(repo
 
 
 def test_unmatched_agrees_with_set_difference():
-    from indexer.discovery import DiscoveredFile
-    from indexer.graph import unmatched
+    from indexer.graph.reads import unmatched
+    from indexer.parse.discovery import DiscoveredFile
 
     rng = random.Random(7)
     for _ in range(300):
@@ -203,7 +203,7 @@ def test_import_changes_re_resolve_what_sees_them_and_nothing_else(
     """A changed import re-resolves the references that can see it — through re-exports under
     another alias, star imports and attributes — and leaves alone other references of the
     same name (a consumer's import of `cos` cannot change another consumer's `cos()`)."""
-    import indexer.graph_write as gw
+    import indexer.graph.write as gw
 
     root = repo_factory(REEXPORTS)
     cfg = index(root)

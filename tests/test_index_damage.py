@@ -21,12 +21,12 @@ from click.testing import CliRunner
 from agent.tools import ToolContext, default_registry
 from cli.main import cli
 from cli.mcp_server import RepoctxMCP, ServeOptions
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from indexer.embed import create_embedder
 from indexer.errors import IndexDamagedError
-from indexer.verify import repair
+from indexer.graph import store
+from indexer.ops.verify import repair
+from indexer.vectors.embed import create_embedder
 from tests.conftest import make_repo
 
 MODEL = "hashing:64"

@@ -6,7 +6,7 @@ from functools import partial
 
 import pytest
 
-from indexer.parser import parse_source
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
@@ -135,7 +135,7 @@ def test_conditional_compilation_parses_as_its_first_branches() -> None:
 
 
 def test_first_branches_keeps_offsets_and_blanks_later_and_nested_branches() -> None:
-    from indexer.parser import first_branches
+    from indexer.parse.parser import first_branches
 
     src = b"a\n#if X\n  #if Y\nb\n  #else\nc\n  #endif\n#elif Z\nd\n#else\ne\n#endif\nf\n"
     got = first_branches(src)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.parser import parse_source
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
@@ -69,7 +69,7 @@ def test_imports() -> None:
 
 
 def test_module_name_leaves_out_source_directories() -> None:
-    from indexer.modules import module_name
+    from indexer.parse.modules import module_name
 
     assert module_name("src/Shop/Store.hs", "haskell", frozenset()) == "Shop.Store"
     assert module_name("app/Main.hs", "haskell", frozenset()) == "Main"

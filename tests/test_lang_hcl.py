@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.languages import kind_of, language_for_path
-from indexer.parser import parse_source
+from indexer.parse.languages import kind_of, language_for_path
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, parse, refs
 

@@ -6,7 +6,7 @@ from functools import partial
 
 import pytest
 
-from indexer.parser import parse_source
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
@@ -88,7 +88,7 @@ def test_imports(pf) -> None:
 
 
 def test_module_names_start_at_the_source_root() -> None:
-    from indexer.lang_hooks import KOTLIN
+    from indexer.parse.lang_hooks import KOTLIN
 
     assert KOTLIN.module_name("app/src/main/kotlin/com/x/Item.kt", frozenset()) == "com.x.Item"
     assert KOTLIN.module_name("src/test/java/com/x/ItemTest.kt", frozenset()) == "com.x.ItemTest"

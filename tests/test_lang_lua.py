@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.parser import parse_source
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
@@ -126,7 +126,7 @@ def test_syntax_error_keeps_definitions_around_it() -> None:
 
 
 def test_module_names() -> None:
-    from indexer.lang_hooks import LUA
+    from indexer.parse.lang_hooks import LUA
 
     assert LUA.module_name("lib/log.lua", frozenset()) == "lib.log"
     assert LUA.module_name("lib/log/init.lua", frozenset()) == "lib.log"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.languages import query_source
-from indexer.parser import parse_source
+from indexer.parse.languages import query_source
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
@@ -77,7 +77,7 @@ def test_references_and_imports() -> None:
 
 
 def test_module_name_is_the_capitalised_stem() -> None:
-    from indexer.modules import module_name
+    from indexer.parse.modules import module_name
 
     assert module_name("src/lib/inventory.ml", "ocaml", frozenset()) == "Inventory"
     assert module_name("src/lib/inventory.mli", "ocaml_interface", frozenset()) == "Inventory"

@@ -9,8 +9,8 @@ import warnings
 
 import pytest
 
-from indexer.languages import language_for_file, ts_language
-from indexer.parser import parse_source
+from indexer.parse.languages import language_for_file, ts_language
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, imports, parse, refs
 

@@ -6,7 +6,7 @@ from functools import partial
 
 import pytest
 
-from indexer.parser import parse_source
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
@@ -48,7 +48,7 @@ def test_definitions(pf) -> None:
 
 
 def test_module_doc_after_php_tag(pf) -> None:
-    # Gap in indexer/parser.py, strict so that it flags when fixed: the file's doc is its first
+    # Gap in indexer/parse/parser.py, strict so that it flags when fixed: the file's doc is its first
     # node when that is a comment, and in PHP the first node is the `<?php` tag.
     assert pf.doc == ""
 

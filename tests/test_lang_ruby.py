@@ -6,7 +6,7 @@ from functools import partial
 
 import pytest
 
-from indexer.parser import parse_source
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 
@@ -97,7 +97,7 @@ def test_imports(pf) -> None:
 
 
 def test_module_names_follow_the_load_path() -> None:
-    from indexer.lang_hooks import RUBY
+    from indexer.parse.lang_hooks import RUBY
 
     assert RUBY.module_name("lib/shop/item.rb", frozenset()) == "shop.item"
     assert RUBY.module_name("app/models/item.rb", frozenset()) == "app.models.item"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.parser import parse_source
+from indexer.parse.parser import parse_source
 from tests.lang_graph import graph_of, resolved
 from tests.test_languages import FIXTURES, check_def, defn, imports, parse, refs
 

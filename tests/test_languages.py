@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import tree_sitter as ts
 
-from indexer.languages import LANGUAGES, query_source, ts_language
 from indexer.models import Definition, ParsedFile, Reference
-from indexer.parser import parse_source
+from indexer.parse.languages import LANGUAGES, query_source, ts_language
+from indexer.parse.parser import parse_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "languages"
 
@@ -101,7 +101,7 @@ def test_tsx_query_is_typescript_plus_jsx() -> None:
 
 
 def test_a_query_that_includes_itself_is_refused() -> None:
-    from indexer import languages
+    from indexer.parse import languages
 
     with pytest.raises(ValueError, match="includes itself"):
         languages._query_text("tsx.scm", ("typescript.scm",))
@@ -632,7 +632,7 @@ def test_syntax_error_keeps_definitions_around_it(language: str) -> None:
     assert all(q in qualnames for q in expected), qualnames
 
 
-# Gaps in indexer/parser.py (not in the queries); strict, so they flag when the parser is fixed.
+# Gaps in indexer/parse/parser.py (not in the queries); strict, so they flag when the parser is fixed.
 def test_declaration_name_is_not_a_type_reference() -> None:
     # `interface Serializable` (line 10) names a definition; only the uses are references
     assert refs(parse("typescript"), "Serializable", "type") == [

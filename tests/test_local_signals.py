@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from indexer.embed import HashingEmbedder
+from indexer.graph import store
+from indexer.vectors.embed import HashingEmbedder
 from retrieval.fusion import FusionModel, fuse
 from retrieval.local_signals import LocalLexical, LocalVectors, best_files
 from retrieval.pipeline import default_signals, rank, run_signals

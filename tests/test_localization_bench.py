@@ -105,7 +105,7 @@ def test_embedding_cache_returns_the_models_vectors_and_embeds_each_text_once(tm
     import numpy as np
 
     from benchmarks.embed_cache import CachedEmbedder
-    from indexer.embed import HashingEmbedder
+    from indexer.vectors.embed import HashingEmbedder
 
     class Counting(HashingEmbedder):
         def __init__(self):

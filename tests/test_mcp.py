@@ -310,7 +310,7 @@ def test_serve_without_an_index_says_how_to_build_one(tmp_path):
 
 
 def test_refresh_follows_the_watchers_filter_ignore_rules_included(tmp_path):
-    """The server's live refresh uses `indexer.watch.ChangeFilter`: a change under an ignored
+    """The server's live refresh uses `indexer.ops.watch.ChangeFilter`: a change under an ignored
     directory builds nothing, a source file builds, a file no grammar reads builds nothing,
     and a new ignore rule takes effect at once."""
     from cli.mcp_server import RepoctxMCP, ServeOptions

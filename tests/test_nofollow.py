@@ -34,7 +34,7 @@ from agent.workspace import Workspace
 from cli.mcp_server import GET_CONTEXT
 from indexer.build import build
 from indexer.config import load_config
-from indexer.discovery import discover
+from indexer.parse.discovery import discover
 from tests.conftest import git, make_repo
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -685,7 +685,7 @@ def test_results_read_at_query_time_never_follow_a_swapped_link_or_wait_on_a_fif
 @pytest.fixture
 def walk_only(monkeypatch):
     """The component walk a kernel without openat2 gets, instead of openat2."""
-    from indexer import nofollow
+    from indexer.safety import nofollow
 
     monkeypatch.setattr(nofollow._OPENAT2, "usable", False)
 
@@ -723,7 +723,7 @@ def test_openat2_is_used_where_the_kernel_has_it():
 @pytest.mark.parametrize("kind", ["link-to-secret", "link-outside", "fifo", "dev-zero-link"])
 def test_the_parse_workers_read_refuses_what_was_swapped_in_after_discovery(tmp_path, kind):
     """Discovery saw a regular file; by the time a parse worker reads it, it is something else."""
-    from indexer.parse_worker import load_file
+    from indexer.parse.worker import load_file
 
     repo = make_repo(tmp_path / "repo", {"pkg/notes.py": ORDINARY})
     home = tmp_path / "home"
@@ -810,7 +810,7 @@ def test_a_rename_never_moves_a_file_through_a_swapped_directory(
     repo, outside, monkeypatch, mode, shape
 ):
     from agent.safe_fs import Beneath
-    from indexer import nofollow
+    from indexer.safety import nofollow
 
     if mode == "walk":
         monkeypatch.setattr(nofollow._OPENAT2, "usable", False)

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import ConfigError
+from indexer.graph import store
 from indexer.locations import check_uri, filesystem, is_remote
 from tests.conftest import make_repo
 

@@ -1,5 +1,5 @@
 """The parse helper: a build of a few dozen files parses in a second process beside the writer
-(`indexer.parse_helper`), with the same results, and loses nothing when the helper dies."""
+(`indexer.parse.helper`), with the same results, and loses nothing when the helper dies."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import time
 import pytest
 
 from indexer import build as build_mod
-from indexer import parse_helper, token_counts
 from indexer.build import HELPER_THRESHOLD, POOL_THRESHOLD, build
 from indexer.config import load_config
+from indexer.parse import helper as parse_helper
+from indexer.vectors import token_counts
 from tests.conftest import dump_graph, make_repo, write_files
 
 

@@ -26,8 +26,8 @@ from agent.run_result import RunOptions
 from agent.strategy import choose, model_size_b, run_task
 from agent.trace import read_trace, trace_path
 from cli.main import cli
-from indexer import store
 from indexer.config import load_config
+from indexer.graph import store
 from tests.conftest import index, make_repo
 
 TOML = '[agent]\ntest_env = { PYTEST_DISABLE_PLUGIN_AUTOLOAD = "1" }\n'

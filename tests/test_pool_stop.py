@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: What both scripts start with: the system call a process is blocked in (/proc/PID/syscall).
 PRELUDE = r"""
 import os, signal, sys, time
-from indexer import lifetime
+from indexer.safety import lifetime
 
 def syscall(pid):
     with open(f"/proc/{pid}/syscall") as fh:

@@ -16,7 +16,7 @@ import pytest
 
 from indexer.config import load_config
 from indexer.errors import ConfigError
-from indexer.ray_engine import RaySession
+from indexer.parse.ray_engine import RaySession
 from tests.conftest import dump_graph, make_repo
 
 ray = pytest.importorskip("ray")
@@ -38,7 +38,7 @@ def _free_port() -> int:
 @pytest.fixture(autouse=True)
 def small_work_goes_to_ray(monkeypatch):
     """The fixture repository is small: send its files and chunks to Ray anyway."""
-    from indexer import ray_engine
+    from indexer.parse import ray_engine
 
     monkeypatch.setattr(ray_engine, "MIN_FILES", 1)
     monkeypatch.setattr(ray_engine, "MIN_CHUNKS", 1)
@@ -118,7 +118,7 @@ import json, sys
 import ray
 from indexer.build import build
 from indexer.config import load_config
-from indexer.ray_engine import RaySession
+from indexer.parse.ray_engine import RaySession
 
 ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
          configure_logging=False)

@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import ConfigError
-from indexer.vectors import open_vectors
+from indexer.graph import store
+from indexer.vectors.table import open_vectors
 from tests.conftest import dump_graph, git, make_repo, write_files
 
 ray = pytest.importorskip("ray")
@@ -40,7 +40,7 @@ FILES = {
 def small_work_goes_to_ray(monkeypatch):
     """These fixtures are small; send every changed file and chunk to Ray anyway, and record
     that Ray did the work."""
-    from indexer import ray_engine
+    from indexer.parse import ray_engine
 
     monkeypatch.setattr(ray_engine, "MIN_FILES", 1)
     monkeypatch.setattr(ray_engine, "MIN_CHUNKS", 1)
@@ -134,7 +134,7 @@ def test_ray_engine_starts_and_stops_its_own_ray(repo, tmp_path):
 
 def test_an_edit_with_engine_ray_stays_local(repo, tmp_path, monkeypatch, small_work_goes_to_ray):
     """A few changed files (a watcher's usual build) never start Ray: same index, no ~3 s."""
-    from indexer import ray_engine
+    from indexer.parse import ray_engine
 
     if ray.is_initialized():
         pytest.skip("a Ray instance is already running in this process")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer import store
+from indexer.graph import store
 from tests.conftest import index
 from tests.lang_graph import graph_of
 
@@ -209,7 +209,7 @@ def test_worker_page_loads_base_classes_after_its_warm_up(tmp_path):
     a method found through a base class resolves as the serial build resolved it."""
     import sqlite3
 
-    from indexer import graph_write
+    from indexer.graph import write as graph_write
     from tests.conftest import make_repo
 
     root = make_repo(tmp_path / "inherit", {

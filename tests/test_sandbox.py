@@ -352,7 +352,7 @@ def test_git_through_run_command_runs_nothing_the_repository_configures(
 
 
 def test_gitsafe_overrides_only_the_keys_the_repository_sets(tmp_path: Path):
-    from indexer.gitsafe import git_env, repo_overrides
+    from indexer.safety.gitsafe import git_env, repo_overrides
 
     root = make_repo(tmp_path / "r", {"a.txt": "a\n"})
     extra = tmp_path / "extra.inc"

@@ -333,7 +333,7 @@ def test_ask_prompt_pack_is_redacted_and_skips_secret_files(repo):
     same deny list and the same redaction apply (before: `secrets.py` and the raw token went
     to the model)."""
     from agent.ask import ask
-    from indexer import store
+    from indexer.graph import store
 
     (repo / "secrets.py").write_text(f"ADMIN_TOKEN = 'leakmarker-sa'  # {TOKEN}\n")
     cfg = load_config(repo, env={}, jobs=1, embed_model="hashing")

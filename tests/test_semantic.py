@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from indexer.embed import HashingEmbedder
 from indexer.errors import ModelMismatchError
-from indexer.semantic import embed_pending
+from indexer.graph import store
+from indexer.vectors.embed import HashingEmbedder
+from indexer.vectors.semantic import embed_pending
 from retrieval.search import Searcher
 from tests.conftest import make_repo, write_files
 
@@ -132,7 +132,7 @@ def test_embedding_resumes_without_redoing_batches(repo):
 
 
 def _table(cfg, db, dim):
-    from indexer.vectors import open_vectors
+    from indexer.vectors.table import open_vectors
 
     vs = open_vectors(cfg, db.conn, dim, f"hashing:{dim}")
     rows = vs._table.search().select(["chunk_id", "content_hash", "vector"]).to_arrow().to_pylist()
@@ -146,7 +146,7 @@ def test_long_run_reads_table_keys_once_and_writes_the_same_table(repo, monkeypa
     a rerun over rows already in the table (a run killed between the table write and the
     marks) merges instead of adding twice, and a copy of a function in another file is
     embedded once."""
-    from indexer import semantic
+    from indexer.vectors import semantic
 
     monkeypatch.setattr(semantic, "BATCH", 2)  # several batches on a small repo
     monkeypatch.setattr(semantic, "KEY_SCAN_MIN", scan_min)

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from cli.snapshot_cmds import pull_cmd, push_cmd
 from indexer.build import build
 from indexer.config import load_config
-from indexer.embed import HashingEmbedder
 from indexer.errors import RepoctxError
-from indexer.snapshot import SnapshotError, adopt, list_snapshots, pull, push
+from indexer.ops.snapshot import SnapshotError, adopt, list_snapshots, pull, push
+from indexer.vectors.embed import HashingEmbedder
 from tests.conftest import dump_graph, git, make_repo, write_files
 
 FILES = {

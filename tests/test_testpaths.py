@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from indexer.testpaths import is_test_path, sql_is_test_path
+from indexer.parse.testpaths import is_test_path, sql_is_test_path
 
 CASES = {
     "tests/test_cart.py": True,

@@ -1,4 +1,4 @@
-"""Docs and configs without a grammar (indexer.textfiles): their sections, keys, targets and
+"""Docs and configs without a grammar (indexer.parse.textfiles): their sections, keys, targets and
 stages as definitions; a real build that makes them searchable by kind; what is still skipped."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer.discovery import is_ignored_path
-from indexer.languages import KINDS, kind_of, language_for_path
 from indexer.models import ParsedFile
-from indexer.parser import parse_source
+from indexer.parse.discovery import is_ignored_path
+from indexer.parse.languages import KINDS, kind_of, language_for_path
+from indexer.parse.parser import parse_source
 from tests.conftest import make_repo
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -301,7 +301,7 @@ def test_sexp_top_level_forms_are_breaks_and_defines_are_definitions() -> None:
 
 
 def test_scripts_without_a_suffix_by_their_shebang_line() -> None:
-    from indexer.languages import interpreter_language
+    from indexer.parse.languages import interpreter_language
 
     heads = {
         b"#!/bin/sh\nset -e\n": "bash", b"#!/usr/bin/env bash": "bash",
@@ -315,7 +315,7 @@ def test_scripts_without_a_suffix_by_their_shebang_line() -> None:
 
 
 def test_sections_are_chunks_with_the_heading_path_in_their_header() -> None:
-    from indexer.chunking import chunk_file
+    from indexer.parse.chunking import chunk_file
 
     def count(texts):  # one token a word, +2 specials
         return [len(t.split()) + 2 for t in texts]
@@ -458,9 +458,9 @@ def test_docs_do_not_change_how_code_ranks_and_old_indexes_move_their_rows(tmp_p
     both; an index from before the split (schema 4) moves its prose rows on the next build."""
     import sqlite3
 
-    from indexer import store
-    from indexer.graph import FileFilter
-    from indexer.lexical_reads import chunk_bm25, file_bm25, fts_tables
+    from indexer.graph import store
+    from indexer.graph.lexical_reads import chunk_bm25, file_bm25, fts_tables
+    from indexer.graph.reads import FileFilter
     from tests.conftest import git, index, make_repo, write_files
 
     code = {

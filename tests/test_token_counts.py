@@ -1,4 +1,4 @@
-"""The word-count cache beside the index (`indexer.token_counts`): the chunks it sizes are the
+"""The word-count cache beside the index (`indexer.vectors.token_counts`): the chunks it sizes are the
 tokenizer's own, a build that knows every word of its files never loads the tokenizer, and a
 stale or damaged cache only costs the tokenizer load."""
 
@@ -8,7 +8,8 @@ import sqlite3
 
 import pytest
 
-from indexer import parse_worker, token_counts
+from indexer.parse import worker as parse_worker
+from indexer.vectors import token_counts
 from tests.conftest import index, make_repo
 
 FILES = {

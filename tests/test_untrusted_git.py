@@ -30,11 +30,11 @@ from click.testing import CliRunner
 
 from agent.run_result import CommitError, commit_run, git_stat
 from cli.main import cli
-from indexer import gitsafe
 from indexer.config import load_config
 from indexer.errors import RepoctxError
-from indexer.history import history_status
-from indexer.snapshot import pull, push
+from indexer.ops.history import history_status
+from indexer.ops.snapshot import pull, push
+from indexer.safety import gitsafe
 from tests.conftest import git, make_repo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -355,7 +355,7 @@ def test_a_same_size_rewrite_of_an_included_file_is_seen(tmp_path: Path, home: P
 _PROBE = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from indexer import gitsafe
+from indexer.safety import gitsafe
 gitsafe.LIST_TIMEOUT_S = 2.0
 from pathlib import Path
 from agent.run_result import CommitError, commit_run, git_stat
@@ -400,7 +400,7 @@ def _probe(repo: Path, limit: float) -> dict:
 
 
 def _cli(repo: Path, limit: float) -> subprocess.CompletedProcess:
-    code = ("import sys; sys.argv[0] = 'repoctx'; from indexer import discovery, gitsafe; "
+    code = ("import sys; sys.argv[0] = 'repoctx'; from indexer.parse import discovery; from indexer.safety import gitsafe; "
             "gitsafe.LIST_TIMEOUT_S = 2.0; discovery.GIT_TIMEOUT_S = 2.0; "
             "from cli.main import main; main()")
     return _bounded([sys.executable, "-c", code, "index", "build", str(repo), "--no-embed", "-q",

@@ -141,8 +141,8 @@ def test_no_planted_module_runs_in_a_cli_build(tmp_path, files, path):
 API_SCRIPT = """
 import os, sys
 import multiprocessing, multiprocessing.popen_spawn_posix, concurrent.futures.process, json, pickle
-import indexer.lifetime, indexer.token_counts
-from indexer import graph_write
+import indexer.safety.lifetime, indexer.vectors.token_counts
+from indexer.graph import write as graph_write
 from indexer.build import build
 from indexer.config import load_config
 
@@ -216,7 +216,7 @@ def report():
 PROBE_MAIN = """
 import os, sys
 import multiprocessing.popen_spawn_posix, concurrent.futures.process
-from indexer import lifetime
+from indexer.safety import lifetime
 from probe import report
 
 if __name__ == "__main__":
@@ -255,7 +255,7 @@ TRACKER = """
 import os, sys, time
 import multiprocessing.popen_spawn_posix, multiprocessing.resource_tracker as rt
 import concurrent.futures.process, pickle
-from indexer import lifetime
+from indexer.safety import lifetime
 
 os.chdir(sys.argv[1])
 sys.path.insert(0, "")
@@ -320,7 +320,7 @@ def test_the_reaper_starts_isolated_away_from_the_tree(tmp_path):
     markers = tmp_path / "markers"
     tree = hostile_tree(tmp_path / "tree", markers, 1)
     code = (
-        "import os, sys, time, multiprocessing.popen_spawn_posix; from indexer import lifetime\n"
+        "import os, sys, time, multiprocessing.popen_spawn_posix; from indexer.safety import lifetime\n"
         "os.chdir(sys.argv[1])\n"
         "child = __import__('subprocess').Popen(['sleep', '30'])\n"
         "reaper = lifetime.start_reaper([child.pid])\n"
@@ -410,7 +410,7 @@ def test_the_interpreters_own_path_stays_when_the_tree_holds_it():
     workers could not import tree_sitter.)"""
     import sysconfig
 
-    from indexer import isolation
+    from indexer.safety import isolation
 
     site = sysconfig.get_paths()["purelib"]
     stdlib = sysconfig.get_paths()["stdlib"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.embed import HashingEmbedder
 from indexer.errors import ModelMismatchError
-from indexer.vector_reader import VectorReader
-from indexer.vectors import VectorRow, VectorStore, glob_filter
+from indexer.vectors.embed import HashingEmbedder
+from indexer.vectors.reader import VectorReader
+from indexer.vectors.table import VectorRow, VectorStore, glob_filter
 
 EMB = HashingEmbedder(64)
 
@@ -270,7 +270,7 @@ class _ThroughLanceDB(VectorStore):
     """The query as LanceDB's own API runs it (the path before Lance was called directly)."""
 
     def _query(self, query, limit, where, exact=False):
-        from indexer.vectors import REFINE_FACTOR, arrow_hits
+        from indexer.vectors.table import REFINE_FACTOR, arrow_hits
 
         q = (self._table.search(query).distance_type("cosine")
              .select(["chunk_id", "path", "start_line", "end_line", "symbol", "_distance"])
@@ -334,8 +334,8 @@ def test_searches_and_small_writes_do_not_import_lancedb(tmp_path):
     VectorStore.open(uri, EMB.dim, EMB.name).upsert(rows_for(SNIPPETS))
     code = (
         "import sys, numpy as np\n"
-        "from indexer.vector_reader import VectorReader\n"
-        "from indexer.vectors import VectorRow, VectorStore\n"
+        "from indexer.vectors.reader import VectorReader\n"
+        "from indexer.vectors.table import VectorRow, VectorStore\n"
         f"r = VectorReader.open({uri!r}, {EMB.dim}, {EMB.name!r})\n"
         f"hits = r.search(np.ones({EMB.dim}, dtype=np.float32), k=3)\n"
         f"w = VectorStore.open({uri!r}, {EMB.dim}, {EMB.name!r})\n"

@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from indexer.embed import create_embedder
+from indexer.graph import store
 from indexer.locations import vectors_uri
-from indexer.vectors import VectorRow, VectorStore
-from indexer.verify import repair, verify
+from indexer.ops.verify import repair, verify
+from indexer.vectors.embed import create_embedder
+from indexer.vectors.table import VectorRow, VectorStore
 from tests.conftest import dump_graph, make_repo, write_files
 
 FILES = {

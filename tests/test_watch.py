@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from indexer import store
 from indexer.build import build
 from indexer.config import load_config
-from indexer.verify import verify
-from indexer.watch import (
+from indexer.graph import store
+from indexer.ops.verify import verify
+from indexer.ops.watch import (
     ChangeFilter,
     Watcher,
     WatcherRunningError,
@@ -241,7 +241,7 @@ def test_filter_rules(repo):
 
 _READER = textwrap.dedent("""
     import json, os, sys, time
-    from indexer import store
+    from indexer.graph import store
     from retrieval.symbols import find_symbols, references_to
     index, stop = sys.argv[1], sys.argv[2]
     from pathlib import Path

@@ -8,8 +8,8 @@ import re
 import sqlite3
 from dataclasses import dataclass
 
-from indexer import graph
 from indexer.errors import RepoctxError
+from indexer.graph import reads as graph
 
 from ..checkpoints import CheckpointStore
 from ..runner import run_command

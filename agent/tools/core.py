@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from indexer import store
 from indexer.config import Config
 from indexer.errors import RepoctxError
+from indexer.graph import store
 
 from ..checkpoints import CheckpointStore
 from ..errors import AgentError, CheckpointError

@@ -16,10 +16,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer import graph
 from indexer.display import shown
 from indexer.errors import RepoctxError
-from indexer.languages import is_text_format, language_for_path, ts_parser
+from indexer.graph import reads as graph
+from indexer.parse.languages import is_text_format, language_for_path, ts_parser
 from retrieval.symbols import find_symbols
 
 from .core import Tool, ToolContext, ToolResult, fail, ok

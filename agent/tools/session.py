@@ -9,9 +9,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from indexer import graph, store
 from indexer.build import build
 from indexer.config import Config
+from indexer.graph import reads as graph
+from indexer.graph import store
 from retrieval.search import Searcher
 
 #: Seconds a re-index waits for another writer (an `index build` running alongside).
@@ -68,7 +69,7 @@ class ToolSession:
             return None
         with self._lock:
             if self._embedder is None or self._embedder.name != model:
-                from indexer.embed import create_embedder
+                from indexer.vectors.embed import create_embedder
 
                 self._embedder = create_embedder(model, batch_size=config.embed_batch_size)
             return self._embedder

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from indexer import graph
+from indexer.graph import reads as graph
 
 from ..errors import AgentError
 from ..runner import CommandResult, run_command

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.testpaths import is_test_path
+from indexer.parse.testpaths import is_test_path
 
 from ..tokens import TokenCounter, get_tokenizer
 from .pack import Packer

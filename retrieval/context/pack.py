@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from indexer.display import place, shown
-from indexer.languages import language_for_path
 from indexer.models import CLASS_KINDS
+from indexer.parse.languages import language_for_path
 
 from ..tokens import TokenCounter
 from .records import (

@@ -3,7 +3,7 @@ with the edges that explain each candidate."""
 
 from __future__ import annotations
 
-from indexer.testpaths import is_test_path
+from indexer.parse.testpaths import is_test_path
 
 from ..pagerank import collect_subgraph, personalized_pagerank
 from .records import NAMING_SOURCES, Key, PackPolicy, Reason

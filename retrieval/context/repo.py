@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer import graph
-from indexer.denylist import denied_by_default
-from indexer.nofollow import read_regular
+from indexer.graph import reads as graph
+from indexer.safety.denylist import denied_by_default
+from indexer.safety.nofollow import read_regular
 
 if TYPE_CHECKING:
     import sqlite3

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from indexer.errors import RepoctxError
-from indexer.testpaths import is_test_path
+from indexer.parse.testpaths import is_test_path
 
 from ..pipeline import DEPTH, default_signals
 from ..signals import Scope, SignalContext

@@ -1,0 +1,161 @@
+"""Lexical search terms: identifiers split so words find code.
+
+`parseHTTPResponse` and `parse_http_response` both yield parse, http, response (plus the whole
+identifier), for the indexed text and for queries alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[0-9]|\b|_)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "our",
+        "should",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "this",
+        "to",
+        "was",
+        "we",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+        "code",
+        "function",
+        "method",
+        "class",
+        "file",
+        "files",
+    ]
+)
+
+
+@lru_cache(maxsize=200_000)
+def _split(ident: str) -> tuple[str, ...]:
+    parts = [p.lower() for p in _PARTS.findall(ident)]
+    low = ident.lower().strip("_")
+    if len(parts) > 1:
+        return (low, *parts)
+    return tuple(parts) or ((low,) if low else ())
+
+
+def split_identifier(ident: str) -> list[str]:
+    """Lower-case parts of an identifier; the identifier itself first when it has several."""
+    return list(_split(ident))
+
+
+@lru_cache(maxsize=200_000)
+def _terms(ident: str) -> str:
+    return " ".join(_split(ident))
+
+
+def index_terms(text: str) -> str:
+    """The text as FTS5 sees it: every identifier followed by its parts."""
+    return " ".join(map(_terms, _IDENT.findall(text)))
+
+
+# -- code and prose apart -----------------------------------------------------------------------
+#
+# Text formats (docs, configs: `indexer.parse.textfiles`) have their own FTS5 tables, ``<table>_text``:
+# BM25 weighs a term by its rarity and a document by its length over the whole table, so a
+# repository's prose in the code's table shifts how code is ranked for the same words (on the
+# development issues, file@1 without vectors fell 6 points when sphinx's .rst docs joined).
+
+TEXT_SUFFIX = "_text"
+#: The lexical tables of chunks and of whole files: code's, then prose's.
+CHUNK_TABLES = ("chunks_fts", "chunks_fts" + TEXT_SUFFIX)
+FILE_TABLES = ("files_fts", "files_fts" + TEXT_SUFFIX)
+
+
+def fts_table(base: str, language: str | None) -> str:
+    """The FTS5 table (``chunks_fts`` or ``files_fts``, or its ``_text`` twin) of a file in
+    ``language``."""
+    from indexer.parse.languages import is_text_format
+
+    return base + TEXT_SUFFIX if language and is_text_format(language) else base
+
+
+# -- whole files -------------------------------------------------------------------------------
+#
+# `files_fts` (rowid = files.id) holds every chunked file as one document: its path, the names
+# it defines, and its text as `index_terms` sees it (docstrings and comments included). BM25 over
+# whole files sees a file whose relevance is spread over many chunks at once, where a ranking of
+# chunks would need each chunk to collect votes; the two are separate signals (retrieval/).
+
+
+def file_document(path: str, names: Iterable[str], bodies: Iterable[str]) -> tuple[str, str, str]:
+    """The (path, names, body) columns of a file's document: ``names`` are those it defines
+    (by symbol id), ``bodies`` its chunks' terms in line order."""
+    return index_terms(path), index_terms(" ".join(dict.fromkeys(names))), " ".join(bodies)
+
+
+def index_files(conn, file_ids) -> None:
+    """(Re)write the whole-file lexical documents of ``file_ids`` from their chunks and symbols
+    in the database (a build writes those of the files it parses with their other rows); a
+    file without chunks gets no document."""
+    ids = list(file_ids)
+    if not ids:
+        return
+    for table in FILE_TABLES:
+        conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in ids])
+    rows: dict[str, list[tuple]] = {}
+    for fid in ids:
+        found = conn.execute("SELECT path, language FROM files WHERE id = ?", [fid]).fetchone()
+        if found is None:
+            continue
+        bodies = conn.execute(
+            f"SELECT t.body FROM chunks c JOIN {fts_table('chunks_fts', found[1])} t "
+            "ON t.rowid = c.id WHERE c.file_id = ? ORDER BY c.start_line",
+            [fid],
+        ).fetchall()
+        if not bodies:
+            continue
+        names = conn.execute(
+            "SELECT name FROM symbols WHERE file_id = ? AND kind != 'module' ORDER BY id", [fid]
+        ).fetchall()
+        rows.setdefault(fts_table("files_fts", found[1]), []).append(
+            (fid, *file_document(found[0], (n for (n,) in names), (b for (b,) in bodies)))
+        )
+    for table, docs in rows.items():
+        conn.executemany(f"INSERT INTO {table}(rowid, path, names, body) VALUES (?,?,?,?)", docs)

@@ -1,0 +1,1 @@
+"""Embeddings: the models, their tokenizers, and the LanceDB table of chunk vectors."""

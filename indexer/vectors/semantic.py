@@ -1,0 +1,401 @@
+"""The embedding phase: vectors for chunks that lack them, reused by content hash.
+
+SQLite says which chunks exist; this phase makes LanceDB agree. It runs after the graph and
+lexical index are committed (they are usable while vectors fill in), commits per batch
+(a killed run resumes where it stopped) and never embeds the same content twice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from indexer.config import Config
+from indexer.errors import ModelMismatchError
+from indexer.graph import reads as graph
+from indexer.graph import store
+from indexer.graph.store import WriteDB
+from indexer.models import Progress
+from indexer.parse.chunking import chunk_hash
+from indexer.parse.testpaths import sql_is_test_path
+
+#: Chunks fetched, reused or embedded, and committed together.
+BATCH = 256
+#: Pending chunks above which an embedding run reads the vector table's keys up front.
+KEY_SCAN_MIN = 4 * BATCH
+_TEST_PATH_SQL, _TEST_PATH_PARAMS = sql_is_test_path("f.path")
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedStats:
+    chunks: int
+    embedded: int  # chunks that needed the model
+    reused: int  # chunks whose content hash already had a vector
+    removed: int  # vectors of chunks that no longer exist
+    model: str
+    seconds: float
+    coverage: float  # share of chunks with a vector, 0..1
+
+
+def _follow_vectors_uri(config: Config, conn) -> str:
+    """The URI this build writes vectors to: the configured one, else where the index keeps
+    them (a build or watcher without the flag must not move them). When it moved, every
+    chunk is embedded again into the new table (vectors there are still reused by hash);
+    `--vectors-uri <index>/vectors.lance` brings them back next to the graph."""
+    from indexer.locations import (
+        VECTORS_DIR,
+        check_uri,
+        locate_vectors,
+        record_vectors_uri,
+        recorded_vectors_uri,
+    )
+
+    recorded = recorded_vectors_uri(conn) or ""
+    wanted = (
+        check_uri(config.vectors_uri, "vectors URI")
+        if config.vectors_uri
+        else locate_vectors(None, recorded, config.index_path)
+    )  # refuses a recorded credential
+    if wanted == str(config.index_path / VECTORS_DIR):
+        wanted = ""
+    if wanted != recorded:
+        with conn:
+            conn.execute("UPDATE chunks SET embedded = 0")
+            record_vectors_uri(conn, wanted)
+    return locate_vectors(wanted, None, config.index_path)
+
+
+def check_model(db: WriteDB, model: str, reembed: bool) -> None:
+    """Refuse to mix models in one index unless asked to rebuild the vectors."""
+    recorded = store.get_meta(db, "embed_model")
+    if recorded and recorded != model and not reembed:
+        raise ModelMismatchError(
+            f"This index was embedded with {recorded!r}, not {model!r} — rerun with `--reembed` "
+            f"to rebuild the vectors with {model!r}, or use `--embed-model {recorded}`."
+        )
+
+
+def embed_pending(config: Config, db: WriteDB, **kw) -> EmbedStats:
+    """`_embed_pending`, with a disk or quota that fills up under the vector table (Lance says
+    so only in words, with no path) raised as the OSError it is, naming the table's directory:
+    the index's own writes are SQLite's, committed batch by batch, and stay as they were."""
+    from indexer.vectors.table import exhaustion_errno, local_table_dir
+
+    try:
+        return _embed_pending(config, db, **kw)
+    except (OSError, RuntimeError) as exc:
+        code = exhaustion_errno(exc)
+        if code is None:
+            raise
+        from indexer.locations import vectors_uri
+
+        uri = vectors_uri(config, db.conn)
+        raise OSError(code, os.strerror(code), local_table_dir(uri) or uri) from exc
+
+
+def _embed_pending(
+    config: Config,
+    db: WriteDB,
+    *,
+    embedder=None,
+    reembed: bool = False,
+    progress: Callable | None = None,
+    limit: int | None = None,
+    engine=None,
+    notify: Callable[[str], None] | None = None,
+) -> EmbedStats:
+    """Give every chunk a vector. ``embedder`` defaults to ``config.embed_model``; it is only
+    loaded when some chunk has no vector yet. With ``engine`` (a ``RaySession``) the model
+    runs in Ray actors instead of this process. A damaged local table is set aside and every
+    chunk embedded again; ``notify`` receives one line saying so."""
+    from indexer.locations import storage_options
+    from indexer.vectors.table import VectorStore
+
+    t0 = time.perf_counter()
+    conn = db.conn
+    model_name = canonical_model_name(config.embed_model) if embedder is None else embedder.name
+    check_model(db, model_name, reembed)
+    uri = _follow_vectors_uri(config, conn)
+    _set_aside_damaged(config, db, uri, notify)  # --reembed too: a file or link in its place
+    if reembed:
+        with conn:
+            conn.execute("UPDATE chunks SET embedded = 0")
+    else:
+        _forget_lost_vectors(conn, uri)
+    pending_total = conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
+    tombstones = [r[0] for r in conn.execute("SELECT chunk_id FROM vector_tombstones")]
+    if not pending_total and not tombstones and not reembed:
+        _record_stamp(db, uri)
+        done, total = graph.vector_coverage(conn)
+        return EmbedStats(
+            total, 0, 0, 0, model_name, time.perf_counter() - t0, done / total if total else 1.0
+        )
+    pool = None
+    if engine is not None and embedder is None and engine.worth_it(chunks=pending_total):
+        pool = embedder = engine.embed_pool(config.embed_model, config.embed_batch_size)
+    elif embedder is None:
+        from indexer.vectors.embed import create_embedder
+
+        embedder = create_embedder(config.embed_model, batch_size=config.embed_batch_size)
+    try:
+        options = storage_options(config)
+        if reembed:
+            vs = VectorStore.reset(uri, embedder.dim, embedder.name, options)
+        else:
+            vs = VectorStore.open(uri, embedder.dim, embedder.name, options)
+            if _forget_missing_rows(conn, vs):
+                pending_total = conn.execute(
+                    "SELECT count(*) FROM chunks WHERE embedded = 0"
+                ).fetchone()[0]
+        t_embed = time.perf_counter()  # after opening the table and loading the model
+        with conn:
+            store.set_meta(db, "embed_model", embedder.name)
+            store.set_meta(db, "embed_dim", str(embedder.dim))
+        total = pending_total if limit is None else min(limit, pending_total)
+        embedded, reused = _embed_batches(
+            config, conn, vs, pool or _Inline(embedder), embedder.name, total, progress
+        )
+    finally:
+        if pool is not None:
+            pool.close()
+    # Vectors of deleted chunks go last: until now they could still be reused by content hash
+    # (a moved function, a renamed file).
+    removed = 0
+    if tombstones:
+        vs.delete_chunk_ids([str(i) for i in tombstones])
+        removed = len(tombstones)
+        with conn:
+            conn.executemany(
+                "DELETE FROM vector_tombstones WHERE chunk_id = ?", [(i,) for i in tombstones]
+            )
+    if embedded > 1000:  # never after a one-file edit: these take seconds on a large table
+        vs.maybe_index()
+        if vs.needs_optimize():
+            vs.optimize()
+    _record_stamp(db, uri)
+    done_n, total_n = graph.vector_coverage(conn)
+    return EmbedStats(
+        chunks=total_n,
+        embedded=embedded,
+        reused=reused,
+        removed=removed,
+        model=embedder.name,
+        seconds=time.perf_counter() - t_embed,
+        coverage=done_n / total_n if total_n else 1.0,
+    )
+
+
+#: Graph meta: the vector table's files (names, sizes, mtimes) when this index last wrote or
+#: checked it; a build that finds them so reads nothing of the table (see _set_aside_damaged).
+STAMP_META = "vectors_stamp"
+
+
+def _record_stamp(db: WriteDB, uri: str) -> None:
+    from indexer.vectors.table import table_stamp
+
+    stamp = table_stamp(uri)
+    if stamp is not None and stamp != store.get_meta(db, STAMP_META):
+        with db.conn:
+            store.set_meta(db, STAMP_META, stamp)
+
+
+def _set_aside_damaged(config: Config, db: WriteDB, uri: str, notify) -> None:
+    """Set a damaged local vector table aside (kept, renamed) and mark every chunk pending, so
+    this build embeds them into a new table instead of reporting full coverage over vectors no
+    search can read. A table whose files are as this index last left them is not read (one
+    directory listing: a no-op build stays cheap); one changed behind the index's back (a file
+    deleted, cut short, overwritten, a manifest gone) is read through (`vectors.table_damage`)."""
+    from indexer.locations import storage_options
+    from indexer.vectors.table import set_aside, table_damage
+
+    dim = store.get_meta(db, "embed_dim") or ""
+    problem = table_damage(uri, storage_options(config), store.get_meta(db, STAMP_META),
+                           store.get_meta(db, "embed_model"), int(dim) if dim.isdigit() else 0)
+    if problem is None:
+        return
+    where = set_aside(uri)
+    with db.conn:
+        db.conn.execute("UPDATE chunks SET embedded = 0 WHERE embedded != 0")
+        store.set_meta(db, STAMP_META, "")
+    if notify is not None:
+        notify(f"The vector table at {uri} was damaged ({problem}): set it aside as {where}; "
+               "embedding every chunk again.")
+
+
+def _forget_lost_vectors(conn, uri: str) -> None:
+    """A deleted local table (checked with one stat: a no-op build stays cheap) leaves every
+    chunk marked embedded without a vector: mark them pending so this build embeds them."""
+    from indexer.vectors.table import table_missing
+
+    if (
+        table_missing(uri)
+        and conn.execute("SELECT EXISTS(SELECT 1 FROM chunks WHERE embedded = 1)").fetchone()[0]
+    ):
+        with conn:
+            conn.execute("UPDATE chunks SET embedded = 0 WHERE embedded = 1")
+
+
+def _forget_missing_rows(conn, vs) -> int:
+    """Chunks marked embedded whose vector is not in the table (a table recreated or restored
+    from an older copy) become pending again; returns how many. Checked when the table is
+    open anyway: one row count, and a scan of ids only when it falls short."""
+    marked = conn.execute("SELECT count(*) FROM chunks WHERE embedded = 1").fetchone()[0]
+    if not marked or vs.count() >= marked:
+        return 0
+    present = vs.chunk_ids()
+    lost = [
+        (cid,)
+        for (cid,) in conn.execute("SELECT id FROM chunks WHERE embedded = 1")
+        if str(cid) not in present
+    ]
+    if lost:
+        with conn:
+            conn.executemany("UPDATE chunks SET embedded = 0 WHERE id = ?", lost)
+    return len(lost)
+
+
+class _Inline:
+    """Runs the model in this process: each batch is embedded when submitted."""
+
+    window = 0
+
+    def __init__(self, embedder) -> None:
+        self.embedder = embedder
+
+    def submit(self, texts: list[str]) -> np.ndarray:
+        return self.embedder.embed(texts)
+
+    def result(self, handle: np.ndarray) -> np.ndarray:
+        return handle
+
+
+def _pending_rows(conn, total: int) -> Iterator[list]:
+    """Chunks without a vector in batches, product code before tests (the coverage that
+    matters most fills in first); a cursor, so batches can be in flight before the rows
+    of earlier ones are marked embedded."""
+    done = 0
+    for is_test in (0, 1):
+        last = -1
+        while done < total:
+            rows = conn.execute(
+                "SELECT c.id, c.content_hash, f.path, f.language, c.start_line, c.end_line, "
+                "c.symbol, c.header FROM chunks c JOIN files f ON f.id = c.file_id "
+                f"WHERE c.embedded = 0 AND {_TEST_PATH_SQL} = ? AND c.id > ? ORDER BY c.id LIMIT ?",
+                [*_TEST_PATH_PARAMS, is_test, last, min(BATCH, total - done)],
+            ).fetchall()
+            if not rows:
+                break
+            last = rows[-1][0]
+            done += len(rows)
+            yield rows
+
+
+def _embed_batches(
+    config: Config, conn, vs, pool, model: str, total: int, progress
+) -> tuple[int, int]:
+    """Embed pending chunks through ``pool`` (in process, or Ray actors with up to
+    ``pool.window`` batches in flight), writing vectors and marks batch by batch.
+    Returns (texts embedded, chunks whose vector was reused)."""
+    from indexer.vectors.table import VectorRow
+
+    embedded = reused = done = 0
+    window: deque = deque()
+    inflight: set[str] = set()  # hashes submitted and not yet written
+    recent: dict[str, np.ndarray] = {}  # vectors of hashes written by recent batches
+    # A long run reads the table's ids and hashes once (one scan of two short columns), then
+    # asks the table only for hashes it holds and appends rows for ids it lacks: asked per
+    # batch, both cost a pass over a table that the run itself keeps growing. A short run
+    # (a few edited files) asks per batch, which is cheaper than that scan.
+    known_ids, known_hashes = vs.keys() if total > KEY_SCAN_MIN else (None, None)
+
+    def finish(rows, have, hashes, handle) -> None:
+        nonlocal reused, done
+        if hashes:
+            vectors = pool.result(handle)
+            have.update(zip(hashes, vectors, strict=True))
+            recent.update(zip(hashes, vectors, strict=True))
+            inflight.difference_update(hashes)
+        out, ok_ids = [], []
+        for cid, h, path, lang, s, e, sym, _ in rows:
+            vec = have.get(h)
+            if vec is None:
+                vec = recent.get(h)  # embedded by an earlier batch still in flight then
+            if vec is None:  # the file changed since it was chunked: the next build re-chunks it
+                continue
+            out.append(VectorRow(str(cid), h, path, lang or "", s, e, sym, model, vec))
+            ok_ids.append(cid)
+        reused += len(out) - min(len(out), len(hashes))
+        if known_ids is None:
+            vs.upsert(out)
+        else:
+            vs.upsert(out, absent=[r.chunk_id for r in out if r.chunk_id not in known_ids])
+            known_hashes.update(r.content_hash for r in out)
+        with conn:
+            conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in ok_ids])
+            if len(ok_ids) < len(rows):  # unreadable now: leave for the next build, but move on
+                ok = set(ok_ids)
+                conn.executemany(
+                    "UPDATE chunks SET embedded = -1 WHERE id = ?",
+                    [(r[0],) for r in rows if r[0] not in ok],
+                )
+        done += len(rows)
+        if len(recent) > 4 * BATCH * (pool.window + 1):  # only in-flight overlaps need it
+            for key in list(recent)[: len(recent) // 2]:
+                del recent[key]
+        if progress:
+            progress(Progress("embed", done, total))
+
+    for rows in _pending_rows(conn, total):
+        want = {r[1] for r in rows} - recent.keys() - inflight
+        have = vs.vectors_for_hashes(want if known_hashes is None else want & known_hashes)
+        need = _texts(config.root, [r for r in rows if r[1] in want], have)
+        hashes = list(need)
+        handle = pool.submit([need[h] for h in hashes]) if hashes else None
+        embedded += len(hashes)
+        inflight.update(hashes)
+        window.append((rows, have, hashes, handle))
+        while len(window) > pool.window:
+            finish(*window.popleft())
+    while window:
+        finish(*window.popleft())
+    return embedded, reused
+
+
+def _texts(root: Path, rows: list, have: dict) -> dict[str, str]:
+    """Embedding input (header + code) for the chunks whose hash has no vector yet, read from
+    the files (one read per file), checked against the stored content hash."""
+    by_file: dict[str, list] = defaultdict(list)
+    for r in rows:
+        if r[1] not in have:
+            by_file[r[2]].append(r)
+    out: dict[str, str] = {}
+    for path, items in by_file.items():
+        try:
+            with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            continue
+        for _, h, _, _, s, e, _, header in items:
+            body = "\n".join(lines[s - 1 : e])
+            if chunk_hash(header, body) == h:
+                out[h] = header + "\n" + body
+    return out
+
+
+@cache
+def canonical_model_name(model: str) -> str:
+    """The model id an index records: the default's full id, `hashing:DIM`, or as given."""
+    m = re.fullmatch(r"hashing(?::(\d+))?", model)
+    if m:
+        return f"hashing:{m.group(1) or 64}"
+    from indexer.vectors.tokenizer import load_tokenizer
+
+    return load_tokenizer(model).name
