@@ -4,9 +4,8 @@ resource limits, capped output, and the whole process tree killed when it is ove
 Which program runs, and whether the allowlist lets it, is decided first by
 `agent.command_policy.plan_command` (a string is split like a shell would).
 
-Process-count containment, strongest available first: a pids cgroup created per command (needs a
-writable pids controller: root, or a delegated cgroup v2 subtree); RLIMIT_NPROC (not enforced for
-root or with CAP_SYS_RESOURCE / CAP_SYS_ADMIN); otherwise a /proc watchdog that kills the session
+Process-count containment, strongest available first (agent/command_containment.py): a pids
+cgroup created per command; RLIMIT_NPROC; otherwise a /proc watchdog that kills the session
 when it holds more than ``max_processes`` processes. In every case the whole process group is
 killed at the end, so nothing outlives the call unless it left the session with setsid(2) — and
 inside a cgroup or the sandbox's PID namespace even those are killed. Every running command is
@@ -17,9 +16,10 @@ agent/sandbox.py (Landlock, mount/network/user namespaces) and with git's reposi
 programs neutralised; ``CommandResult.sandbox`` says which layers applied. The allowlist stays a
 second layer.
 
-Size: spawning, the three containment strategies, output capture and killing the process tree share
-the process-group and cgroup state of one command; the command policy is in command_policy.py and
-the kernel sandbox in sandbox.py.
+Size: spawning, supervising (deadline, output capture, the guards' verdicts) and killing the
+process tree share the process group and cgroup of one command; the command policy is in
+command_policy.py, the process-count guards in command_containment.py and the kernel sandbox in
+sandbox.py.
 """
 
 from __future__ import annotations
@@ -27,13 +27,11 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
-import re
 import resource
 import selectors
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +40,8 @@ from typing import Literal
 # defined with the settings: a repository's `agent.env_allow` may only narrow it
 from indexer.config import DEFAULT_ENV_ALLOW
 
-from . import command_memory, command_reaper
+from . import command_containment as guards
+from . import command_reaper
 from . import sandbox as _sandbox
 from .command_policy import plan_command
 from .errors import PathNotFoundError
@@ -70,7 +69,6 @@ _WATCHDOG_NICE = 10
 _AFTER_KILL_DRAIN_S = 2.0
 #: How long a command whose output has ended may take to exit before it is killed.
 _EXIT_GRACE_S = 1.0
-_REAP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -141,183 +139,6 @@ def build_env(
     return {k: v for k, v in env.items() if not is_secret_env(k)}
 
 
-# -- process-count guards -------------------------------------------------------------------------
-
-
-def _proc_stat(pid: str) -> tuple[str, int, int] | None:
-    """(state, pgid, sid) of a /proc entry, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[2]), int(fields[3])
-
-
-def _members(*, pgid: int | None = None, sid: int | None = None) -> list[int] | None:
-    """Live (non-zombie) pids in a process group or session; None without /proc."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return None
-    found = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        info = _proc_stat(entry)
-        if info is None or info[0] in ("Z", "X"):
-            continue
-        if (pgid is not None and info[1] == pgid) or (sid is not None and info[2] == sid):
-            found.append(int(entry))
-    return found
-
-
-def _nproc_enforced() -> bool:
-    """RLIMIT_NPROC does not apply to root, nor to holders of CAP_SYS_RESOURCE or CAP_SYS_ADMIN."""
-    if os.geteuid() == 0:
-        return False
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return True
-    match = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
-    caps = int(match.group(1), 16) if match else 0
-    return not caps & ((1 << 21) | (1 << 24))
-
-
-def _user_tasks() -> int:
-    """Processes and threads the effective user has now — RLIMIT_NPROC counts them all."""
-    uid, total = os.geteuid(), 0
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                raw = fh.read()
-        except OSError:
-            continue
-        total += int(raw[raw.rfind(b")") + 2 :].split()[17])
-    return total
-
-
-class _PidsCgroup:
-    """A pids cgroup made for one command, removed afterwards."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        #: The command's memory bound as a whole (agent/command_memory.py), where one can be had.
-        self.memory: command_memory.MemoryCgroup | None = None
-
-    @classmethod
-    def create(cls, max_pids: int, max_memory: int | None = None) -> _PidsCgroup | None:
-        for base in _pids_cgroup_bases():
-            command_memory.remove_stale(base)
-            path = base / f"repoctx-{os.getpid()}-{uuid.uuid4().hex[:10]}"
-            try:
-                path.mkdir()
-            except OSError:
-                continue
-            try:
-                (path / "pids.max").write_text(str(max_pids))
-            except OSError:
-                path.rmdir()
-                continue
-            made = cls(path)
-            if max_memory is not None:
-                made.memory = command_memory.bound(path, max_memory)
-            return made
-        return None
-
-    @property
-    def procs_file(self) -> str:
-        return str(self.path / "cgroup.procs")
-
-    @property
-    def procs_files(self) -> tuple[str, ...]:
-        """Every cgroup the command's first process joins (a v1 memory cgroup is a second)."""
-        extra = self.memory.procs_file if self.memory is not None else None
-        return (self.procs_file,) if extra is None else (self.procs_file, extra)
-
-    def pids(self) -> list[int]:
-        try:
-            return [int(x) for x in Path(self.procs_file).read_text().split()]
-        except OSError:
-            return []
-
-    def fork_denied(self) -> bool:
-        try:
-            events = (self.path / "pids.events").read_text()
-        except OSError:
-            return False
-        match = re.search(r"^max (\d+)", events, re.M)
-        return bool(match and int(match.group(1)))
-
-    def kill(self) -> None:
-        kill_file = self.path / "cgroup.kill"
-        if kill_file.exists():
-            try:
-                kill_file.write_text("1")
-                return
-            except OSError:
-                pass  # fall back to signalling each member
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-
-    def remove(self) -> None:
-        try:
-            self._remove_pids()
-        finally:
-            if self.memory is not None:
-                self.memory.remove()
-
-    def _remove_pids(self) -> None:
-        command_memory.remove_cgroup(self.path, _REAP_S, before_each=self.kill)
-
-
-def _pids_cgroup_bases() -> list[Path]:
-    """Directories where a child pids cgroup of ours could be made, most specific first."""
-    try:
-        own = Path("/proc/self/cgroup").read_text().splitlines()
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    bases: list[Path] = []
-    for line in own:
-        hier, controllers, rel = line.split(":", 2)
-        for mount in mounts:
-            left, _, right = mount.partition(" - ")
-            fstype, _, opts = (right.split() + ["", "", ""])[:3]
-            fields = left.split()
-            root, mountpoint = fields[3], fields[4]
-            rel_in_mount = rel[len(root) :] if rel.startswith(root) and root != "/" else rel
-            here = Path(mountpoint + rel_in_mount.rstrip("/"))
-            if hier == "0" and fstype == "cgroup2":
-                for cand in (here, here.parent):
-                    try:
-                        enabled = (cand / "cgroup.subtree_control").read_text().split()
-                    except OSError:
-                        continue
-                    if "pids" in enabled:
-                        bases.append(cand)
-            elif (
-                fstype == "cgroup"
-                and "pids" in controllers.split(",")
-                and "pids" in opts.split(",")
-            ):
-                bases.append(here)
-    return bases
-
-
 def _child_setup(
     procs_files: tuple[str, ...],
     limits: list[tuple[int, tuple[int, int]]],
@@ -358,40 +179,6 @@ def _rlimits(limits: ResourceLimits, nproc: int | None) -> list[tuple[int, tuple
             value = min(value, hard)
         out.append((which, (value, value)))
     return out
-
-
-def _system_tasks() -> int | None:
-    """Tasks on the whole system, from one read of /proc/loadavg (4th field, "running/total")."""
-    try:
-        with open("/proc/loadavg", "rb") as fh:
-            return int(fh.read().split()[3].split(b"/")[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-class _Watchdog:
-    """Kills a session that holds more than ``limit`` processes, where nothing else bounds it.
-
-    The system-wide task count is cheap to read, so it is checked every poll; the costly /proc
-    scan of the session runs only when that count has grown by more than ``limit``.
-    """
-
-    def __init__(self, sid: int, limit: int) -> None:
-        self.sid = sid
-        self.limit = limit
-        self.baseline = _system_tasks()
-
-    def over_limit(self) -> bool:
-        total = _system_tasks()
-        if total is not None and self.baseline is not None and total - self.baseline <= self.limit:
-            return False
-        members = _members(sid=self.sid)
-        if members is None:
-            return False
-        if total is not None:
-            # Growth came from elsewhere; rebase so the scan is not repeated every poll.
-            self.baseline = total - len(members)
-        return len(members) > self.limit
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -455,8 +242,8 @@ def _exited(pid: int) -> bool:
     return info is not None
 
 
-def _others_alive(pgid: int, cgroup: _PidsCgroup | None) -> bool:
-    members = _members(pgid=pgid)
+def _others_alive(pgid: int, cgroup: guards.PidsCgroup | None) -> bool:
+    members = guards.members(pgid=pgid)
     if members is not None and [p for p in members if p != pgid]:
         return True
     if members is None and not _exited(pgid):
@@ -464,9 +251,9 @@ def _others_alive(pgid: int, cgroup: _PidsCgroup | None) -> bool:
     return bool(cgroup and [p for p in cgroup.pids() if p != pgid])
 
 
-def _kill_all(pgid: int, cgroup: _PidsCgroup | None) -> None:
-    """SIGKILL the group (and cgroup) until no live member is left, bounded by _REAP_S."""
-    deadline = time.monotonic() + _REAP_S
+def _kill_all(pgid: int, cgroup: guards.PidsCgroup | None) -> None:
+    """SIGKILL the group (and cgroup) until no live member is left, bounded by guards.REAP_S."""
+    deadline = time.monotonic() + guards.REAP_S
     while True:
         _signal_group(pgid, signal.SIGKILL)
         if cgroup is not None:
@@ -482,7 +269,7 @@ def _spawn(
     argv: tuple[str, ...],
     cwd: Path,
     env: dict[str, str],
-    cgroup: _PidsCgroup | None,
+    cgroup: guards.PidsCgroup | None,
     setup_limits: list[tuple[int, tuple[int, int]]],
     watchdog: bool,
     prepared: _sandbox.Prepared,
@@ -558,11 +345,11 @@ def _run(
 
     cgroup = None
     if limits.max_processes is not None and limits.use_cgroup:
-        cgroup = _PidsCgroup.create(limits.max_processes, limits.max_memory_bytes)
-    nproc_enforced = _nproc_enforced()
+        cgroup = guards.PidsCgroup.create(limits.max_processes, limits.max_memory_bytes)
+    nproc_enforced = guards.nproc_enforced()
     nproc = None
     if limits.max_processes is not None:
-        nproc = limits.max_processes + (_user_tasks() if nproc_enforced else 0)
+        nproc = limits.max_processes + (guards.user_tasks() if nproc_enforced else 0)
     setup_limits = _rlimits(limits, nproc)
     guarded = (
         limits.max_processes is not None and not nproc_enforced and os.path.isdir("/proc/self")
@@ -656,7 +443,7 @@ def _supervise(
     timeout_s: float,
     max_output_bytes: int,
     limits: ResourceLimits,
-    cgroup: _PidsCgroup | None,
+    cgroup: guards.PidsCgroup | None,
     containment: Containment,
 ) -> CommandResult:
     assert proc.stdout is not None and proc.stderr is not None
@@ -677,7 +464,7 @@ def _supervise(
     main_done = False
     watchdog = None
     if containment == "watchdog" and limits.max_processes is not None:
-        watchdog = _Watchdog(pgid, limits.max_processes)
+        watchdog = guards.Watchdog(pgid, limits.max_processes)
     poll_s = _POLL_S if watchdog is None else _WATCHDOG_POLL_S
 
     def hard_kill() -> None:

@@ -11,7 +11,7 @@ import tracemalloc
 
 import pytest
 
-from agent import runner
+from agent import command_containment
 from agent.errors import CommandNotAllowedError, InvalidCommandError, PathNotFoundError
 from agent.runner import CommandResult, ResourceLimits, build_env, plan_command, run_command
 
@@ -210,7 +210,9 @@ def test_per_command_cgroup_is_removed(tmp_path):
     if result.containment != "cgroup":
         pytest.skip("no writable pids cgroup here")
     leftovers = [
-        p for base in runner._pids_cgroup_bases() for p in base.glob(f"repoctx-{os.getpid()}-*")
+        p
+        for base in command_containment.pids_cgroup_bases()
+        for p in base.glob(f"repoctx-{os.getpid()}-*")
     ]
     assert leftovers == []
 
