@@ -126,6 +126,16 @@ def s3_bucket(s3_endpoint, monkeypatch, request):
     return f"s3://{bucket}"
 
 
+@pytest.fixture
+def model_server():
+    """A fake model server on 127.0.0.1 (tests/model_server.py): scripted replies, every
+    request recorded; closed, and its waiting replies released, at teardown."""
+    from tests.model_server import ModelServer
+
+    with ModelServer() as server:
+        yield server
+
+
 # --------------------------------------------------------------------------- the fast lane
 #: `make test-fast` (pytest -m "not slow", under a minute on 2 cores) leaves out the modules whose
 #: tests take seconds each: Ray clusters, the real embedding model, kill -9 and process

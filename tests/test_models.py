@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import json
-import select
 import socket
-import threading
 import time
-from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -43,126 +37,16 @@ from agent.models import (
 )
 from agent.models.http import parse_retry_after
 from indexer.errors import RepoctxError
+from tests.model_server import ModelServer, Reply
 
 # ---------------------------------------------------------------------------- fake provider
 
 
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None  # dict/list -> JSON; str/bytes -> sent as is
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0  # wait before answering
-    events: list[Any] | None = None  # server-sent events: dicts (as data:) or raw strings
-    stall: float = 0.0  # wait after the events, before closing
-    gap: float = 0.0  # wait before each event (a slow model producing tokens)
-
-
-@dataclass
-class Seen:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-class FakeProvider:
-    def __init__(self) -> None:
-        self.replies: deque[Reply] = deque()
-        self.requests: list[Seen] = []
-        # Set at teardown so handlers that are told to wait finish promptly.
-        self.release = threading.Event()
-        self.url = ""
-        # Each request's connection, and how many earlier connections the client still held
-        # open when it arrived: a retry beside a request the server still works on.
-        self.connections: list[socket.socket] = []
-        self.overlaps: list[int] = []
-
-    def reply(self, *replies: Reply) -> None:
-        self.replies.extend(replies)
-
-    def seen(self, count: int, within: float = 10.0) -> int:
-        """How many requests arrived, waiting up to ``within`` seconds for ``count`` of them.
-
-        A client that timed out has sent its request, but on a busy machine the server's
-        handler thread may not have read it yet when the client gives up.
-        """
-        deadline = time.monotonic() + within
-        while len(self.requests) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return len(self.requests)
-
-
-def _handler(fake: FakeProvider) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            fake.overlaps.append(sum(_client_holds(c) for c in fake.connections))
-            fake.connections.append(self.connection)
-            fake.requests.append(Seen(self.path, headers, json.loads(raw)))
-            reply = fake.replies.popleft() if fake.replies else Reply(418, {"error": "unscripted"})
-            if reply.delay:
-                fake.release.wait(reply.delay)
-            try:
-                if reply.events is not None:
-                    self._stream(reply)
-                else:
-                    self._send(reply)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up first (timeout tests)
-
-        def _send(self, reply: Reply) -> None:
-            body = reply.body
-            if isinstance(body, dict | list):
-                body = json.dumps(body)
-            data = body.encode() if isinstance(body, str) else (body or b"")
-            self.send_response(reply.status)
-            headers = {"Content-Type": "application/json", **reply.headers}
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _stream(self, reply: Reply) -> None:
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            for event in reply.events or []:
-                if reply.gap:
-                    fake.release.wait(reply.gap)
-                frame = event if isinstance(event, str) else f"data: {json.dumps(event)}\n\n"
-                self.wfile.write(frame.encode())
-                self.wfile.flush()
-            if reply.stall:
-                fake.release.wait(reply.stall)
-
-    return Handler
-
-
-def _client_holds(sock: socket.socket) -> bool:
-    """Whether the client still has this connection open (it sent no FIN)."""
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        return not readable or sock.recv(1, socket.MSG_PEEK) != b""
-    except (OSError, ValueError):  # the server closed it after answering
-        return False
-
-
 @pytest.fixture
-def server() -> Iterator[FakeProvider]:
-    fake = FakeProvider()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield fake
-    fake.release.set()
-    httpd.shutdown()
-    httpd.server_close()
+def server(model_server: ModelServer) -> ModelServer:
+    """The shared fake server; a request past the script is a teapot, which no adapter retries."""
+    model_server.unscripted = Reply(418, {"error": "unscripted"})
+    return model_server
 
 
 @pytest.fixture
@@ -170,12 +54,12 @@ def sleeps() -> list[float]:
     return []
 
 
-def openai_client(server: FakeProvider, sleeps: list[float], **kw: Any) -> OpenAIClient:
+def openai_client(server: ModelServer, sleeps: list[float], **kw: Any) -> OpenAIClient:
     kw.setdefault("retry", RetryPolicy(max_retries=2))
     return OpenAIClient("test-model", base_url=server.url, sleep=sleeps.append, **kw)
 
 
-def anthropic_client(server: FakeProvider, sleeps: list[float], **kw: Any) -> AnthropicClient:
+def anthropic_client(server: ModelServer, sleeps: list[float], **kw: Any) -> AnthropicClient:
     kw.setdefault("retry", RetryPolicy(max_retries=2))
     kw.setdefault("api_key", "sk-ant")
     return AnthropicClient("claude-test", base_url=server.url, sleep=sleeps.append, **kw)
@@ -275,7 +159,7 @@ def test_retry_after_forms() -> None:
 # ---------------------------------------------------------------------------- OpenAI
 
 
-def test_openai_completion(server: FakeProvider, sleeps: list[float]) -> None:
+def test_openai_completion(server: ModelServer, sleeps: list[float]) -> None:
     server.reply(Reply(body=chat_reply("Hello!")))
     client = openai_client(server, sleeps, api_key="sk-test")
     assert isinstance(client, ModelClient)
@@ -307,7 +191,7 @@ def test_openai_completion(server: FakeProvider, sleeps: list[float]) -> None:
 
 
 def test_openai_local_server_gets_no_key_and_keeps_path(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(Reply(body=chat_reply()))
     client = OpenAIClient("m", base_url=f"{server.url}/api/v1/", sleep=sleeps.append)
@@ -316,7 +200,7 @@ def test_openai_local_server_gets_no_key_and_keeps_path(
     assert "authorization" not in server.requests[0].headers
 
 
-def test_openai_tool_call_round_trip(server: FakeProvider, sleeps: list[float]) -> None:
+def test_openai_tool_call_round_trip(server: ModelServer, sleeps: list[float]) -> None:
     server.reply(
         Reply(body=chat_reply(None, [wire_call("call_1", "search", '{"query": "parse_file"}')])),
         Reply(body=chat_reply("It is in indexer/parse.py.")),
@@ -366,7 +250,7 @@ def test_openai_tool_call_round_trip(server: FakeProvider, sleeps: list[float]) 
 
 
 def test_openai_malformed_and_odd_tool_calls_do_not_raise(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(
         Reply(
@@ -393,7 +277,7 @@ def test_openai_malformed_and_odd_tool_calls_do_not_raise(
 
 
 def test_openai_rate_limit_is_retried_honouring_retry_after(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(
         Reply(429, {"error": {"message": "Slow down", "type": "requests"}}, {"Retry-After": "7"}),
@@ -406,7 +290,7 @@ def test_openai_rate_limit_is_retried_honouring_retry_after(
 
 
 def test_openai_too_long_retry_after_is_not_waited_for(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(Reply(429, {"error": {"message": "Slow down"}}, {"Retry-After": "3600"}))
     with pytest.raises(RateLimitError) as info:
@@ -416,7 +300,7 @@ def test_openai_too_long_retry_after_is_not_waited_for(
 
 
 def test_openai_server_errors_exhaust_retries_with_growing_backoff(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(*[Reply(500, {"error": {"message": "boom", "type": "server_error"}})] * 3)
     client = openai_client(server, sleeps, retry=RetryPolicy(max_retries=2, backoff_base_s=0.5))
@@ -477,7 +361,7 @@ _OPENAI_ERRORS = [
 
 @pytest.mark.parametrize(("status", "body", "expected"), _OPENAI_ERRORS)
 def test_openai_error_mapping(
-    server: FakeProvider, sleeps: list[float], status: int, body: Any, expected: type
+    server: ModelServer, sleeps: list[float], status: int, body: Any, expected: type
 ) -> None:
     headers = {"Location": "https://elsewhere.example/v1/chat/completions"} if status == 307 else {}
     server.reply(Reply(status, body, headers))
@@ -490,7 +374,7 @@ def test_openai_error_mapping(
 
 
 def test_openai_auth_error_is_not_retried_and_says_what_to_do(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(Reply(401, {"error": {"message": "Incorrect API key provided: sk-bad"}}))
     with pytest.raises(AuthError, match="REPOCTX_API_KEY") as info:
@@ -510,7 +394,7 @@ def test_openai_auth_error_is_not_retried_and_says_what_to_do(
     ],
 )
 def test_openai_malformed_responses(
-    server: FakeProvider, sleeps: list[float], body: Any, match: str
+    server: ModelServer, sleeps: list[float], body: Any, match: str
 ) -> None:
     server.reply(Reply(200, body))
     with pytest.raises(MalformedResponseError, match=match):
@@ -518,14 +402,14 @@ def test_openai_malformed_responses(
 
 
 def test_openai_error_object_in_a_200_body_is_typed(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(Reply(200, {"error": {"message": "prompt is too long: 9000 > 8192"}}))
     with pytest.raises(ContextTooLongError):
         openai_client(server, sleeps).complete([Message.user("Hi")])
 
 
-def test_openai_timeout_is_retried_then_raised(server: FakeProvider, sleeps: list[float]) -> None:
+def test_openai_timeout_is_retried_then_raised(server: ModelServer, sleeps: list[float]) -> None:
     server.reply(Reply(delay=5, body=chat_reply()), Reply(delay=5, body=chat_reply()))
     client = openai_client(server, sleeps, timeout=0.3, retry=RetryPolicy(max_retries=1))
     with pytest.raises(ModelTimeoutError, match="0.3s"):
@@ -559,7 +443,7 @@ def _chunk(delta: dict, finish: str | None = None, **extra: Any) -> dict:
 
 
 def test_openai_streaming_accumulates_text_and_tool_calls(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     tool_start = {
         "index": 0,
@@ -615,7 +499,7 @@ def test_openai_streaming_accumulates_text_and_tool_calls(
     assert result.model == "test-model-0613"
 
 
-def test_openai_stream_that_stalls_times_out(server: FakeProvider, sleeps: list[float]) -> None:
+def test_openai_stream_that_stalls_times_out(server: ModelServer, sleeps: list[float]) -> None:
     server.reply(Reply(events=[_chunk({"content": "partial"})], stall=5))
     client = openai_client(server, sleeps, stream=True, timeout=0.3)
     with pytest.raises(ModelTimeoutError):
@@ -634,7 +518,7 @@ def _text_chunks(words: list[str]) -> list[Any]:
 
 
 def test_a_slow_stream_is_not_a_timeout_while_tokens_flow(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     # 8 pieces 0.15 s apart: 1.2 s in all, four times the 0.3 s timeout, never 0.3 s silent.
     words = ["one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight"]
@@ -647,7 +531,7 @@ def test_a_slow_stream_is_not_a_timeout_while_tokens_flow(
 
 
 def test_silence_in_the_middle_of_a_stream_times_out(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(Reply(events=[_chunk({"content": "par"}), _chunk({"content": "tial"})], stall=5))
     client = openai_client(server, sleeps, stream=True, timeout=0.3)
@@ -657,7 +541,7 @@ def test_silence_in_the_middle_of_a_stream_times_out(
 
 
 def test_the_connect_timeout_does_not_bound_the_wait_for_an_answer(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(Reply(delay=0.6, body=chat_reply("late but fine")))
     client = openai_client(server, sleeps, timeout=3, connect_timeout=0.2)
@@ -666,7 +550,7 @@ def test_the_connect_timeout_does_not_bound_the_wait_for_an_answer(
 
 
 def test_a_retry_closes_the_timed_out_request_first(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     # The first request hangs (a CPU model on a long prompt); the retry must not run beside it.
     server.reply(Reply(delay=5, body=chat_reply("never")), Reply(body=chat_reply("second")))
@@ -676,7 +560,7 @@ def test_a_retry_closes_the_timed_out_request_first(
     assert server.overlaps == [0, 0]
 
 
-def test_retries_inside_a_budget_come_out_of_it(server: FakeProvider, sleeps: list[float]) -> None:
+def test_retries_inside_a_budget_come_out_of_it(server: ModelServer, sleeps: list[float]) -> None:
     from agent.models import retry_budget
 
     server.reply(*[Reply(503, {"error": {"message": "busy"}}) for _ in range(6)])
@@ -688,7 +572,7 @@ def test_retries_inside_a_budget_come_out_of_it(server: FakeProvider, sleeps: li
 
 
 def test_tool_choice_is_sent_and_dropped_where_the_server_rejects_it(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     vllm = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
     server.reply(
@@ -715,7 +599,7 @@ def test_tool_choice_is_sent_and_dropped_where_the_server_rejects_it(
 
 
 def test_create_model_takes_timeouts_and_retries_and_says_which_flag_is_wrong(
-    server: FakeProvider,
+    server: ModelServer,
 ) -> None:
     from agent.models import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
     from indexer.config import SETTINGS
@@ -740,21 +624,21 @@ def test_create_model_takes_timeouts_and_retries_and_says_which_flag_is_wrong(
 
 
 def test_openai_stream_cut_short_is_a_connection_error(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(Reply(events=[_chunk({"content": "partial"})]))
     with pytest.raises(ModelConnectionError, match="ended before"):
         openai_client(server, sleeps, stream=True).complete([Message.user("Hi")])
 
 
-def test_openai_stream_error_event_is_typed(server: FakeProvider, sleeps: list[float]) -> None:
+def test_openai_stream_error_event_is_typed(server: ModelServer, sleeps: list[float]) -> None:
     server.reply(Reply(events=[{"error": {"message": "overloaded", "type": "server_error"}}]))
     with pytest.raises(ServiceError, match="overloaded"):
         openai_client(server, sleeps, stream=True).complete([Message.user("Hi")])
 
 
 def test_openai_stream_request_answered_with_json(
-    server: FakeProvider, sleeps: list[float]
+    server: ModelServer, sleeps: list[float]
 ) -> None:
     server.reply(Reply(body=chat_reply("whole")))
     result = openai_client(server, sleeps, stream=True).complete([Message.user("Hi")])
@@ -781,7 +665,7 @@ def anthropic_reply(content: list[dict], stop: str = "end_turn") -> dict:
     }
 
 
-def test_anthropic_completion(server: FakeProvider, sleeps: list[float]) -> None:
+def test_anthropic_completion(server: ModelServer, sleeps: list[float]) -> None:
     server.reply(Reply(body=anthropic_reply([{"type": "text", "text": "Hi there."}])))
     client = anthropic_client(server, sleeps)
     assert isinstance(client, ModelClient)
@@ -812,7 +696,7 @@ def test_anthropic_completion(server: FakeProvider, sleeps: list[float]) -> None
     }
 
 
-def test_anthropic_tool_use_round_trip(server: FakeProvider, sleeps: list[float]) -> None:
+def test_anthropic_tool_use_round_trip(server: ModelServer, sleeps: list[float]) -> None:
     server.reply(
         Reply(
             body=anthropic_reply(
@@ -884,7 +768,7 @@ def test_anthropic_tool_use_round_trip(server: FakeProvider, sleeps: list[float]
     ]
 
 
-def test_anthropic_overloaded_is_retried(server: FakeProvider, sleeps: list[float]) -> None:
+def test_anthropic_overloaded_is_retried(server: ModelServer, sleeps: list[float]) -> None:
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     server.reply(
         Reply(529, overloaded), Reply(body=anthropic_reply([{"type": "text", "text": "ok"}]))
@@ -910,7 +794,7 @@ _ANTHROPIC_ERRORS = [
 
 @pytest.mark.parametrize(("status", "kind", "message", "expected"), _ANTHROPIC_ERRORS)
 def test_anthropic_error_mapping(
-    server: FakeProvider, sleeps: list[float], status: int, kind: str, message: str, expected: type
+    server: ModelServer, sleeps: list[float], status: int, kind: str, message: str, expected: type
 ) -> None:
     server.reply(Reply(status, {"type": "error", "error": {"type": kind, "message": message}}))
     client = anthropic_client(server, sleeps, retry=RetryPolicy(max_retries=0))
@@ -919,7 +803,7 @@ def test_anthropic_error_mapping(
     assert type(info.value) is expected and message in str(info.value)
 
 
-def test_anthropic_missing_content_is_malformed(server: FakeProvider, sleeps: list[float]) -> None:
+def test_anthropic_missing_content_is_malformed(server: ModelServer, sleeps: list[float]) -> None:
     server.reply(Reply(body={"id": "msg_1", "type": "message"}))
     with pytest.raises(MalformedResponseError, match="content"):
         anthropic_client(server, sleeps).complete([Message.user("Hi")])
@@ -929,7 +813,7 @@ def _event(kind: str, **data: Any) -> str:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
 
 
-def test_anthropic_streaming(server: FakeProvider, sleeps: list[float]) -> None:
+def test_anthropic_streaming(server: ModelServer, sleeps: list[float]) -> None:
     start = {
         "id": "msg_s",
         "type": "message",
@@ -1007,7 +891,7 @@ def test_anthropic_streaming(server: FakeProvider, sleeps: list[float]) -> None:
     assert result.model == "claude-test-s"
 
 
-def test_anthropic_stream_error_event(server: FakeProvider, sleeps: list[float]) -> None:
+def test_anthropic_stream_error_event(server: ModelServer, sleeps: list[float]) -> None:
     error = {"type": "overloaded_error", "message": "Overloaded"}
     server.reply(Reply(events=[_event("message_start", message={}), _event("error", error=error)]))
     with pytest.raises(ServiceError, match="Overloaded"):
@@ -1167,7 +1051,7 @@ def test_create_model_config_errors(spec: str, env: dict, match: str) -> None:
         create_model(spec, env=env)
 
 
-def test_create_model_key_precedence_end_to_end(server: FakeProvider) -> None:
+def test_create_model_key_precedence_end_to_end(server: ModelServer) -> None:
     server.reply(Reply(body=chat_reply()), Reply(body=chat_reply()))
     env = {
         "REPOCTX_MODEL_BASE_URL": f"{server.url}/v1",
