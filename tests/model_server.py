@@ -23,7 +23,6 @@ import select
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,7 +94,7 @@ class ModelServer:
         unscripted: Any = UNSCRIPTED,
         chat_only: bool = False,
     ) -> None:
-        self.replies: deque[Any] = deque(replies)
+        self.replies: list[Any] = list(replies)
         self.answer = answer
         self.unscripted = unscripted
         self.chat_only = chat_only
@@ -122,7 +121,7 @@ class ModelServer:
         self.replies.extend(replies)
 
     def next_reply(self) -> Reply:
-        return as_reply(self.replies.popleft() if self.replies else self.unscripted)
+        return as_reply(self.replies.pop(0) if self.replies else self.unscripted)
 
     def _reply_to(self, seen: Seen) -> Reply:
         if self.answer is not None:

@@ -4,10 +4,6 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +26,7 @@ from agent.models import (
 from agent.models.ollama import ollama_base_url
 from indexer.config import load_config
 from tests.conftest import make_repo
+from tests.model_server import ModelServer, Reply, Seen
 from tests.test_agent_loop import FILES, FIX, PLAN
 
 MODEL = "qwen2.5-coder:7b"
@@ -66,63 +63,31 @@ def final(reason: str = "stop", prompt: int = 312, completion: int = 21) -> dict
     )
 
 
-class Ollama:
-    def __init__(self) -> None:
-        #: Each reply: a list of objects (streamed, one per line), or (status, object).
-        self.replies: list[Any] = []
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-        self.url = ""
+JSON = "application/json; charset=utf-8"
 
 
 @pytest.fixture
-def ollama() -> Iterator[Ollama]:
-    srv = Ollama()
+def ollama(model_server: ModelServer) -> ModelServer:
+    """The shared fake server speaking Ollama's `/api/chat`: each scripted reply is a list of
+    objects (streamed one per line, or the last one alone when the request does not stream)
+    or (status, object); Ollama has no tokenize endpoint."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    def answer(seen: Seen) -> Reply:
+        if seen.path != "/api/chat":
+            return Reply(404, b"404 page not found", content_type="text/plain; charset=utf-8")
+        reply = model_server.replies.pop(0) if model_server.replies else (500, {"error": "unscripted"})
+        if isinstance(reply, list):
+            if seen.body.get("stream", True):
+                return Reply(lines=reply)
+            reply = (200, reply[-1])  # one object: the folded reply
+        status, payload = reply
+        return Reply(status, payload, content_type=JSON)
 
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            srv.requests.append((self.path, body))
-            if self.path != "/api/chat":  # Ollama has no tokenize endpoint
-                self.send_response(404)
-                self.send_header("Content-Length", "18")
-                self.end_headers()
-                self.wfile.write(b"404 page not found")
-                return
-            reply = srv.replies.pop(0) if srv.replies else (500, {"error": "unscripted"})
-            if isinstance(reply, list):
-                if not body.get("stream", True):  # one object: the folded reply
-                    reply = (200, reply[-1])
-                else:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/x-ndjson")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    for obj in reply:
-                        data = json.dumps(obj).encode() + b"\n"
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                    return
-            status, payload = reply
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True).start()
-    srv.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    yield srv
-    httpd.shutdown()
-    httpd.server_close()
+    model_server.answer = answer
+    return model_server
 
 
-def test_a_streamed_reply_with_a_tool_call(ollama: Ollama) -> None:
+def test_a_streamed_reply_with_a_tool_call(ollama: ModelServer) -> None:
     ollama.replies = [
         [
             line("Let me "),
@@ -149,7 +114,7 @@ def test_a_streamed_reply_with_a_tool_call(ollama: Ollama) -> None:
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (312, 21)
     assert result.usage.total_tokens == 333 and result.model == MODEL
 
-    path, sent = ollama.requests[-1]
+    path, sent = ollama.requests[-1].path, ollama.requests[-1].body
     assert path == "/api/chat" and sent["stream"] is True and sent["model"] == MODEL
     assert sent["options"] == {"num_ctx": 16384, "num_predict": 512, "temperature": 0.0}
     assert sent["tools"][0]["function"]["name"] == "read_span"
@@ -160,14 +125,14 @@ def test_a_streamed_reply_with_a_tool_call(ollama: Ollama) -> None:
     assert sent["messages"][3] == {"role": "tool", "content": "a.py\nb.py", "tool_name": "list_dir"}
 
 
-def test_a_reply_not_streamed_and_the_length_limit(ollama: Ollama) -> None:
+def test_a_reply_not_streamed_and_the_length_limit(ollama: ModelServer) -> None:
     ollama.replies = [[final(reason="length") | {"message": {"role": "assistant", "content": "x"}}]]
     result = OllamaClient(MODEL, base_url=ollama.url).complete([Message.user("hi")])
     assert (result.message.content, result.finish_reason) == ("x", "length")
-    assert ollama.requests[-1][1]["stream"] is False and "options" not in ollama.requests[-1][1]
+    assert ollama.bodies[-1]["stream"] is False and "options" not in ollama.bodies[-1]
 
 
-def test_ollama_errors_are_typed(ollama: Ollama) -> None:
+def test_ollama_errors_are_typed(ollama: ModelServer) -> None:
     ollama.replies = [(404, {"error": f'model "{MODEL}" not found, try pulling it first'})]
     client = OllamaClient(MODEL, base_url=ollama.url, stream=True, retry=RetryPolicy(0))
     with pytest.raises(UnknownModelError, match="try pulling it first"):
@@ -206,7 +171,7 @@ def test_create_model_ollama_native_and_openai_compatible() -> None:
     assert model_tokenizer(client, probe=False).source == "qwen3 (qwen family table)"
 
 
-def test_a_whole_agent_run_over_ollamas_api(ollama: Ollama, tmp_path: Path) -> None:
+def test_a_whole_agent_run_over_ollamas_api(ollama: ModelServer, tmp_path: Path) -> None:
     root = make_repo(tmp_path / "repo", FILES)
 
     def called(name: str, args: dict) -> list[dict]:
@@ -224,6 +189,6 @@ def test_a_whole_agent_run_over_ollamas_api(ollama: Ollama, tmp_path: Path) -> N
     assert (report.status, report.final) == ("done", "add adds.")
     assert "return a + b" in (root / "pkg/calc.py").read_text()
     assert report.usage.prompt_tokens == 3 * 312
-    paths = [p for p, _ in ollama.requests]
+    paths = [s.path for s in ollama.requests]
     assert paths == ["/api/chat"] * 3  # Ollama has no tokenize endpoint: nothing probed
-    assert all(b["options"]["num_ctx"] == 16_384 for _, b in ollama.requests)
+    assert all(b["options"]["num_ctx"] == 16_384 for b in ollama.bodies)
