@@ -13,9 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from agent.ask_session import FOLLOW_UP_HEADER, SESSIONS_DIR, load_session
 from agent.models import Message, OpenAIClient, model_tokenizer
 from cli.main import cli
 from tests.conftest import index, make_repo
+from tests.model_server import ModelServer, Reply, Seen
 
 RECORDING = Path(__file__).parent / "recordings" / "qwen2.5-coder-1.5b-ask-session.json"
 MODEL = "qwen2.5-coder-1.5b"
@@ -92,67 +90,45 @@ A2 = "tax_for at shop/tax.py:6-8 multiplies the amount by the region's rate."
 
 class Scripted:
     """Answers chat requests in order, streamed like llama-cpp-python (no usage unless
-    ``usage`` is set); every request body is kept."""
+    ``usage`` is set), or with ``recorded`` replies as they came; every chat request body is
+    kept. Other paths are 404: no tokenize endpoint here."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: ModelServer) -> None:
+        self.server = server
         self.answers: list[str] = []
-        self.requests: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
         self.recorded: list[dict[str, Any]] = []  # recorded replies, served as they came
 
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return self.server.chats
+
+    def answer(self, seen: Seen) -> Reply:
+        if not seen.path.endswith("/chat/completions"):
+            return Reply(404, b"")
+        if self.recorded:
+            reply = self.recorded.pop(0)
+            if "body" in reply:  # a JSON answer, as the server gave it
+                return Reply(reply["status"], reply["body"], content_type=reply["content_type"])
+            events = [event + "\n\n" for event in reply["events"]]
+            return Reply(reply["status"], events=events, content_type=reply["content_type"])
+        text = self.answers.pop(0) if self.answers else "No more answers."
+        chunks: list[Any] = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
+        chunks += [
+            {"choices": [{"index": 0, "delta": {"content": text[i : i + 7]}}]}
+            for i in range(0, len(text), 7)
+        ]
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if self.usage:
+            chunks.append({"choices": [], "usage": self.usage})
+        return Reply(events=[*chunks, "data: [DONE]\n\n"])
+
 
 @pytest.fixture
-def server() -> Iterator[tuple[Scripted, str]]:
-    state = Scripted()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if not self.path.endswith("/chat/completions"):  # no tokenize endpoint here
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            state.requests.append(json.loads(body))
-            if state.recorded:
-                reply = state.recorded.pop(0)
-                self.send_response(reply["status"])
-                self.send_header("Content-Type", reply["content_type"])
-                if "body" in reply:  # a JSON answer, as the server gave it
-                    data = json.dumps(reply["body"]).encode()
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                self.end_headers()
-                for event in reply["events"]:
-                    self.wfile.write(event.encode() + b"\n\n")
-                    self.wfile.flush()
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
-            text = state.answers.pop(0) if state.answers else "No more answers."
-            chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
-            chunks += [
-                {"choices": [{"index": 0, "delta": {"content": text[i : i + 7]}}]}
-                for i in range(0, len(text), 7)
-            ]
-            chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-            if state.usage:
-                chunks.append({"choices": [], "usage": state.usage})
-            for chunk in chunks:
-                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            self.wfile.write(b"data: [DONE]\n\n")
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True).start()
-    yield state, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+def server(model_server: ModelServer) -> tuple[Scripted, str]:
+    state = Scripted(model_server)
+    model_server.answer = state.answer
+    return state, f"{model_server.url}/v1"
 
 
 @pytest.fixture
