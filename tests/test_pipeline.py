@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from cli.main import cli
 from indexer.config import load_config
 from indexer.graph import store
 from tests.conftest import index, make_repo
+from tests.model_server import ModelServer, Reply
 
 TOML = '[agent]\ntest_env = { PYTEST_DISABLE_PLUGIN_AUTOLOAD = "1" }\n'
 FILES = {
@@ -59,13 +57,6 @@ WRONG = block("pkg/calc.py", "    return a - b\n", "    return a * b\n", "Multip
 # -- a scripted OpenAI-compatible server ------------------------------------------------------------
 
 
-class Server:
-    def __init__(self) -> None:
-        self.replies: list[Any] = []
-        self.requests: list[dict] = []
-        self.url = ""
-
-
 def reply(content: str) -> dict:
     """A non-streamed reply as llama-cpp-python sends it: the text in `content`."""
     return {
@@ -81,46 +72,11 @@ def reply(content: str) -> dict:
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    srv = Server()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            if not self.path.endswith("/chat/completions"):  # a tokenizer probe: none here
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            srv.requests.append(body)
-            if srv.replies:
-                status, payload = 200, srv.replies.pop(0)
-            else:
-                status, payload = 500, {"error": {"message": "unscripted request"}}
-            if isinstance(payload, list):  # recorded server-sent events
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for event in payload:
-                    self.wfile.write((event + "\r\n\r\n").encode())
-                return
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield srv
-    httpd.shutdown()
-    httpd.server_close()
+def server(model_server: ModelServer) -> ModelServer:
+    """The shared fake server: chat requests get the scripted replies (bodies, or recorded
+    server-sent events); other paths are 404, as a server with no tokenizer endpoint."""
+    model_server.chat_only = True
+    return model_server
 
 
 @pytest.fixture
@@ -128,8 +84,8 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo", FILES)
 
 
-def client(srv: Server, **kw: Any) -> OpenAIClient:
-    return OpenAIClient(MODEL, base_url=srv.url, retry=RetryPolicy(max_retries=0),
+def client(srv: ModelServer, **kw: Any) -> OpenAIClient:
+    return OpenAIClient(MODEL, base_url=f"{srv.url}/v1", retry=RetryPolicy(max_retries=0),
                         sleep=lambda s: None, **kw)
 
 
@@ -137,7 +93,7 @@ def config(root: Path):
     return load_config(root, env={}, jobs=1)
 
 
-def run(root: Path, srv: Server, task: str = TASK, **opts: Any):
+def run(root: Path, srv: ModelServer, task: str = TASK, **opts: Any):
     options = RunOptions(
         limits=opts.pop("limits", Limits(model_retries=0)),
         granted=opts.pop("granted", ALL),
@@ -151,14 +107,14 @@ def events(root: Path, run_id: str) -> list[dict]:
     return read_trace(trace_path(config(root).index_path, run_id))
 
 
-def sent(srv: Server, i: int) -> list[tuple[str, str]]:
-    return [(m["role"], m["content"]) for m in srv.requests[i]["messages"]]
+def sent(srv: ModelServer, i: int) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in srv.chats[i]["messages"]]
 
 
 # -- the pipeline end to end -----------------------------------------------------------------------
 
 
-def test_localize_edit_test_done(repo: Path, server: Server) -> None:
+def test_localize_edit_test_done(repo: Path, server: ModelServer) -> None:
     server.replies = [reply(FIX)]
     report = run(repo, server)
     assert (report.status, report.reason, report.strategy) == ("done", "tests_passed", "pipeline")
@@ -167,7 +123,7 @@ def test_localize_edit_test_done(repo: Path, server: Server) -> None:
     assert report.tests[-1].passed and report.model_calls == 1
     # One small request with no tools: the task and the exact code of the function, whole,
     # under its path, without line-number prefixes a small model would copy into SEARCH.
-    (request,) = server.requests
+    (request,) = server.chats
     assert not request.get("tools")
     roles = [m["role"] for m in request["messages"]]
     assert roles == ["system", "user", "assistant", "user"]
@@ -193,12 +149,12 @@ def test_localize_edit_test_done(repo: Path, server: Server) -> None:
     assert "> edit" in text and "End: done — tests_passed" in text
 
 
-def test_a_failure_is_fed_back_then_fixed_on_attempt_two(repo: Path, server: Server) -> None:
+def test_a_failure_is_fed_back_then_fixed_on_attempt_two(repo: Path, server: ModelServer) -> None:
     server.replies = [reply(WRONG), reply(FIX)]
     report = run(repo, server)
     assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 2)
     assert "return a + b" in (repo / "pkg/calc.py").read_text()
-    feedback = server.requests[1]["messages"][-1]["content"]
+    feedback = server.chats[1]["messages"][-1]["content"]
     assert feedback.startswith("The edit was applied, then these tests failed:")
     assert "FAILED tests/test_calc.py::test_add" in feedback and "assert 2 == 3" in feedback
     # Attempt 2 is applied to the code as shown: attempt 1's edit was rolled back first.
@@ -207,10 +163,10 @@ def test_a_failure_is_fed_back_then_fixed_on_attempt_two(repo: Path, server: Ser
     assert [t.passed for t in report.tests] == [False, False, True]
 
 
-def test_every_request_extends_the_one_before(repo: Path, server: Server) -> None:
+def test_every_request_extends_the_one_before(repo: Path, server: ModelServer) -> None:
     server.replies = [reply("I am not sure."), reply(WRONG), reply(FIX)]
     report = run(repo, server)
-    assert report.status == "done" and len(server.requests) == 3
+    assert report.status == "done" and len(server.chats) == 3
     # Each request extends the one before (its reply, then the feedback), or — a fresh sample
     # after two attempts — is the fixed messages again: a prefix of the one before. Either way
     # the server's cache holds everything before the new part.
@@ -227,34 +183,34 @@ def test_every_request_extends_the_one_before(repo: Path, server: Server) -> Non
     assert report.usage.cached_tokens > 0
 
 
-def test_a_reply_without_blocks_is_no_progress(repo: Path, server: Server) -> None:
+def test_a_reply_without_blocks_is_no_progress(repo: Path, server: ModelServer) -> None:
     server.replies = [reply("The function looks right to me.")] * ATTEMPTS
     report = run(repo, server)
     assert (report.status, report.reason) == ("no_progress", "no_change")
     assert report.model_calls == ATTEMPTS and not report.changed
     assert "return a - b" in (repo / "pkg/calc.py").read_text()
     assert "no file was changed" in report.message
-    assert "no SEARCH/REPLACE block" in server.requests[1]["messages"][-1]["content"]
+    assert "no SEARCH/REPLACE block" in server.chats[1]["messages"][-1]["content"]
 
 
-def test_a_model_that_says_it_cannot_is_blocked(repo: Path, server: Server) -> None:
+def test_a_model_that_says_it_cannot_is_blocked(repo: Path, server: ModelServer) -> None:
     server.replies = [reply("CANNOT: the code needed is not shown.")]
     report = run(repo, server)
     assert (report.status, report.reason, report.model_calls) == ("blocked", "declined", 1)
     assert not report.changed
 
 
-def test_a_block_on_the_failing_test_is_refused(repo: Path, server: Server) -> None:
+def test_a_block_on_the_failing_test_is_refused(repo: Path, server: ModelServer) -> None:
     cheat = block("tests/test_calc.py", "    assert add(1, 2) == 3\n",
                   "    assert add(1, 2) == -1\n")
     server.replies = [reply(cheat), reply(FIX)]
     report = run(repo, server)
     assert report.status == "done"
     assert (repo / "tests/test_calc.py").read_text() == FILES["tests/test_calc.py"]
-    assert "change the code it tests, not the test" in server.requests[1]["messages"][-1]["content"]
+    assert "change the code it tests, not the test" in server.chats[1]["messages"][-1]["content"]
 
 
-def test_undo_restores_the_files(repo: Path, server: Server) -> None:
+def test_undo_restores_the_files(repo: Path, server: ModelServer) -> None:
     server.replies = [reply(WRONG), reply(FIX)]
     report = run(repo, server)
     assert report.status == "done"
@@ -262,7 +218,7 @@ def test_undo_restores_the_files(repo: Path, server: Server) -> None:
     assert (repo / "pkg/calc.py").read_text() == FILES["pkg/calc.py"]
 
 
-def test_resume_continues_the_conversation(repo: Path, server: Server) -> None:
+def test_resume_continues_the_conversation(repo: Path, server: ModelServer) -> None:
     server.replies = [reply("No idea.")]
     first = run(repo, server, attempts=1)
     assert first.status == "no_progress"
@@ -320,10 +276,10 @@ def test_auto_picks_by_model_and_window() -> None:
 
 
 def test_cli_strategy_flag_and_auto_from_the_window(
-    repo: Path, server: Server, tmp_path: Path
+    repo: Path, server: ModelServer, tmp_path: Path
 ) -> None:
     runner = CliRunner()
-    env = {"REPOCTX_MODEL_BASE_URL": server.url, "REPOCTX_API_KEY": "x"}
+    env = {"REPOCTX_MODEL_BASE_URL": f"{server.url}/v1", "REPOCTX_API_KEY": "x"}
     base = ["--root", str(repo), "--model", "openai:local-model", "--yes", "--json"]
     server.replies = [reply(FIX)]
     res = runner.invoke(cli, ["agent", "run", TASK, "--strategy", "pipeline", *base], env=env)
@@ -349,10 +305,13 @@ RECORDING = Path(__file__).parent / "recordings" / "qwen2.5-coder-1.5b-pipeline.
 
 
 @pytest.mark.skipif(not RECORDING.exists(), reason="no recording yet")
-def test_a_recorded_qwen_exchange_replays_to_done(tmp_path: Path, server: Server) -> None:
+def test_a_recorded_qwen_exchange_replays_to_done(tmp_path: Path, server: ModelServer) -> None:
     rec = json.loads(RECORDING.read_text())
     root = make_repo(tmp_path / "rec", rec["files"])
-    server.replies = [x["reply"]["events"] for x in rec["exchanges"]]
+    server.replies = [
+        Reply(events=[event + "\r\n\r\n" for event in x["reply"]["events"]])
+        for x in rec["exchanges"]
+    ]
     report = run_task(
         config(root), rec["task"], client(server, stream=True),
         RunOptions(limits=Limits(model_retries=0), granted=ALL, sleep=lambda s: None),
@@ -361,7 +320,7 @@ def test_a_recorded_qwen_exchange_replays_to_done(tmp_path: Path, server: Server
     assert (report.status, report.reason) == (rec["status"], rec["reason"])
     assert report.model_calls == len(rec["exchanges"])
     # The prompt is the one the real model answered: the same messages, request by request.
-    for got, want in zip(server.requests, rec["exchanges"], strict=True):
+    for got, want in zip(server.chats, rec["exchanges"], strict=True):
         assert got["messages"] == want["request"]["messages"]
     for path, text in rec["after"].items():
         assert (root / path).read_text() == text
@@ -385,7 +344,7 @@ PARAM_TASK = (
 
 
 def test_a_named_parameter_missing_from_a_def_line_is_fed_back(
-    tmp_path: Path, server: Server
+    tmp_path: Path, server: ModelServer
 ) -> None:
     root = make_repo(tmp_path / "fmt", PARAM_FILES)
     callers_only = block(
@@ -410,7 +369,7 @@ def test_a_named_parameter_missing_from_a_def_line_is_fed_back(
     assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 3)
     # One function per request (two functions, an interface change): `show` first, and its
     # feedback is about `show` alone.
-    feedback = server.requests[1]["messages"][-1]["content"]
+    feedback = server.chats[1]["messages"][-1]["content"]
     assert "`show` in fmt/num.py does not take `unit` yet" in feedback
     assert "`line` in fmt/line.py" not in feedback
     steps = [e for e in events(root, report.run_id) if e["type"] == "step"]
@@ -424,7 +383,7 @@ def test_a_named_parameter_missing_from_a_def_line_is_fed_back(
     assert len(report.tests) == 2  # before any edit (graph-selected), and after attempt 3
 
 
-def test_an_empty_reply_is_asked_again_without_counting(repo: Path, server: Server) -> None:
+def test_an_empty_reply_is_asked_again_without_counting(repo: Path, server: ModelServer) -> None:
     server.replies = [reply(""), reply(FIX)]
     report = run(repo, server, attempts=1)
     assert (report.status, report.model_calls) == ("done", 2)
@@ -433,7 +392,7 @@ def test_an_empty_reply_is_asked_again_without_counting(repo: Path, server: Serv
 
 
 def test_after_two_attempts_each_samples_the_first_prompt(
-    repo: Path, server: Server
+    repo: Path, server: ModelServer
 ) -> None:
     other = block("pkg/calc.py", "    return a - b\n", "    return b - a\n", "Swap.")
     server.replies = [reply(WRONG), reply(other), reply(FIX)]
@@ -442,14 +401,14 @@ def test_after_two_attempts_each_samples_the_first_prompt(
     first, second, third = (sent(server, i) for i in range(3))
     assert second[: len(first)] == first and len(second) == len(first) + 2  # fed back
     assert third == first  # then a fresh sample of the fixed messages, all of them cached
-    temps = [r.get("temperature") for r in server.requests]
+    temps = [r.get("temperature") for r in server.chats]
     assert temps[0] == 0.0 and temps[1] > 0 and temps[2] > 0
     # The conversation kept for a resume holds the feedback, not the sampled reply.
     steps = [e for e in events(repo, report.run_id) if e["type"] == "step"]
     assert [e.get("kept") for e in steps[1:]] == [True, True, False]
 
 
-def test_the_tasks_own_example_is_checked_after_the_tests(tmp_path: Path, server: Server) -> None:
+def test_the_tasks_own_example_is_checked_after_the_tests(tmp_path: Path, server: ModelServer) -> None:
     root = make_repo(tmp_path / "fmt", PARAM_FILES)
     task = PARAM_TASK + ' So show(2, unit="m") returns "2.0m".'
 
@@ -466,7 +425,7 @@ def test_the_tasks_own_example_is_checked_after_the_tests(tmp_path: Path, server
     server.replies = [reply(change(spaced)), reply(change('f"{x:.1f}{unit}"'))]
     report = run(root, server, task=task)
     assert (report.status, report.reason, report.model_calls) == ("done", "tests_passed", 2)
-    feedback = server.requests[1]["messages"][-1]["content"]
+    feedback = server.chats[1]["messages"][-1]["content"]
     assert feedback.startswith("The tests pass, but The task says")
     assert "returns '2.0 m'" in feedback
     checks = [e for e in events(root, report.run_id) if e.get("name") == "run_command"]
@@ -506,7 +465,7 @@ def _caller(path: str, name: str, args: str, ret: str, call: str) -> str:
 
 
 def test_an_interface_change_is_asked_one_function_at_a_time(
-    tmp_path: Path, server: Server
+    tmp_path: Path, server: ModelServer
 ) -> None:
     root, task = _report(tmp_path)
     server.replies = [  # the function written out whole (under its path, then without), a block
@@ -551,7 +510,7 @@ def TASKS_BY_NAME_VERIFY() -> str:  # noqa: N802 - the benchmark's own check of 
 
 
 def test_a_location_with_an_empty_then_wrong_reply_ends_honestly(
-    tmp_path: Path, server: Server
+    tmp_path: Path, server: ModelServer
 ) -> None:
     root, task = _report(tmp_path)
     no_block = reply("I would add the parameter to summary_total.")
@@ -578,7 +537,7 @@ def test_a_location_with_an_empty_then_wrong_reply_ends_honestly(
 
 
 def test_a_failing_test_goes_back_to_the_function_of_its_frame(
-    tmp_path: Path, server: Server
+    tmp_path: Path, server: ModelServer
 ) -> None:
     root, task = _report(tmp_path)
     broken = block(
@@ -601,7 +560,7 @@ def test_a_failing_test_goes_back_to_the_function_of_its_frame(
     assert "value = value + 1" in back  # its code as it is now, with the wrong line
 
 
-def test_a_bug_fix_stays_one_request_for_the_whole_change(repo: Path, server: Server) -> None:
+def test_a_bug_fix_stays_one_request_for_the_whole_change(repo: Path, server: ModelServer) -> None:
     server.replies = [reply(FIX)]
     report = run(repo, server)
     assert (report.status, report.model_calls) == ("done", 1)
@@ -610,7 +569,7 @@ def test_a_bug_fix_stays_one_request_for_the_whole_change(repo: Path, server: Se
     assert steps[0]["locations"] == []
 
 
-def test_a_resumed_run_asks_the_function_it_stopped_at(tmp_path: Path, server: Server) -> None:
+def test_a_resumed_run_asks_the_function_it_stopped_at(tmp_path: Path, server: ModelServer) -> None:
     root, task = _report(tmp_path)
     no_block = reply("I would add the parameter to summary_total.")
     server.replies = [

@@ -12,7 +12,8 @@ import pytest
 
 from agent.pipeline import ATTEMPTS
 from tests.conftest import make_repo
-from tests.test_pipeline import TOML, Server, block, reply, run, server  # noqa: F401 - fixture
+from tests.model_server import ModelServer
+from tests.test_pipeline import TOML, block, reply, run, server  # noqa: F401 - fixture
 
 FILES = {
     ".repoctx.toml": TOML,
@@ -49,7 +50,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_a_change_that_breaks_a_test_the_graph_cannot_link_is_not_done(
-    repo: Path, server: Server
+    repo: Path, server: ModelServer
 ) -> None:
     server.replies = [reply(DELETE) for _ in range(ATTEMPTS)]
     report = run(repo, server, TASK)
@@ -61,7 +62,7 @@ def test_a_change_that_breaks_a_test_the_graph_cannot_link_is_not_done(
 
 
 def test_a_change_the_whole_suite_passes_is_done_and_says_how_it_was_checked(
-    repo: Path, server: Server
+    repo: Path, server: ModelServer
 ) -> None:
     server.replies = [reply(DOCSTRING)]
     report = run(repo, server, TASK)
@@ -80,7 +81,7 @@ def test_a_change_the_whole_suite_passes_is_done_and_says_how_it_was_checked(
     ],
 )
 def test_a_question_is_answered_and_its_suggested_blocks_are_not_applied(
-    repo: Path, server: Server, question: str
+    repo: Path, server: ModelServer, question: str
 ) -> None:
     # The vague benchmark task: the 1.5B model answered "look into it" by deleting a function.
     before = (repo / "app/handlers.py").read_bytes()
@@ -90,6 +91,6 @@ def test_a_question_is_answered_and_its_suggested_blocks_are_not_applied(
     assert (repo / "app/handlers.py").read_bytes() == before
     assert not report.changed and "were not applied" in report.final
     # asked as a question: no edit form, no example exchange a small model would copy
-    (request,) = server.requests
+    (request,) = server.chats
     assert [m["role"] for m in request["messages"]] == ["system", "user"]
     assert "SEARCH" not in request["messages"][0]["content"]
