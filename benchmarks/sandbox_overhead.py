@@ -7,7 +7,7 @@
    own: preparing in the parent (``sandbox.prepare``) and entering the sandbox in the forked
    child (timed inside the child, before it exits).
 2. The workspace walk that finds the secret files and `.git` directories to hide
-   (``sandbox.secrets_in``) on a large tree (by default the standard library directory with its
+   (``sandbox_walk.secrets_in``) on a large tree (by default the standard library directory with its
    site-packages, read in place): first walk, then the cached walk every later command pays.
 
 Prints one JSON object to stdout, progress to stderr.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from _common import STDLIB_ROOT, log
 
-from agent import landlock, sandbox
+from agent import landlock, sandbox, sandbox_walk
 from agent.runner import run_command
 from agent.sandbox import SandboxPolicy
 from agent.workspace import Workspace
@@ -123,12 +123,12 @@ def child_setup(prepared: sandbox.Prepared) -> float:
 def walk(root: Path, repeats: int) -> dict[str, object]:
     ws = Workspace(root)
     t0 = time.perf_counter()
-    hits = sandbox.secrets_in(str(root), ws.is_secret)
+    hits = sandbox_walk.secrets_in(str(root), ws.is_secret)
     first = time.perf_counter() - t0
     cached = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        sandbox.secrets_in(str(root), ws.is_secret)
+        sandbox_walk.secrets_in(str(root), ws.is_secret)
         cached.append(time.perf_counter() - t0)
     dirs = files = 0
     for _, _dirnames, filenames in os.walk(root):
@@ -141,7 +141,7 @@ def walk(root: Path, repeats: int) -> dict[str, object]:
         "secrets_and_git_found": len(hits),
         "first_walk_ms": round(first * 1000, 1),
         "cached_walk_ms": median_ms(cached),
-        "pruned": sorted(sandbox.PRUNED_DIRS) + ["virtualenvs (pyvenv.cfg)"],
+        "pruned": sorted(sandbox_walk.PRUNED_DIRS) + ["virtualenvs (pyvenv.cfg)"],
     }
 
 
