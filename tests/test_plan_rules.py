@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +35,7 @@ from agent.plan import (
 from agent.trace import canonical_arguments, read_trace, trace_path
 from indexer.config import load_config
 from tests.conftest import make_repo
+from tests.model_server import ModelServer, Reply
 
 FILES = {
     ".repoctx.toml": '[agent]\ntest_env = { PYTEST_DISABLE_PLUGIN_AUTOLOAD = "1" }\n',
@@ -469,39 +467,19 @@ def text_call(tool: str, **args: Any) -> dict:
 
 
 @pytest.fixture
-def server() -> Iterator[tuple[list[dict], list[dict], str]]:
-    replies: list[dict] = []
-    requests: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            requests.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            body = replies.pop(0) if replies else {"error": "unscripted"}
-            data = json.dumps(body).encode()
-            self.send_response(200 if "choices" in body else 500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield replies, requests, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+def server(model_server: ModelServer) -> ModelServer:
+    model_server.unscripted = Reply(500, {"error": "unscripted"})
+    return model_server
 
 
-def test_a_claimed_fix_is_refused_until_the_run_shows_it_end_to_end(repo: Path, server) -> None:
+def test_a_claimed_fix_is_refused_until_the_run_shows_it_end_to_end(
+    repo: Path, server: ModelServer
+) -> None:
     """The recorded 1.5B pattern — a copied criterion, then "The bug has been fixed" with
     nothing changed — through the OpenAI adapter and the loop: refused with its own call
     quoted back, and the run completes only after the real edit and a passing test run."""
-    replies, requests, url = server
     claim = {"reason": "The bug has been fixed in pkg/calc.py.", "complete": True}
-    replies += [
+    server.replies += [
         text_reply(RECORDED_PLAN),
         text_call("find_symbol", name="add"),
         text_call(
@@ -513,7 +491,7 @@ def test_a_claimed_fix_is_refused_until_the_run_shows_it_end_to_end(repo: Path, 
         text_call("finish", summary="add returns a + b."),
     ]
     client = OpenAIClient(
-        "qwen", base_url=url, retry=RetryPolicy(max_retries=0), sleep=lambda s: None
+        "qwen", base_url=f"{server.url}/v1", retry=RetryPolicy(max_retries=0), sleep=lambda s: None
     )
     report = run(repo, client)
     assert (report.status, report.reason) == ("done", "finished")
@@ -522,7 +500,7 @@ def test_a_claimed_fix_is_refused_until_the_run_shows_it_end_to_end(repo: Path, 
     assert found["ok"] and not claimed["ok"]
     assert "the tests have not run yet" in claimed["error"]  # its step: done when tests pass
     # The model is shown its own call in the refusal, in the next request.
-    shown = " ".join(m["content"] or "" for m in requests[4]["messages"])
+    shown = " ".join(m["content"] or "" for m in server.bodies[4]["messages"])
     assert 'refused your call update_plan (complete: true, reason: "The bug has been fixed' in shown
     assert "Next: call run_tests, then mark the step complete." in shown
     assert all(s["status"] == "done" for s in report.plan["steps"])
