@@ -412,7 +412,7 @@ def past_commits(
     none without a history index."""
     if index_dir is None:
         return ()
-    from indexer.graph.lexical import split_identifier
+    from indexer.parse.terms import split_identifier
     from retrieval.history import similar_commits
     from retrieval.query import parse_query
     from retrieval.signals import SignalContext

@@ -20,7 +20,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 from retrieval.context import ContextPack
 
 _PATH = r"(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9_+]*)"
@@ -225,7 +225,7 @@ def _definition_spans(conn: sqlite3.Connection, path: str, symbol: str) -> list[
     or a module-qualified name), in file order."""
     name = symbol.rpartition(".")[2]
     try:
-        rows = graph.definition_spans_in_file(conn, path)
+        rows = GraphReads(conn).definition_spans_in_file(path)
     except sqlite3.Error:  # an index of another shape: the name cannot be resolved here
         return []
     return sorted(

@@ -49,7 +49,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 
 from indexer.errors import RepoctxError
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 
 from .block_reading import (
     EditBlock,
@@ -451,7 +451,7 @@ class WorkspaceFiles:
 
     def paths(self) -> list[str]:
         try:
-            paths = graph.all_paths(self.ctx.session.conn(self.ctx.config))
+            paths = GraphReads(self.ctx.session.conn(self.ctx.config)).all_paths()
         except (RepoctxError, sqlite3.Error, OSError):
             return []  # no index: blocks without a file line are placed in known files only
         ws = self.ctx.workspace

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 from retrieval.context import FULL, assemble_context
 
 from .tools.testing import Failure, is_test_file
@@ -214,7 +214,7 @@ class _Pool:
     def innermost(self, path: str, line: int) -> tuple | None:
         rows = [
             r
-            for r in graph.definition_details_between(self.conn, path, line, line)
+            for r in GraphReads(self.conn).definition_details_between(path, line, line)
             if r[4] in (*_FUNCS, "class")
         ]
         return rows[-1] if rows else None
@@ -236,13 +236,13 @@ def localize(
 ) -> Localization:
     """The spans to show for ``task``: candidates from every signal, ranked, then packed whole
     (a small file whole, else each function) until ``budget`` tokens (``counter``)."""
-    paths = graph.all_paths(conn)
+    paths = GraphReads(conn).all_paths()
     said = mentions(task, paths)
     pool = _Pool(conn)
     for name in said.names:
-        for r in graph.find_definitions(conn, name, limit=8):
+        for r in GraphReads(conn).find_definitions(name, limit=8):
             if r.name == name.rsplit(".", 1)[-1] or r.qualname.endswith(name):
-                details = graph.definition_details(conn, [r.id])
+                details = GraphReads(conn).definition_details([r.id])
                 for d in details:
                     test = is_test_file(d[1])
                     pool.add(d, TEST_NAMED if test else NAMED, f"named in the task: {name}")
@@ -263,17 +263,17 @@ def localize(
         c.id for c in pool.by_id.values() if is_test_file(c.path)
     ]
     if test_ids:
-        targets = [t[0] for t in graph.calls_from(conn, test_ids, 50)]
+        targets = [t[0] for t in GraphReads(conn).calls_from(test_ids, 50)]
         code = [
             d
-            for d in graph.definition_details(conn, dict.fromkeys(targets))
+            for d in GraphReads(conn).definition_details(dict.fromkeys(targets))
             if not is_test_file(d[1])
         ]
         for d in code:
             pool.add(d, CALLEE, "called by the failing test")
         # One call further: what the code under test calls (the bug is often one level down).
-        inner = [t[0] for t in graph.calls_from(conn, [d[0] for d in code], 50)] if code else []
-        for d in graph.definition_details(conn, dict.fromkeys(inner)):
+        inner = [t[0] for t in GraphReads(conn).calls_from([d[0] for d in code], 50)] if code else []
+        for d in GraphReads(conn).definition_details(dict.fromkeys(inner)):
             if not is_test_file(d[1]):
                 pool.add(d, CALLEE - 1, "called by code the failing test calls")
     # Retrieval: the task (and what the tests said) ranks files, then their functions.
@@ -310,7 +310,7 @@ def _retrieved(
         # Tests come in as the task names them or as they fail; retrieval finds the code.
         if item.kind != FULL or is_test_file(item.path) or rank >= RETRIEVED_MOST:
             continue
-        rows = graph.definition_details_between(conn, item.path, item.start_line, item.end_line)
+        rows = GraphReads(conn).definition_details_between(item.path, item.start_line, item.end_line)
         inside = [
             r for r in rows if r[4] in _FUNCS and r[5] >= item.start_line and r[6] <= item.end_line
         ] or [r for r in rows if r[4] in (*_FUNCS, "class")][-1:]
@@ -321,8 +321,8 @@ def _retrieved(
 
 def _callers(pool: _Pool, conn: sqlite3.Connection, targets: list[Candidate]) -> None:
     for t in targets:
-        ids = graph.referrer_ids(conn, [t.id])
-        for d in graph.definition_details(conn, ids):
+        ids = GraphReads(conn).referrer_ids([t.id])
+        for d in GraphReads(conn).definition_details(ids):
             if d[4] in _FUNCS and not is_test_file(d[1]):
                 pool.add(d, CALLER, f"calls {t.qualname.rsplit('.', 1)[-1]}")
 

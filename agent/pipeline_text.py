@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 
 from .edit_blocks import EditBlock, find_search
 from .localize import Localization
@@ -186,7 +186,7 @@ def module_of(conn: Any, name: str) -> str | None:
     """The module defining the one function ``name`` outside the tests (None: none or many)."""
     rows = [
         r
-        for r in graph.find_definitions(conn, name, limit=5)
+        for r in GraphReads(conn).find_definitions(name, limit=5)
         if r.name == name and not is_test_file(r.path)
     ]
     if len(rows) != 1 or not rows[0].path.endswith(".py"):

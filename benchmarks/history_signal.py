@@ -135,7 +135,7 @@ def run(args) -> dict:
     from indexer.build import build
     from indexer.config import load_config
     from indexer.graph import store
-    from indexer.ops.history import HistoryStats, history_status
+    from indexer.history.store import HistoryStats, history_status
     from retrieval.history import HistoryFiles, HistorySymbols
     from retrieval.query import parse_query
     from retrieval.signals import Scope, SignalContext

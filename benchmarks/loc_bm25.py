@@ -1,11 +1,11 @@
 """Baseline: plain BM25 (bm25s) over whole files, every non-test .py file at the commit,
-tokenized with the index's own identifier splitting (`indexer.graph.lexical.index_terms`)."""
+tokenized with the index's own identifier splitting (`indexer.parse.terms.index_terms`)."""
 
 from __future__ import annotations
 
 import os
 
-from indexer.graph.lexical import STOPWORDS, index_terms
+from indexer.parse.terms import STOPWORDS, index_terms
 from indexer.parse.testpaths import is_test_path
 
 from .loc_repos import RepoTree

@@ -36,9 +36,9 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and the proj
 
 import indexer.build as build_mod  # noqa: E402
 from benchmarks._common import bench_tmpdir, git_revision, log  # noqa: E402
-from indexer.parse import languages as langs  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.graph import store
+from indexer.parse import languages as langs  # noqa: E402
 from indexer.parse import parser
 from indexer.parse import worker as parse_worker
 from indexer.parse.discovery import discover  # noqa: E402

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from indexer.build import build  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.graph import store
+from indexer.phases.semantic import embed_pending  # noqa: E402
 from indexer.vectors.embed import create_embedder  # noqa: E402
-from indexer.vectors.semantic import embed_pending  # noqa: E402
 from retrieval.context import assemble_context  # noqa: E402
 from retrieval.search import Searcher, VectorsMissingError  # noqa: E402
 

@@ -1,12 +1,12 @@
 """What the vector table costs an embedding run, per way of talking to it (JSON on stdout).
 
-An embedding run writes its vectors in batches of `indexer.vectors.semantic.BATCH` chunks. Before each
+An embedding run writes its vectors in batches of `indexer.phases.semantic.BATCH` chunks. Before each
 batch it asks the table for vectors it already holds (reuse by content hash), and after it
 writes the batch. Two ways, each on a fresh LanceDB table filled to ``--rows`` rows:
 
 - ``per_batch`` (before): every batch asks the table for all of its hashes and merges its rows
   by chunk id; both are a pass over a table the run keeps growing.
-- ``keys_once`` (now, for runs above `indexer.vectors.semantic.KEY_SCAN_MIN` chunks): the table's ids
+- ``keys_once`` (now, for runs above `indexer.phases.semantic.KEY_SCAN_MIN` chunks): the table's ids
   and hashes are read once; a batch asks only for hashes the table holds and appends the rows
   of ids it lacks.
 
@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from indexer.vectors.semantic import BATCH  # noqa: E402
+from indexer.phases.semantic import BATCH  # noqa: E402
 from indexer.vectors.table import VectorRow, VectorStore  # noqa: E402
 
 DIM = 384

@@ -51,8 +51,8 @@ from indexer.build import build, index_exists
 from indexer.config import Config
 from indexer.display import place, shown
 from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
-from indexer.graph import reads as graph
 from indexer.graph import store
+from indexer.graph.reads import GraphReads
 from indexer.ops.watch import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
 from retrieval.freshness import generation, stale_paths
 from retrieval.status import index_status
@@ -460,7 +460,7 @@ def _status_tool(live: LiveIndex) -> Tool:
         ]
         model = ctx.session.embed_model(ctx.config)
         if model:
-            done, total = graph.vector_coverage(ctx.session.conn(ctx.config))
+            done, total = GraphReads(ctx.session.conn(ctx.config)).vector_coverage()
             st["vectors"] = {"model": model, "coverage": round(done / total, 4) if total else 1.0}
             lines.append(f"Vectors: {model}, {done} of {total} chunks embedded.")
         else:

@@ -168,7 +168,7 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
 
 def _history_search(config, conn, query: str, k: int, as_json: bool) -> None:
     """`search --history`: similar past commits (reachable from the indexed HEAD)."""
-    from indexer.ops.history import history_status
+    from indexer.history.store import history_status
     from retrieval.history import similar_commits
     from retrieval.signals import SignalContext
 

@@ -23,11 +23,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 
 from indexer.blake2 import blake2b
+from indexer.changes import unmatched
 from indexer.config import Config
 from indexer.errors import BuildWorkerError, IndexDamagedError
-from indexer.graph import reads as graph
 from indexer.graph import store
 from indexer.graph import write as graph_write
+from indexer.graph.reads import GraphReads
+from indexer.graph.records import BUILD_PHASE
 from indexer.graph.store import WriteDB
 from indexer.lock import WriteLock
 from indexer.models import BuildStats, Progress
@@ -157,7 +159,7 @@ def build(
         published = not staged
         try:
             if embed:
-                from indexer.vectors.semantic import canonical_model_name, check_model
+                from indexer.phases.semantic import canonical_model_name, check_model
 
                 name = embedder.name if embedder else canonical_model_name(config.embed_model)
                 check_model(db, name, reembed)
@@ -169,9 +171,10 @@ def build(
                 if isinstance(exc, BrokenExecutor):  # a parse or resolution worker died
                     raise BuildWorkerError() from exc
                 raise
-            from indexer.ops.history import build_phase  # commit history: history.db, its own store
+            # commit history: history.db, its own store
+            from indexer.history.store import build_phase
 
-            phase_set = store.get_meta(db, graph.BUILD_PHASE) is not None
+            phase_set = store.get_meta(db, BUILD_PHASE) is not None
             if phase_set:
                 graph_write.set_build_phase(db.conn, "history")
             stats = build_phase(config, stats, progress)
@@ -180,7 +183,7 @@ def build(
             elif aside is not None:
                 _tombstone_stray_vectors(config, db)
             if embed:
-                from indexer.vectors.semantic import embed_pending
+                from indexer.phases.semantic import embed_pending
 
                 if phase_set:
                     graph_write.set_build_phase(db.conn, "embed")
@@ -321,12 +324,12 @@ def _build_locked(
     # one-edit path of a 25k-file tree); rows no file matches are the changed and deleted ones.
     # A file held unchanged got its language from the same name tables (meta formats_key):
     # when they differ, every file and row is looked at again.
-    rows = graph.file_stats(conn)
+    rows = GraphReads(conn).file_stats()
     n_indexed = len(rows)
     formats = formats_key()
     same_formats = store.get_meta(db, "formats_key") == formats
     if rows and same_formats:
-        others, gone = graph.unmatched(disc.files, rows)
+        others, gone = unmatched(disc.files, rows)
     else:
         others, gone = list(disc.files), [r[0] for r in rows]
     n_kept = len(disc.files) - len(others)

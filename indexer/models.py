@@ -143,7 +143,7 @@ class BuildStats:
     seconds: float = 0.0
     generation: int = 0
     full: bool = False
-    #: Figures of the embedding phase (see indexer.vectors.semantic.EmbedStats); empty when skipped.
+    #: Figures of the embedding phase (see indexer.phases.semantic.EmbedStats); empty when skipped.
     embedding: dict = field(default_factory=dict)
     #: Seconds per phase: discover, parse (wall, workers and writes overlapped), write (the
     #: driver's SQLite writes within parse), resolve, finalize (indexes, counts), embed.

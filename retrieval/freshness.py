@@ -8,18 +8,19 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
+from indexer.graph.records import BUILD_PHASE, PHASES
 
 if TYPE_CHECKING:
     import sqlite3
 
 
 def generation(conn: sqlite3.Connection) -> int:
-    return graph.generation(conn)
+    return GraphReads(conn).generation()
 
 
 def index_root(conn: sqlite3.Connection) -> str:
-    return graph.index_root(conn)
+    return GraphReads(conn).index_root()
 
 
 def stale_paths(
@@ -29,7 +30,7 @@ def stale_paths(
     root = root or index_root(conn)
     out: set[str] = set()
     unique = set(paths)
-    seen = graph.file_stats_of(conn, unique) if unique else {}
+    seen = GraphReads(conn).file_stats_of(unique) if unique else {}
     for path in unique:
         row = seen.get(path)
         try:
@@ -59,7 +60,7 @@ def build_progress(index_dir, conn) -> dict[str, Any] | None:
             alive = False
         except PermissionError:  # another user's live process
             alive = True
-    raw = graph.meta_value(conn, graph.BUILD_PHASE)
+    raw = GraphReads(conn).meta_value(BUILD_PHASE)
     state = json.loads(raw) if raw else None
     if state is None:
         if not alive:
@@ -69,7 +70,7 @@ def build_progress(index_dir, conn) -> dict[str, Any] | None:
                 "ready": "this index stays as it is until the new one replaces it"}
     running = alive and state.get("pid") == pid
     out = {"phase": state["phase"], "pid": state.get("pid"), "running": running,
-           "since": state.get("since"), "ready": graph.PHASES.get(state["phase"], "")}
+           "since": state.get("since"), "ready": PHASES.get(state["phase"], "")}
     if not running:
         out["fix"] = "the build stopped before its end: run `repoctx index build` to finish it"
     return out

@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.graph.lexical_reads import chunk_at
+from indexer.graph.lexical_reads import LexicalReads
 
 from .signals import Hit
 from .units import Unit, UnitCache
@@ -351,7 +351,7 @@ def ranked_chunks(ranking: Ranking, conn: sqlite3.Connection, k: int) -> list[Ra
         ]
         mine.sort(key=lambda c: min((a.rank for a in chunk_ev[c].values()), default=10**9))
         if not mine and u.kind != "module":
-            row = chunk_at(conn, u.path, u.start)
+            row = LexicalReads(conn).chunk_at(u.path, u.start)
             if row is not None:
                 chunk_hit.setdefault(row[0], Hit("chunk", u.path, ru.score, row[1], row[0], row[2], row[3]))
                 mine = [row[0]]

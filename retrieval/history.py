@@ -1,6 +1,6 @@
 """Past commits vote for what they changed (BugLocator's history score, and after).
 
-The commit messages in ``<index>/history.db`` (`indexer.ops.history`) are searched with BM25 for
+The commit messages in ``<index>/history.db`` (`indexer.history.store`) are searched with BM25 for
 the task's terms; each of the most similar commits votes for the files it touched that still
 exist in the index (renames followed), its vote — its similarity relative to the best commit —
 split over those files. `HistorySymbols` sends the same votes to the definitions the commits
@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.graph import reads as graph
-from indexer.ops.history_reads import HistoryReader
+from indexer.graph.reads import GraphReads
+from indexer.history.reads import HistoryReader
 
 from .query import Query, parse_query
 from .signals import Hit, SignalContext
@@ -178,7 +178,7 @@ class _Paths:
 
     def load(self, paths: set[str]) -> None:
         todo = [p for p in paths if p not in self.known]
-        found = graph.indexed_languages(self.ctx.conn, todo)
+        found = GraphReads(self.ctx.conn).indexed_languages(todo)
         for path in todo:
             self.known[path] = found.get(path)
 
@@ -318,7 +318,7 @@ def _definitions(
 ) -> dict[str, list[tuple[str, str, int, int, str]]]:
     """Today's definitions of one file named ``names``: (qualname, path, start, end, parent)."""
     out: dict[str, list[tuple[str, str, int, int, str]]] = defaultdict(list)
-    for name, qual, start, end, parent in graph.definitions_named_in_file(conn, path, names):
+    for name, qual, start, end, parent in GraphReads(conn).definitions_named_in_file(path, names):
         out[name].append((qual, path, start, end, parent))
     return out
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 
 if TYPE_CHECKING:
     import sqlite3
@@ -93,8 +93,7 @@ def _neighbours(
 
     def refs(outgoing: bool, candidates: bool) -> None:
         ids = frontier if outgoing else quiet
-        for enc, tgt, kind, conf in graph.strongest_edges(
-            conn, ids, outgoing=outgoing, fanout=fanout, candidates=candidates
+        for enc, tgt, kind, conf in GraphReads(conn).strongest_edges(ids, outgoing=outgoing, fanout=fanout, candidates=candidates
         ):
             fwd, back = REF_RELATIONS.get(kind, ("used-by", "uses"))
             if outgoing:
@@ -107,9 +106,9 @@ def _neighbours(
     refs(outgoing=True, candidates=True)
     refs(outgoing=False, candidates=True)
     # Nesting: members and their classes; top-level definitions and their module.
-    rows = graph.nesting_rows(conn, frontier)
+    rows = GraphReads(conn).nesting_rows(frontier)
     top_files = sorted({f for _, parent, f, kind in rows if parent is None and kind != "module"})
-    modules = graph.module_ids(conn, top_files)
+    modules = GraphReads(conn).module_ids(top_files)
     for sid, parent, file_id, kind in rows:
         up = parent if parent is not None else (modules.get(file_id) if kind != "module" else None)
         add(sid, up, "encloses", 1.0)
@@ -137,7 +136,7 @@ def collect_subgraph(
     for hop in range(1, hops + 1):
         if not frontier:
             break
-        degree.update(graph.reference_counts(conn, [n for n in frontier if n not in degree]))
+        degree.update(GraphReads(conn).reference_counts([n for n in frontier if n not in degree]))
         by_group: dict[tuple[int, str], list[tuple[int, int, str, float]]] = defaultdict(list)
         for e in _neighbours(conn, frontier, fanout, degree):
             src, dst = e[0], e[1]
@@ -156,7 +155,7 @@ def collect_subgraph(
             dist[node] = hop
         mass.update(reached)
         frontier = sorted(reached, key=lambda n: -reached[n])[:expand]
-    degree.update(graph.reference_counts(conn, [n for n in dist if n not in degree]))
+    degree.update(GraphReads(conn).reference_counts([n for n in dist if n not in degree]))
     # Edges back towards the seeds make the walk symmetric inside the subgraph.
     for (src, dst, rel), conf in list(raw.items()):
         raw.setdefault((dst, src, _INVERSE[rel]), conf)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.errors import ModelMismatchError, VectorsMissingError, VectorTableDamagedError
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 from indexer.parse.languages import KINDS, kind_of, languages_of_kind
 from indexer.parse.testpaths import is_test_path
 from indexer.safety.denylist import denied_by_default
@@ -103,7 +103,7 @@ class Searcher:
         )
 
     def _meta(self, key: str) -> str | None:
-        return graph.meta_value(self.conn, key)
+        return GraphReads(self.conn).meta_value(key)
 
     def semantic_coverage(self) -> float:
         """Share of chunks with a vector. The chunk count is read once per generation (a scan
@@ -112,11 +112,11 @@ class Searcher:
             return 0.0
         gen = self._meta("generation")
         if getattr(self, "_total", (None, 0))[0] != gen:
-            self._total = (gen, graph.chunk_count(self.conn))
+            self._total = (gen, GraphReads(self.conn).chunk_count())
         total = self._total[1]
         if not total:
             return 0.0
-        pending = graph.chunks_to_embed(self.conn)
+        pending = GraphReads(self.conn).chunks_to_embed()
         return (total - pending) / total
 
     def _vector_store(self):
@@ -168,7 +168,7 @@ class Searcher:
         except VectorTableDamagedError as exc:
             self._damaged(exc)
             return []
-        done, total = graph.vector_coverage(self.conn)
+        done, total = GraphReads(self.conn).vector_coverage()
         out = []
         if done < total:
             pct = int(1000 * done / total) / 10  # floor: 99.96% is not "100.0%"
@@ -205,7 +205,7 @@ class Searcher:
     def _known_chunks(self, chunk_ids) -> set[str]:
         """Which of these vector-table ids are chunks of the graph this searcher reads."""
         ids = [int(c) for c in chunk_ids if c.isdigit()]
-        return {str(i) for i in graph.existing_chunk_ids(self.conn, ids)}
+        return {str(i) for i in GraphReads(self.conn).existing_chunk_ids(ids)}
 
     def semantic(
         self,
@@ -335,7 +335,7 @@ class Searcher:
         if not fused:
             return []
         ids = [cid for cid, _ in fused]
-        rows = graph.chunk_locations(self.conn, ids)
+        rows = GraphReads(self.conn).chunk_locations(ids)
         out = []
         stale = stale_paths(self.conn, (r[0] for r in rows.values()), str(self.root))
         for cid, score in fused:

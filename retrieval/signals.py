@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from indexer.graph.reads import FileFilter
+from indexer.graph.records import FileFilter
 from indexer.parse.languages import kind_of, language_for_path, languages_of_kind
 from indexer.parse.testpaths import is_test_path
 

@@ -16,16 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from indexer.graph import reads as graph
 from indexer.graph.lexical_reads import (
-    chunk_bm25,
-    chunk_spans,
-    file_bm25,
+    LexicalReads,
     fts_stems,
     fts_tables,
-    table_docs,
-    term_stats,
 )
+from indexer.graph.reads import GraphReads
+from indexer.graph.records import NamedDefinition
 
 from .query import Query
 from .signals import Hit, SignalContext
@@ -82,8 +79,8 @@ def select_terms(
     uniq = sorted({s for s in stems if s})
     if not uniq:
         return []
-    stats = term_stats(conn, table, uniq)
-    n = max(table_docs(conn, table), 1)
+    stats = LexicalReads(conn).term_stats(table, uniq)
+    n = max(LexicalReads(conn).table_docs(table), 1)
     cands: dict[str, tuple[float, str, int, int]] = {}
     for text, stem in zip(clean, stems, strict=True):
         if stem not in stats or stem in cands:
@@ -152,7 +149,7 @@ class ChunkLexical:
                     ctx.conn, table, self._terms(q), self.limit, q.term_counts
                 )
             if picked:
-                rows = chunk_bm25(ctx.conn, table, match_expr(picked), CHUNK_WEIGHTS, k,
+                rows = LexicalReads(ctx.conn).chunk_bm25(table, match_expr(picked), CHUNK_WEIGHTS, k,
                                   ctx.scope.files, paths)
                 out += [
                     Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b,
@@ -182,7 +179,7 @@ class FileLexical:
         for table in fts_tables("files_fts", ctx.scope.files):  # each alone, as in ChunkLexical
             picked = select_terms(ctx.conn, table, list(q.terms), self.limit, q.term_counts)
             if picked:
-                rows = file_bm25(ctx.conn, table, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files)
+                rows = LexicalReads(ctx.conn).file_bm25(table, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files)
                 out += [Hit("file", path, -s, scale=table) for path, s in rows]
         return sorted(out, key=lambda h: -h.score)
 
@@ -197,40 +194,40 @@ def _exports(ctx: SignalContext, module: str, name: str, depth: int = 4) -> list
     """Qualified names ``module.name`` means: a definition there, or what the module imports
     under that name (``xarray/__init__.py``'s ``from .core.computation import where``),
     followed through re-exports and ``*`` imports."""
-    if graph.qualname_exists(ctx.conn, f"{module}.{name}"):
+    if GraphReads(ctx.conn).qualname_exists(f"{module}.{name}"):
         return [f"{module}.{name}"]
     if depth == 0:
         return []
     out: list[str] = []
-    for m, n in graph.module_imports_named(ctx.conn, module, name):
+    for m, n in GraphReads(ctx.conn).module_imports_named(module, name):
         if (m, n) != (module, name):
             out += _exports(ctx, m, name if n == "*" else n, depth - 1)
     return out
 
 
-def _resolve_through_modules(ctx: SignalContext, parts: list[str]) -> list[graph.NamedDefinition]:
+def _resolve_through_modules(ctx: SignalContext, parts: list[str]) -> list[NamedDefinition]:
     """``xarray.DataArray.quantile``: the longest prefix that is an indexed module, its export
     named by the next part, then the rest as members."""
     files = ctx.scope.files
     for i in range(len(parts) - 1, 0, -1):
         module = ".".join(parts[:i])
-        if not graph.module_exists(ctx.conn, module):
+        if not GraphReads(ctx.conn).module_exists(module):
             continue
-        rows: list[graph.NamedDefinition] = []
+        rows: list[NamedDefinition] = []
         for qual in _exports(ctx, module, parts[i]):
             full = ".".join([qual, *parts[i + 1 :]])
-            rows += graph.definitions_with_qualname(ctx.conn, full, files)
+            rows += GraphReads(ctx.conn).definitions_with_qualname(full, files)
         if rows:
             return rows
     return []
 
 
-def resolve_name(ctx: SignalContext, ident: str, limit: int = 200) -> list[graph.NamedDefinition]:
+def resolve_name(ctx: SignalContext, ident: str, limit: int = 200) -> list[NamedDefinition]:
     """Definitions ``ident`` names: a plain name, ``Class.method``, or a dotted qualified name
     (a trailing suffix of a module-qualified name)."""
     parts = ident.replace("::", ".").split(".")
     last = parts[-1]
-    rows = graph.definitions_with_name(ctx.conn, last, ctx.scope.files, limit)
+    rows = GraphReads(ctx.conn).definitions_with_name(last, ctx.scope.files, limit)
     if len(parts) == 1:
         return rows
     dotted = ".".join(parts)
@@ -279,7 +276,7 @@ def _path_index(ctx: SignalContext) -> dict[str, list[str]]:
     cached = ctx.cache.get("paths_by_name")
     if cached is None:
         cached = defaultdict(list)
-        for path in graph.all_paths(ctx.conn):
+        for path in GraphReads(ctx.conn).all_paths():
             cached[path.rsplit("/", 1)[-1]].append(path)
         ctx.cache["paths_by_name"] = cached
     return cached
@@ -310,7 +307,7 @@ def match_path(ctx: SignalContext, raw: str) -> list[str]:
 
 
 def module_paths(ctx: SignalContext, dotted: str) -> list[str]:
-    return graph.module_paths(ctx.conn, dotted)
+    return GraphReads(ctx.conn).module_paths(dotted)
 
 
 class Paths:
@@ -356,7 +353,7 @@ class Frames:
             for path in match_path(ctx, f.path):
                 if not ctx.scope.allows(path):
                     continue
-                rows = graph.definition_spans_in_file(ctx.conn, path)
+                rows = GraphReads(ctx.conn).definition_spans_in_file(path)
                 pick = [r for r in rows if f.function and r[3] == f.function]
                 if not pick and f.line:
                     around = [r for r in rows if r[1] <= f.line <= r[2]]
@@ -395,8 +392,7 @@ class Errors:
             Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b,
                 note="error message", scale=table)
             for table in fts_tables("chunks_fts", ctx.scope.files)
-            for cid, s, path, sym, a, b in chunk_bm25(
-                ctx.conn, table, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files
+            for cid, s, path, sym, a, b in LexicalReads(ctx.conn).chunk_bm25(table, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files
             )
         ]
         return sorted(out, key=lambda h: -h.score)
@@ -426,7 +422,7 @@ class Vectors:
         )
         if not cands:
             return []
-        rows = chunk_spans(ctx.conn, [c.chunk_id for c in cands])
+        rows = LexicalReads(ctx.conn).chunk_spans([c.chunk_id for c in cands])
         out = []
         for c in cands:
             if c.chunk_id in rows:

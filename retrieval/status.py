@@ -6,9 +6,10 @@ import json
 import os
 from typing import Any
 
+from indexer.changes import unmatched
 from indexer.config import Config
-from indexer.graph import reads as graph
 from indexer.graph import store
+from indexer.graph.reads import GraphReads
 from indexer.parse.discovery import discover
 from indexer.parse.languages import kind_of, language_for_file
 
@@ -19,7 +20,7 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
     """Files changed, added or deleted on disk since the last build (stat only). Only the
     files the index does not hold as they are are looked at one by one, as a build does."""
     found = discover(config, skip_unparsable=True).files
-    others, gone = graph.unmatched(found, graph.file_stats(conn))
+    others, gone = unmatched(found, GraphReads(conn).file_stats())
     root = os.path.join(str(config.root), "")
     fresh = {f.path for f in others if language_for_file(f.path, root + f.path) is not None}
     gone_set = set(gone)
@@ -29,7 +30,7 @@ def pending_changes(config: Config, conn) -> dict[str, int]:
 
 def files_by_language(conn) -> dict[str, dict[str, int]]:
     """Indexed files by language (most first) and by kind (code | docs | config)."""
-    rows = graph.parsed_files_by_language(conn)
+    rows = GraphReads(conn).parsed_files_by_language()
     kinds: dict[str, int] = {}
     for lang, n in rows:
         kinds[kind_of(lang)] = kinds.get(kind_of(lang), 0) + n
@@ -42,13 +43,13 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
     ``damaged`` (it cannot be read; ``damage`` says why) or
     ``unchecked`` (object storage: not contacted by a status); ``fix`` says what to run."""
     from indexer.locations import storage_options, vectors_uri
-    from indexer.vectors.semantic import STAMP_META
+    from indexer.phases.semantic import STAMP_META
     from indexer.vectors.table import table_damage, table_missing
 
     model = store.get_meta(db, "embed_model")
     if not model:
         return None
-    done, total = graph.vector_coverage(db.conn)
+    done, total = GraphReads(db.conn).vector_coverage()
     uri = vectors_uri(config, db.conn)
     missing = table_missing(uri)
     dim = store.get_meta(db, "embed_dim") or ""
@@ -76,7 +77,7 @@ def _vectors(config: Config, db) -> dict[str, Any] | None:
 
 def _history(config: Config) -> dict[str, Any]:
     """The git-history index: state (``ok``, ``no_git``, ``error``...), commits, and a note."""
-    from indexer.ops.history import history_status
+    from indexer.history.store import history_status
 
     return history_status(config.index_path)
 
@@ -92,7 +93,7 @@ def index_status(config: Config) -> dict[str, Any]:
             "root": str(config.root),
             "schema_version": store.schema_version(db),
             "generation": int(store.get_meta(db, "generation", "0") or 0),
-            "files": graph.parsed_file_count(conn),
+            "files": GraphReads(conn).parsed_file_count(),
             "symbols": lb.get("symbols", 0),
             "references": lb.get("references", 0),
             "resolved_pct": lb.get("resolved_pct", 0.0),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 from indexer.models import RefRecord, SymbolRecord
 
 from .errors import SymbolNotFoundError
@@ -26,12 +26,12 @@ def find_symbols(
 ) -> list[SymbolRecord]:
     """Definitions matching ``name``: an exact qualified name, an exact name, a qualified-name
     suffix (``Class.method``), then a prefix of the name or qualified name (fuzzy prefix)."""
-    hits = graph.find_definitions(conn, name.strip().replace("::", "."), kind, limit)
+    hits = GraphReads(conn).find_definitions(name.strip().replace("::", "."), kind, limit)
     return mark_stale(conn, hits) if hits else []
 
 
 def symbol_by_id(conn: sqlite3.Connection, sym_id: int) -> SymbolRecord | None:
-    return graph.definition_record(conn, sym_id)
+    return GraphReads(conn).definition_record(sym_id)
 
 
 def _targets(conn: sqlite3.Connection, name: str, kind: str | None = None) -> list[SymbolRecord]:
@@ -51,7 +51,7 @@ def references_to(
     """References to the definitions ``name`` matches: resolved edges first (highest
     confidence), then ambiguous references that list one of them as a candidate."""
     targets = _targets(conn, name)
-    rows = graph.references_to(conn, [t.id for t in targets], kinds=kinds, limit=limit)
+    rows = GraphReads(conn).references_to([t.id for t in targets], kinds=kinds, limit=limit)
     refs = [
         RefRecord(
             r.path, r.line, r.col, r.name, r.kind, r.enclosing, r.target_id, r.resolution,
@@ -78,7 +78,7 @@ def callers(
 ) -> tuple[list[SymbolRecord], list[CallEdge]]:
     """Definitions that call what ``name`` matches."""
     targets = _targets(conn, name)
-    refs = graph.references_to(conn, [t.id for t in targets], kinds=("call",), limit=limit)
+    refs = GraphReads(conn).references_to([t.id for t in targets], kinds=("call",), limit=limit)
     refs.sort(key=lambda r: -r.confidence)  # resolved and ambiguous together, by confidence
     rows = [(r.enclosing_id, r.path, r.line, r.confidence, r.resolution) for r in refs[:limit]]
     return targets, _edges(conn, rows)
@@ -89,7 +89,7 @@ def callees(
 ) -> tuple[list[SymbolRecord], list[CallEdge]]:
     """What the definitions ``name`` matches call (resolved targets only)."""
     targets = _targets(conn, name)
-    rows = graph.calls_from(conn, [t.id for t in targets], limit)
+    rows = GraphReads(conn).calls_from([t.id for t in targets], limit)
     return targets, _edges(conn, rows)
 
 

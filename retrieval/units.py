@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 from indexer.models import CLASS_KINDS, FUNCTION_KINDS
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ _UNITS_MAX = 4096
 
 def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
     """The units of one indexed file, in line order."""
-    row = graph.file_identity(conn, path)
+    row = GraphReads(conn).file_identity(path)
     if row is None:
         return []
     fid, module, digest = row
@@ -92,7 +92,7 @@ def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
         if got is not None:
             _UNITS.move_to_end(key)
             return got
-    syms = graph.definitions_of_file_id(conn, fid)
+    syms = GraphReads(conn).definitions_of_file_id(fid)
     out = _units_of(path, module, syms)
     if digest is not None:
         _UNITS[key] = out

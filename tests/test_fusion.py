@@ -279,12 +279,12 @@ def test_names_follow_the_tasks_imports_and_the_packages_exports(indexed):
 
 
 def test_fts_row_count_read_from_the_averages_record(indexed):
-    from indexer.graph.lexical_reads import table_docs
+    from indexer.graph.lexical_reads import LexicalReads
 
     _, _, conn = indexed
     for table in ("chunks_fts", "files_fts"):
-        assert table_docs(conn, table) == conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0
-    assert table_docs(conn, "no_such_fts") == 0
+        assert LexicalReads(conn).table_docs(table) == conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0
+    assert LexicalReads(conn).table_docs("no_such_fts") == 0
 
 
 def test_a_search_without_vectors_uses_the_weights_fitted_without_them(indexed, tmp_path):

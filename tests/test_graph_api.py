@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 from tests.lang_graph import graph_of
 
 FILES = {
@@ -31,7 +31,7 @@ def sym(conn, qualname: str) -> int:
 
 def test_references_are_resolved_first_then_candidates(conn):
     x_dup = sym(conn, "a.x.dup")
-    rows = graph.references_to(conn, [x_dup], kinds=("call",))
+    rows = GraphReads(conn).references_to([x_dup], kinds=("call",))
     resolved = [r for r in rows if not r.ambiguous]
     ambiguous = [r for r in rows if r.ambiguous]
     assert [(r.path, r.line, r.enclosing) for r in resolved] == [("c/w.py", 5, "w.direct")]
@@ -40,29 +40,28 @@ def test_references_are_resolved_first_then_candidates(conn):
     assert all(r.target_id == x_dup for r in rows)
     assert all(r.confidence < resolved[0].confidence for r in ambiguous)
     # without candidates only the resolved edge; a kind filter that matches nothing: none
-    assert graph.references_to(conn, [x_dup], candidates=False) == [
-        r for r in graph.references_to(conn, [x_dup]) if not r.ambiguous
+    assert GraphReads(conn).references_to([x_dup], candidates=False) == [
+        r for r in GraphReads(conn).references_to([x_dup]) if not r.ambiguous
     ]
-    assert graph.references_to(conn, [x_dup], kinds=("inherit",)) == []
+    assert GraphReads(conn).references_to([x_dup], kinds=("inherit",)) == []
 
 
 def test_referrers_and_counts_include_candidates(conn):
     y_dup = sym(conn, "y.dup")  # reached only as a candidate
-    assert graph.referrer_ids(conn, [y_dup]) == {sym(conn, "z.use"), sym(conn, "z.other")}
-    counts = graph.reference_counts(conn, [y_dup, sym(conn, "a.x.dup")])
+    assert GraphReads(conn).referrer_ids([y_dup]) == {sym(conn, "z.use"), sym(conn, "z.other")}
+    counts = GraphReads(conn).reference_counts([y_dup, sym(conn, "a.x.dup")])
     assert counts[y_dup] == 3  # three ambiguous calls list it
     assert counts[sym(conn, "a.x.dup")] >= 4  # the same three, the resolved call, the import
 
 
 def test_strongest_edges_group_pairs_and_keep_the_fanout(conn):
     other = sym(conn, "z.other")
-    cands = graph.strongest_edges(conn, [other], outgoing=True, fanout=10, candidates=True)
+    cands = GraphReads(conn).strongest_edges([other], outgoing=True, fanout=10, candidates=True)
     # two calls of dup() from other(): one edge per candidate, not per call
     assert sorted(t for _, t, _, _ in cands) == sorted([sym(conn, "a.x.dup"), sym(conn, "y.dup")])
-    one = graph.strongest_edges(conn, [other], outgoing=True, fanout=1, candidates=True)
+    one = GraphReads(conn).strongest_edges([other], outgoing=True, fanout=1, candidates=True)
     assert len(one) == 1
-    incoming = graph.strongest_edges(
-        conn, [sym(conn, "a.x.dup")], outgoing=False, fanout=10, candidates=False
+    incoming = GraphReads(conn).strongest_edges([sym(conn, "a.x.dup")], outgoing=False, fanout=10, candidates=False
     )
     assert [(e, k) for e, _, k, _ in incoming if k == "call"] == [(sym(conn, "w.direct"), "call")]
 
@@ -79,29 +78,29 @@ def test_no_layer_above_the_indexer_reads_the_candidate_table():
 
 
 def test_definition_reads(conn):
-    rows = graph.definitions_in_file(conn, "c/z.py")
+    rows = GraphReads(conn).definitions_in_file("c/z.py")
     assert sorted((r[1], r[2], r[4], r[5]) for r in rows) == [
         ("z", "module", 1, 7),
         ("z.other", "function", 5, 7),
         ("z.use", "function", 1, 2),
     ]
-    use = graph.definition_id(conn, "z.use", "function")
-    assert use == sym(conn, "z.use") and graph.definition_id(conn, "z.use", "class") is None
-    assert graph.sibling_named(conn, "other", use, None) == "z.other"
-    assert graph.sibling_named(conn, "absent", use, None) is None
-    assert graph.definitions_named(conn, "dup", "function") and all(
-        q.endswith(".dup") for q, _, _ in graph.definitions_named(conn, "dup", "function")
+    use = GraphReads(conn).definition_id("z.use", "function")
+    assert use == sym(conn, "z.use") and GraphReads(conn).definition_id("z.use", "class") is None
+    assert GraphReads(conn).sibling_named("other", use, None) == "z.other"
+    assert GraphReads(conn).sibling_named("absent", use, None) is None
+    assert GraphReads(conn).definitions_named("dup", "function") and all(
+        q.endswith(".dup") for q, _, _ in GraphReads(conn).definitions_named("dup", "function")
     )
-    assert [r[3] for r in graph.symbol_rows(conn, [use])] == ["z.use"]
-    assert graph.resolved_reference_count(conn, sym(conn, "a.x.dup")) == 2  # the call, the import
-    assert "c/z.py" in graph.files_with_phrase(conn, "dup")
-    assert graph.unresolved_named(conn, "dup", ["c/z.py"]) == set()  # ambiguous, not unresolved
+    assert [r[3] for r in GraphReads(conn).symbol_rows([use])] == ["z.use"]
+    assert GraphReads(conn).resolved_reference_count(sym(conn, "a.x.dup")) == 2  # the call, the import
+    assert "c/z.py" in GraphReads(conn).files_with_phrase("dup")
+    assert GraphReads(conn).unresolved_named("dup", ["c/z.py"]) == set()  # ambiguous, not unresolved
 
 
 def test_a_lexical_only_index_has_no_model_and_no_vectors(conn):
-    done, total = graph.vector_coverage(conn)
+    done, total = GraphReads(conn).vector_coverage()
     assert done == 0 and total > 0
-    assert graph.embed_model(conn) is None
+    assert GraphReads(conn).embed_model() is None
 
 
 #: Statements against a database, and SQL text.
@@ -114,7 +113,7 @@ def _layer_files(root: Path, layer: str) -> list[Path]:
 
 def test_no_sql_outside_the_indexer():
     """The schema is the indexer's: the other layers read through indexer.graph.reads (references,
-    definitions, files), indexer.graph.lexical_reads (FTS5, chunks) and indexer.ops.history_reads."""
+    definitions, files), indexer.graph.lexical_reads (FTS5, chunks) and indexer.history.reads."""
     root = Path(__file__).resolve().parent.parent
     offenders = [
         f"{p.relative_to(root)}:{i}"
@@ -123,7 +122,7 @@ def test_no_sql_outside_the_indexer():
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if _SQL.search(line)
     ]
-    assert offenders == [], "read the index through indexer.graph.reads, indexer.graph.lexical_reads or indexer.ops.history_reads"
+    assert offenders == [], "read the index through indexer.graph.reads, indexer.graph.lexical_reads or indexer.history.reads"
 
 
 def test_retrieval_imports_sqlite3_for_annotations_only():

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from indexer.graph import store
-from indexer.ops.history import PATCH_MAX_FILES, history_status, open_history, update_history
+from indexer.history.store import PATCH_MAX_FILES, history_status, open_history, update_history
 from retrieval.history import HistoryFiles, HistoryParams, HistorySymbols, similar_commits
 from retrieval.query import parse_query
 from retrieval.signals import SignalContext
@@ -272,7 +272,7 @@ def test_huge_commits_are_stored_but_do_not_vote(repo):
 
 
 def test_batches_read_in_parallel_store_what_one_batch_stores(repo, monkeypatch, tmp_path):
-    from indexer.ops import history
+    from indexer.history import store as history
 
     for i in range(7):
         commit(repo, f"Tune clamp {i}", {"pkg/util.py": f"def clamp(x, lo, hi):\n    return {i}\n"})
@@ -427,7 +427,7 @@ def test_git_runs_with_the_environment_of_gitsafe(repo):
     alias, which its per-command `-c` list does not name) is overridden, and the user's
     system config is skipped. (Its reading commands already pass --no-ext-diff and
     --no-textconv, so this checks the environment itself.)"""
-    from indexer.ops.history import _Git
+    from indexer.history.store import _Git
 
     git(repo, "config", "filter.evil.clean", "touch ran")
     git(repo, "config", "alias.lg", "!touch ran")

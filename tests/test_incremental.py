@@ -164,7 +164,7 @@ def test_unchanged_files_are_not_named_again_unless_the_name_tables_changed(repo
 
 
 def test_unmatched_agrees_with_set_difference():
-    from indexer.graph.reads import unmatched
+    from indexer.changes import unmatched
     from indexer.parse.discovery import DiscoveredFile
 
     rng = random.Random(7)

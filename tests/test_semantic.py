@@ -13,8 +13,8 @@ from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import ModelMismatchError
 from indexer.graph import store
+from indexer.phases.semantic import embed_pending
 from indexer.vectors.embed import HashingEmbedder
-from indexer.vectors.semantic import embed_pending
 from retrieval.search import Searcher
 from tests.conftest import make_repo, write_files
 
@@ -146,7 +146,7 @@ def test_long_run_reads_table_keys_once_and_writes_the_same_table(repo, monkeypa
     a rerun over rows already in the table (a run killed between the table write and the
     marks) merges instead of adding twice, and a copy of a function in another file is
     embedded once."""
-    from indexer.vectors import semantic
+    from indexer.phases import semantic
 
     monkeypatch.setattr(semantic, "BATCH", 2)  # several batches on a small repo
     monkeypatch.setattr(semantic, "KEY_SCAN_MIN", scan_min)

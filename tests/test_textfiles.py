@@ -459,8 +459,8 @@ def test_docs_do_not_change_how_code_ranks_and_old_indexes_move_their_rows(tmp_p
     import sqlite3
 
     from indexer.graph import store
-    from indexer.graph.lexical_reads import chunk_bm25, file_bm25, fts_tables
-    from indexer.graph.reads import FileFilter
+    from indexer.graph.lexical_reads import LexicalReads, fts_tables
+    from indexer.graph.records import FileFilter
     from tests.conftest import git, index, make_repo, write_files
 
     code = {
@@ -476,9 +476,9 @@ def test_docs_do_not_change_how_code_ranks_and_old_indexes_move_their_rows(tmp_p
         conn = store.open_for_read(cfg.index_path).conn
         try:
             chunks = [(m.path, round(m.bm25, 9)) for t in fts_tables("chunks_fts", files)
-                      for m in chunk_bm25(conn, t, '"tax" OR "cart"', (2.0, 4.0, 1.0), 20, files)]
+                      for m in LexicalReads(conn).chunk_bm25(t, '"tax" OR "cart"', (2.0, 4.0, 1.0), 20, files)]
             whole = [(p, round(s, 9)) for t in fts_tables("files_fts", files)
-                     for p, s in file_bm25(conn, t, '"tax" OR "cart"', (2.0, 2.0, 1.0), 20, files)]
+                     for p, s in LexicalReads(conn).file_bm25(t, '"tax" OR "cart"', (2.0, 2.0, 1.0), 20, files)]
             return chunks, whole
         finally:
             conn.close()

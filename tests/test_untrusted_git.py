@@ -32,7 +32,7 @@ from agent.run_result import CommitError, commit_run, git_stat
 from cli.main import cli
 from indexer.config import load_config
 from indexer.errors import RepoctxError
-from indexer.ops.history import history_status
+from indexer.history.store import history_status
 from indexer.ops.snapshot import pull, push
 from indexer.safety import gitsafe
 from tests.conftest import git, make_repo

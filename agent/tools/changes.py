@@ -9,7 +9,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from indexer.errors import RepoctxError
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 
 from ..checkpoints import CheckpointStore
 from ..runner import run_command
@@ -125,7 +125,7 @@ def changed_symbols(conn: sqlite3.Connection, ranges: Ranges) -> list[ChangedSym
     for path, spans in ranges.items():
         rows = [
             ChangedSymbol(*row)
-            for row in graph.definitions_in_file(conn, path)
+            for row in GraphReads(conn).definitions_in_file(path)
         ]
         module = next((r for r in rows if r.kind == "module"), None)
         defs = [r for r in rows if r.kind != "module"]

@@ -18,7 +18,7 @@ from typing import Any
 
 from indexer.display import shown
 from indexer.errors import RepoctxError
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 from indexer.parse.languages import is_text_format, language_for_path, ts_parser
 from retrieval.symbols import find_symbols
 
@@ -121,7 +121,7 @@ def _mentions(
     term = old.lower().strip("_")
     candidates = dict.fromkeys(written)
     if term:
-        candidates.update(dict.fromkeys(graph.files_with_phrase(conn, term)))
+        candidates.update(dict.fromkeys(GraphReads(conn).files_with_phrase(term)))
     pattern = re.compile(rb"(?<![A-Za-z0-9_$])" + re.escape(old.encode()) + rb"(?![A-Za-z0-9_$])")
     out: list[str] = []
     for path in candidates:
@@ -166,7 +166,7 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     sym = _target(ctx, conn, args["symbol"].strip(), args.get("kind"), new_name)
     if isinstance(sym, ToolResult):
         return sym
-    found = graph.references_to(conn, [sym.id])
+    found = GraphReads(conn).references_to([sym.id])
     ambiguous = sorted((r.path, r.line, r.kind) for r in found if r.ambiguous)
     edits = _edits(ctx, conn, sym, new_name, found)
     if isinstance(edits, ToolResult):
@@ -175,7 +175,7 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if rejected is not None:
         return rejected
     paths = [c.path for c in edits.changes]
-    dangling_before = graph.unresolved_named(conn, sym.name, paths)
+    dangling_before = GraphReads(conn).unresolved_named(sym.name, paths)
     outcome = commit(ctx, edits.changes)
     new_qualname = sym.qualname[: len(sym.qualname) - len(sym.name)] + new_name
     problems, resolved_new = _verify(conn, sym, new_qualname, paths, dangling_before, outcome)
@@ -221,7 +221,7 @@ def _target(ctx: ToolContext, conn, name: str, kind: str | None, new_name: str):
         return fail(f"{new_name!r} is not a valid identifier — choose another name.")
     if new_name == old:
         return fail(f"{sym.qualname} is already called {new_name!r}.")
-    clash = graph.sibling_named(conn, new_name, sym.id, sym.parent_id)
+    clash = GraphReads(conn).sibling_named(new_name, sym.id, sym.parent_id)
     if clash:
         return fail(
             f"{clash} already exists in the same scope — renaming {sym.qualname} to "
@@ -234,7 +234,7 @@ def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolRe
     """The new bytes of every file to touch: the definition and each resolved reference site
     found by the reference graph (an alias keeps its local name), checked against the text."""
     old = sym.name
-    start_byte, end_byte = graph.definition_bytes(conn, sym.id)
+    start_byte, end_byte = GraphReads(conn).definition_bytes(sym.id)
     refs = sorted((r.path, r.line, r.col, r.kind, r.name) for r in found if not r.ambiguous)
     old_b, new_b = old.encode(), new_name.encode()
     by_file: dict[str, list[tuple[int, str, int]]] = defaultdict(list)  # path -> (line, kind, col)
@@ -299,17 +299,17 @@ def _verify(conn, sym, new_qualname: str, paths: list[str], dangling_before, out
     if outcome.reindex is None:
         problems.append(f"the index could not be updated ({outcome.reindex_error})")
         return problems, resolved_new
-    new_id = graph.definition_id(conn, new_qualname, sym.kind)
+    new_id = GraphReads(conn).definition_id(new_qualname, sym.kind)
     if new_id is None:
         problems.append(f"{new_qualname} is not defined after the rename")
-    dangling = sorted(graph.unresolved_named(conn, sym.name, paths) - dangling_before)
+    dangling = sorted(GraphReads(conn).unresolved_named(sym.name, paths) - dangling_before)
     if dangling:
         problems.append(
             f"{len(dangling)} reference(s) to {sym.name!r} no longer resolve: "
             + ", ".join(f"{shown(p)}:{ln}" for p, ln, _ in dangling[:10])
         )
     if new_id is not None:
-        resolved_new = graph.resolved_reference_count(conn, new_id)
+        resolved_new = GraphReads(conn).resolved_reference_count(new_id)
     return problems, resolved_new
 
 
@@ -324,7 +324,7 @@ def _report(ctx, conn, sym, new_qualname, edits: _Edits, ambiguous, resolved_new
     if sym.kind == "method":
         same_named = [
             f"{q} ({shown(p)}:{ln})"
-            for q, p, ln in graph.definitions_named(conn, old, "method", limit=10)
+            for q, p, ln in GraphReads(conn).definitions_named(old, "method", limit=10)
         ]
     lines = [
         f"Renamed {sym.qualname} -> {new_qualname}: {ref_sites + 1} site(s) in "

@@ -11,8 +11,8 @@ from typing import Any
 
 from indexer.build import build
 from indexer.config import Config
-from indexer.graph import reads as graph
 from indexer.graph import store
+from indexer.graph.reads import GraphReads
 from retrieval.search import Searcher
 
 #: Seconds a re-index waits for another writer (an `index build` running alongside).
@@ -60,7 +60,7 @@ class ToolSession:
 
     def embed_model(self, config: Config) -> str | None:
         """The model the index's vectors were made with; None for a lexical-only index."""
-        return graph.embed_model(self.conn(config))
+        return GraphReads(self.conn(config)).embed_model()
 
     def embedder(self, config: Config) -> Any:
         """The embedder matching the index (loaded once per run); None without vectors."""

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 
 from ..errors import AgentError
 from ..runner import CommandResult, run_command
@@ -57,13 +57,13 @@ def node_id(sym: _Sym) -> str:
 
 
 def _load(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, _Sym]:
-    return {row[0]: _Sym(*row) for row in graph.symbol_rows(conn, ids)}
+    return {row[0]: _Sym(*row) for row in GraphReads(conn).symbol_rows(ids)}
 
 
 def _all_tests(conn: sqlite3.Connection) -> dict[int, _Sym]:
     """Every pytest-style test function of the index: test_* functions at module level or in
     Test* classes of test_*.py / *_test.py files."""
-    rows = graph.python_functions_named_test(conn)
+    rows = GraphReads(conn).python_functions_named_test()
     syms = [_Sym(*r) for r in rows if is_test_file(r[5])]
     parents = _load(conn, {s.parent_id for s in syms if s.parent_id is not None})
     tests = {}
@@ -99,7 +99,7 @@ def select_tests(
     for _ in range(hops):
         if not frontier:
             break
-        fresh = graph.referrer_ids(conn, frontier) - seen
+        fresh = GraphReads(conn).referrer_ids(frontier) - seen
         seen |= fresh
         # A module-level use (an import) reaches everything in the module: stop there.
         kinds = _load(conn, fresh)

@@ -13,16 +13,9 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from indexer.graph.lexical import TEXT_SUFFIX, fts_table
-from indexer.graph.reads import ANY_FILE, FileFilter
+from indexer.graph.records import ANY_FILE, FileFilter
 
 # -- term statistics ----------------------------------------------------------------------------
-
-
-def _vocab(conn: sqlite3.Connection, table: str) -> str:
-    """A temp fts5vocab over ``table`` (works on read-only connections), created once."""
-    name = f"{table}_vocab"
-    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, {table}, 'row')")
-    return name
 
 
 _tokenizer = threading.local()
@@ -45,29 +38,6 @@ def fts_stems(terms: list[str]) -> list[str]:
         if 0 <= offset < len(out):
             out[offset] = term
     return out
-
-
-def term_stats(conn: sqlite3.Connection, table: str, stems: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """stem -> (documents with it, occurrences) in the FTS5 table ``table``, for those of
-    ``stems`` (as `fts_stems` gives them) that the table has."""
-    vocab = _vocab(conn, table)
-    return {
-        term: (doc, cnt)
-        for term, doc, cnt in conn.execute(
-            f"SELECT term, doc, cnt FROM temp.{vocab} WHERE term IN ({','.join('?' * len(stems))})",
-            list(stems),
-        )
-    }
-
-
-def table_docs(conn: sqlite3.Connection, table: str) -> int:
-    """Rows in an FTS5 table, as its BM25 counts them: the first varint of the table's
-    "averages" record (id 1 of ``<table>_data``) — one lookup, where count(*) scans every row."""
-    try:
-        row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
-    except sqlite3.OperationalError:  # no such table
-        return 0
-    return _varint(row[0]) if row and row[0] else 0
 
 
 def _varint(b: bytes) -> int:
@@ -105,55 +75,6 @@ class ChunkMatch(NamedTuple):
     end_line: int
 
 
-def chunk_bm25(
-    conn: sqlite3.Connection,
-    table: str,
-    match: str,
-    weights: tuple[float, float, float],
-    k: int,
-    files: FileFilter = ANY_FILE,
-    paths: Sequence[str] | None = None,
-) -> list[ChunkMatch]:
-    """The ``k`` best chunks of the FTS5 ``table`` (one of `fts_tables`) for the expression
-    ``match``, BM25 with column ``weights`` (path, name, body); only chunks of files ``files``
-    allows and (``paths``) of those paths. One table per read: BM25 of two tables is not on
-    one scale (each weighs a term by its own statistics)."""
-    fsql, fparams = files.sql()
-    if paths is not None:
-        fsql += f" AND f.path IN ({','.join('?' * len(paths))})"
-        fparams = [*fparams, *paths]
-    w = weights
-    return [
-        ChunkMatch(*r)
-        for r in conn.execute(
-            f"SELECT t.rowid, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, "
-            f"c.start_line, c.end_line FROM {table} t JOIN chunks c ON c.id = t.rowid "
-            f"JOIN files f ON f.id = c.file_id WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
-            [match, *fparams, k],
-        )
-    ]
-
-
-def file_bm25(
-    conn: sqlite3.Connection,
-    table: str,
-    match: str,
-    weights: tuple[float, float, float],
-    k: int,
-    files: FileFilter = ANY_FILE,
-) -> list[tuple[str, float]]:
-    """(path, FTS5 BM25 — lower is better) of the ``k`` best whole files of ``table`` for
-    ``match``, with column ``weights`` (path words, defined names, text); only files ``files``
-    allows. One table per read, as in `chunk_bm25`."""
-    fsql, fparams = files.sql()
-    w = weights
-    return conn.execute(
-        f"SELECT f.path, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s FROM {table} t "
-        f"JOIN files f ON f.id = t.rowid WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
-        [match, *fparams, k],
-    ).fetchall()
-
-
 # -- chunks -------------------------------------------------------------------------------------
 
 
@@ -164,24 +85,101 @@ class ChunkSpan(NamedTuple):
     end_line: int
 
 
-def chunk_spans(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, ChunkSpan]:
-    """chunk id -> where it is, for those of ``ids`` still indexed (one statement: ``ids``
-    is a handful of search results)."""
-    return {
-        r[0]: ChunkSpan(*r[1:])
-        for r in conn.execute(
-            "SELECT c.id, f.path, c.symbol, c.start_line, c.end_line FROM chunks c JOIN files f "
-            f"ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})",
-            list(ids),
-        )
-    }
+class LexicalReads:
+    """The lexical index's reads over one SQLite connection: `Index.lexical`."""
 
+    __slots__ = ("conn",)
 
-def chunk_at(conn: sqlite3.Connection, path: str, line: int) -> tuple[int, str | None, int, int] | None:
-    """(id, symbol, start_line, end_line) of the first chunk of ``path`` holding ``line``."""
-    return conn.execute(
-        "SELECT c.id, c.symbol, c.start_line, c.end_line FROM chunks c JOIN files f "
-        "ON f.id = c.file_id WHERE f.path = ? AND c.start_line <= ? AND c.end_line >= ? "
-        "ORDER BY c.start_line LIMIT 1",
-        [path, line, line],
-    ).fetchone()
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def _vocab(self, table: str) -> str:
+        """A temp fts5vocab over ``table`` (works on read-only connections), created once."""
+        name = f"{table}_vocab"
+        self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, {table}, 'row')")
+        return name
+
+    def term_stats(self, table: str, stems: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """stem -> (documents with it, occurrences) in the FTS5 table ``table``, for those of
+        ``stems`` (as `fts_stems` gives them) that the table has."""
+        vocab = self._vocab(table)
+        return {
+            term: (doc, cnt)
+            for term, doc, cnt in self.conn.execute(
+                f"SELECT term, doc, cnt FROM temp.{vocab} WHERE term IN ({','.join('?' * len(stems))})",
+                list(stems),
+            )
+        }
+
+    def table_docs(self, table: str) -> int:
+        """Rows in an FTS5 table, as its BM25 counts them: the first varint of the table's
+        "averages" record (id 1 of ``<table>_data``) — one lookup, where count(*) scans every row."""
+        try:
+            row = self.conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
+        except sqlite3.OperationalError:  # no such table
+            return 0
+        return _varint(row[0]) if row and row[0] else 0
+
+    def chunk_bm25(self, table: str,
+        match: str,
+        weights: tuple[float, float, float],
+        k: int,
+        files: FileFilter = ANY_FILE,
+        paths: Sequence[str] | None = None,
+    ) -> list[ChunkMatch]:
+        """The ``k`` best chunks of the FTS5 ``table`` (one of `fts_tables`) for the expression
+        ``match``, BM25 with column ``weights`` (path, name, body); only chunks of files ``files``
+        allows and (``paths``) of those paths. One table per read: BM25 of two tables is not on
+        one scale (each weighs a term by its own statistics)."""
+        fsql, fparams = files.sql()
+        if paths is not None:
+            fsql += f" AND f.path IN ({','.join('?' * len(paths))})"
+            fparams = [*fparams, *paths]
+        w = weights
+        return [
+            ChunkMatch(*r)
+            for r in self.conn.execute(
+                f"SELECT t.rowid, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s, f.path, c.symbol, "
+                f"c.start_line, c.end_line FROM {table} t JOIN chunks c ON c.id = t.rowid "
+                f"JOIN files f ON f.id = c.file_id WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
+                [match, *fparams, k],
+            )
+        ]
+
+    def file_bm25(self, table: str,
+        match: str,
+        weights: tuple[float, float, float],
+        k: int,
+        files: FileFilter = ANY_FILE,
+    ) -> list[tuple[str, float]]:
+        """(path, FTS5 BM25 — lower is better) of the ``k`` best whole files of ``table`` for
+        ``match``, with column ``weights`` (path words, defined names, text); only files ``files``
+        allows. One table per read, as in `chunk_bm25`."""
+        fsql, fparams = files.sql()
+        w = weights
+        return self.conn.execute(
+            f"SELECT f.path, bm25({table}, {w[0]}, {w[1]}, {w[2]}) AS s FROM {table} t "
+            f"JOIN files f ON f.id = t.rowid WHERE {table} MATCH ?{fsql} ORDER BY s LIMIT ?",
+            [match, *fparams, k],
+        ).fetchall()
+
+    def chunk_spans(self, ids: Sequence[int]) -> dict[int, ChunkSpan]:
+        """chunk id -> where it is, for those of ``ids`` still indexed (one statement: ``ids``
+        is a handful of search results)."""
+        return {
+            r[0]: ChunkSpan(*r[1:])
+            for r in self.conn.execute(
+                "SELECT c.id, f.path, c.symbol, c.start_line, c.end_line FROM chunks c JOIN files f "
+                f"ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})",
+                list(ids),
+            )
+        }
+
+    def chunk_at(self, path: str, line: int) -> tuple[int, str | None, int, int] | None:
+        """(id, symbol, start_line, end_line) of the first chunk of ``path`` holding ``line``."""
+        return self.conn.execute(
+            "SELECT c.id, c.symbol, c.start_line, c.end_line FROM chunks c JOIN files f "
+            "ON f.id = c.file_id WHERE f.path = ? AND c.start_line <= ? AND c.end_line >= ? "
+            "ORDER BY c.start_line LIMIT 1",
+            [path, line, line],
+        ).fetchone()

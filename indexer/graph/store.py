@@ -25,7 +25,6 @@ from urllib.parse import quote
 if TYPE_CHECKING:  # imported by writers only: it costs ~130 ms, more than a whole `symbol` query
     import sqlite_utils
 
-from indexer.blake2 import blake2b
 from indexer.errors import IndexDamagedError, NoIndexError, SchemaError
 
 SCHEMA_VERSION = 5
@@ -280,13 +279,6 @@ def ensure_counters(db: WriteDB) -> None:
 
 def counts(db: ReadDB) -> dict[str, int]:
     return dict(db.execute("SELECT key, n FROM counts").fetchall())
-
-
-def stable_id(*parts: str) -> int:
-    """A 63-bit id that stays the same while the parts do, so unchanged symbols keep their
-    ids across builds and references to them stay valid."""
-    digest = blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=8)
-    return int.from_bytes(digest.digest(), "big") >> 1
 
 
 class ReadDB:

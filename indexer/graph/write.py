@@ -16,7 +16,7 @@ from pathlib import Path
 
 from indexer.graph import store
 from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table, index_files
-from indexer.graph.reads import BUILD_PHASE
+from indexer.graph.records import BUILD_PHASE
 from indexer.graph.resolve import SymbolTable, resolution_rows, resolve_refs
 from indexer.graph.store import WriteDB
 from indexer.models import Progress

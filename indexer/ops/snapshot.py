@@ -501,7 +501,7 @@ def _check_compatible(manifest: dict, model: str | None, config: Config, uri: st
     if manifest.get("vectors") is None or not theirs:
         return
     if model is None:
-        from indexer.vectors.semantic import canonical_model_name
+        from indexer.phases.semantic import canonical_model_name
 
         model = canonical_model_name(config.embed_model)
     if theirs != model:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from indexer.blake2 import blake2b
-from indexer.graph.lexical import index_terms
 from indexer.models import CLASS_KINDS, ParsedFile
 from indexer.parse.languages import is_text_format
+from indexer.parse.terms import index_terms
 
 #: Tokens kept free for the header prepended to every chunk.
 HEADER_ALLOWANCE = 24

@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from indexer.graph.lexical import file_document, index_terms
-from indexer.graph.store import stable_id
+from indexer.blake2 import blake2b
 from indexer.models import ParsedFile
 from indexer.parse.chunking import Chunk
+from indexer.parse.terms import file_document, index_terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +80,10 @@ def file_rows(path: str, pf: ParsedFile, chunks: Sequence[Chunk]) -> FileRows:
 
 def _qualify(module: str, symbol: str) -> str:
     return f"{module}.{symbol}" if module and symbol else symbol or module
+
+
+def stable_id(*parts: str) -> int:
+    """A 63-bit id that stays the same while the parts do, so unchanged symbols keep their
+    ids across builds and references to them stay valid."""
+    digest = blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") >> 1

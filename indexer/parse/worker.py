@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from functools import cache
 
 from indexer.blake2 import blake2b
 from indexer.parse.chunking import Chunk, chunk_file
@@ -67,11 +66,11 @@ def _streamed_hash(fh) -> str:
     return h.hexdigest()
 
 
-@cache
 def _tokenizer(model: str):
-    from indexer.vectors.tokenizer import load_tokenizer
+    # loaded on the first chunk, not at import: a worker that only hashes never pays for it
+    from indexer.vectors.tokenizer import process_tokenizer
 
-    return load_tokenizer(model)
+    return process_tokenizer(model)
 
 
 #: How many of this process's word counts `learned_counts` has handed out.
@@ -83,7 +82,9 @@ def learned_counts(model: str) -> tuple[int, list[tuple[str, int]]] | None:
     process's tokenizer, for the build to keep beside the index (`indexer.vectors.token_counts`);
     None when it was not loaded here or does not count by words."""
     global _handed
-    if _tokenizer.cache_info().currsize == 0:
+    from indexer.vectors.tokenizer import process_tokenizer
+
+    if process_tokenizer.cache_info().currsize == 0:
         return None
     tok = _tokenizer(model)
     if not getattr(tok, "bert_like", lambda: False)():

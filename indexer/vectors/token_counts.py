@@ -72,9 +72,9 @@ class CachedCounter:
 
     def _real(self) -> ModelTokenizer:
         if self._tokenizer is None:
-            from indexer.parse.worker import _tokenizer
+            from indexer.vectors.tokenizer import process_tokenizer
 
-            self._tokenizer = _tokenizer(self.model)
+            self._tokenizer = process_tokenizer(self.model)
             self._overhead = self._tokenizer.count([""])[0]
             self._bert = self._tokenizer.bert_like()
         return self._tokenizer

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -325,6 +325,14 @@ def load_tokenizer(model: str) -> ModelTokenizer | HashingEmbedder:
 
         return HashingEmbedder(dim)
     return load_model_tokenizer(resolve_model(model))
+
+
+@cache
+def process_tokenizer(model: str) -> ModelTokenizer | HashingEmbedder:
+    """This process's one tokenizer for ``model``: a parse worker's chunks and the build's
+    kept token counts (`indexer.vectors.token_counts`) share it."""
+    return load_tokenizer(model)
+
 
 
 def load_model_tokenizer(source: ModelSource) -> ModelTokenizer:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.graph import reads as graph
+from indexer.graph.reads import GraphReads
 from indexer.safety.denylist import denied_by_default
 from indexer.safety.nofollow import read_regular
 
@@ -57,7 +57,7 @@ class Repo:
         """Load symbols and their ancestors."""
         want = [i for i in set(ids) if i not in self.syms]
         while want:
-            for row in graph.definition_details(self.conn, want):
+            for row in GraphReads(self.conn).definition_details(want):
                 self.syms[row[0]] = Sym(*row)
             want = list(
                 {
@@ -69,7 +69,7 @@ class Repo:
 
     def file_symbols(self, path: str) -> list[Sym]:
         if path not in self._file_syms:
-            rows = graph.definition_details_in_file(self.conn, path)
+            rows = GraphReads(self.conn).definition_details_in_file(path)
             syms = [Sym(*row) for row in rows]
             for s in syms:
                 self.syms.setdefault(s.id, s)
@@ -84,7 +84,7 @@ class Repo:
                 for s in self._file_syms[path]
                 if s.kind != "module" and s.start <= end and s.end >= start
             ]
-        rows = graph.definition_details_between(self.conn, path, start, end)
+        rows = GraphReads(self.conn).definition_details_between(path, start, end)
         syms = [Sym(*row) for row in rows]
         for s in syms:
             self.syms.setdefault(s.id, s)
@@ -109,5 +109,5 @@ class Repo:
 
     def paths(self) -> set[str]:
         if self._paths is None:
-            self._paths = set(graph.all_paths(self.conn))
+            self._paths = set(GraphReads(self.conn).all_paths())
         return self._paths

@@ -1,4 +1,4 @@
-"""Reads of the git-history index (``<index>/history.db``, written by `indexer.ops.history`): commit
+"""Reads of the git-history index (``<index>/history.db``, written by `indexer.history.store`): commit
 messages by BM25, the files and definitions each commit changed, renames.
 
     reader = HistoryReader.open(index_dir)   # None: no history index (or an unusable one)
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from indexer.ops.history import DB_NAME, SCHEMA_VERSION
+from indexer.history.store import DB_NAME, SCHEMA_VERSION
 
 #: Porter stems of query words (the history index's tokenizer), shared by all readers.
 _STEMS: dict[str, str] = {}

@@ -20,8 +20,8 @@ import numpy as np
 
 from indexer.config import Config
 from indexer.errors import ModelMismatchError
-from indexer.graph import reads as graph
 from indexer.graph import store
+from indexer.graph.reads import GraphReads
 from indexer.graph.store import WriteDB
 from indexer.models import Progress
 from indexer.parse.chunking import chunk_hash
@@ -134,7 +134,7 @@ def _embed_pending(
     tombstones = [r[0] for r in conn.execute("SELECT chunk_id FROM vector_tombstones")]
     if not pending_total and not tombstones and not reembed:
         _record_stamp(db, uri)
-        done, total = graph.vector_coverage(conn)
+        done, total = GraphReads(conn).vector_coverage()
         return EmbedStats(
             total, 0, 0, 0, model_name, time.perf_counter() - t0, done / total if total else 1.0
         )
@@ -181,7 +181,7 @@ def _embed_pending(
         if vs.needs_optimize():
             vs.optimize()
     _record_stamp(db, uri)
-    done_n, total_n = graph.vector_coverage(conn)
+    done_n, total_n = GraphReads(conn).vector_coverage()
     return EmbedStats(
         chunks=total_n,
         embedded=embedded,

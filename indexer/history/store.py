@@ -38,8 +38,8 @@ from pathlib import Path
 
 from indexer.config import Config
 from indexer.errors import RepoctxError
-from indexer.graph.lexical import index_terms
 from indexer.models import BuildStats, Progress
+from indexer.parse.terms import index_terms
 from indexer.safety import gitsafe
 
 DB_NAME = "history.db"
