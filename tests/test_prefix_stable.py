@@ -12,9 +12,7 @@ the previous prompt), as that server does in `timings`."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from agent.trace import read_trace
 from indexer.config import load_config
 from retrieval.tokens import get_tokenizer
 from tests.conftest import make_repo
+from tests.model_server import ModelServer
 
 MODEL = "qwen2.5-coder-1.5b"
 TASK = "Fix the bug in pkg/calc.py add"
@@ -199,7 +198,7 @@ SHAPES: dict[str, Shape] = {
 }
 
 
-class ModelServer:
+class LlamaCpp:
     """Answers /v1/chat/completions from a script, records every request with its rendered
     prompt, and (``window``) refuses a prompt longer than the context window with
     llama-cpp-python's own error."""
@@ -247,38 +246,18 @@ class ModelServer:
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[..., ModelServer]]:
-    started: list[ThreadingHTTPServer] = []
+def serve(model_server: ModelServer) -> Callable[..., LlamaCpp]:
+    """Starts the shared fake server answering chat requests as a LlamaCpp; other paths 404."""
 
-    def start(replies: list[dict[str, Any]], **kw: Any) -> ModelServer:
-        srv = ModelServer(replies, **kw)
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                status, reply = (
-                    srv.answer(body) if self.path.endswith("/chat/completions") else (404, {})
-                )
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True).start()
-        started.append(httpd)
-        srv.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    def start(replies: list[dict[str, Any]], **kw: Any) -> LlamaCpp:
+        srv = LlamaCpp(replies, **kw)
+        model_server.answer = lambda seen: (
+            srv.answer(seen.body) if seen.path.endswith("/chat/completions") else (404, {})
+        )
+        srv.url = f"{model_server.url}/v1"
         return srv
 
-    yield start
-    for httpd in started:
-        httpd.shutdown()
-        httpd.server_close()
+    return start
 
 
 @pytest.fixture
@@ -286,11 +265,11 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo", FILES)
 
 
-def client(srv: ModelServer) -> OpenAIClient:
+def client(srv: LlamaCpp) -> OpenAIClient:
     return OpenAIClient(MODEL, base_url=srv.url, retry=RetryPolicy(max_retries=0))
 
 
-def run(repo: Path, srv: ModelServer, limits: Limits | None = None):
+def run(repo: Path, srv: LlamaCpp, limits: Limits | None = None):
     options = RunOptions(limits=limits or Limits(), granted=ALL, sleep=lambda s: None)
     return run_agent(load_config(repo, env={}, jobs=1), TASK, client(srv), options)
 

@@ -23,7 +23,7 @@ from agent.trace import read_trace
 from indexer.config import load_config
 from tests import test_prefix_stable as stable
 from tests.conftest import make_repo
-from tests.test_prefix_stable import ALL, FIX, ModelServer, client, script
+from tests.test_prefix_stable import ALL, FIX, LlamaCpp, client, script
 
 serve = stable.serve  # the recording server, as a fixture here too
 
@@ -41,7 +41,7 @@ EDIT_TASK: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def run(repo: Path, srv: ModelServer, limits: Limits, task: str = stable.TASK):
+def run(repo: Path, srv: LlamaCpp, limits: Limits, task: str = stable.TASK):
     options = RunOptions(limits=limits, granted=ALL, sleep=lambda s: None)
     return run_agent(load_config(repo, env={}, jobs=1), task, client(srv), options)
 
@@ -107,7 +107,7 @@ def test_a_window_learned_from_llama_cpps_overflow_error(
 def test_below_the_minimum_the_run_is_refused_with_advice_that_can_work(repo: Path) -> None:
     with pytest.raises(BudgetTooSmallError) as info:
         run_agent(load_config(repo, env={}, jobs=1), "Fix the bug in pkg/calc.py add",
-                  client(ModelServer([])), RunOptions(limits=Limits(context_window=1024),
+                  client(LlamaCpp([])), RunOptions(limits=Limits(context_window=1024),
                                                       granted=ALL))  # fmt: skip
     message = str(info.value)
     assert "the minimum is" in message and "--strategy pipeline" in message
