@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from agent.trace import read_trace, resume_state, trace_path
 from cli.main import cli
 from indexer.config import load_config
 from tests.conftest import git, make_repo
+from tests.model_server import ModelServer, Reply
 
 TOML = """
 [agent]
@@ -547,12 +545,6 @@ def test_cli_run_replay_memory_undo(repo: Path, tmp_path: Path) -> None:
 # -- the OpenAI-compatible adapter against a real local server ------------------------------------
 
 
-class Conversation:
-    def __init__(self, replies: list[dict]) -> None:
-        self.replies = list(replies)
-        self.requests: list[dict] = []
-
-
 def chat(content: str | None, calls: list[tuple[str, str, dict]] = ()) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
@@ -572,34 +564,13 @@ def chat(content: str | None, calls: list[tuple[str, str, dict]] = ()) -> dict:
 
 
 @pytest.fixture
-def conversation() -> Iterator[tuple[Conversation, str]]:
-    convo = Conversation([])
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            convo.requests.append(body)
-            reply = convo.replies.pop(0) if convo.replies else {"error": {"message": "unscripted"}}
-            data = json.dumps(reply).encode()
-            self.send_response(200 if convo.replies or "choices" in reply else 400)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield convo, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+def conversation(model_server: ModelServer) -> ModelServer:
+    model_server.unscripted = Reply(400, {"error": {"message": "unscripted"}})
+    return model_server
 
 
-def test_openai_adapter_drives_a_whole_run(repo: Path, conversation) -> None:
-    convo, url = conversation
+def test_openai_adapter_drives_a_whole_run(repo: Path, conversation: ModelServer) -> None:
+    convo, url = conversation, f"{conversation.url}/v1"
     convo.replies = [
         chat(PLAN),
         chat(None, [("call_a", "read_span", {"path": "pkg/calc.py"})]),
@@ -611,7 +582,7 @@ def test_openai_adapter_drives_a_whole_run(repo: Path, conversation) -> None:
     assert (report.status, report.final) == ("done", "Fixed add over HTTP.")
     assert report.usage.total_tokens == 4 * 110
     assert report.tests[-1].passed
-    reqs = convo.requests
+    reqs = convo.bodies
     # The plan call sends the same tools as the steps (one prefix for the whole run).
     assert len(reqs) == 4 and reqs[0]["tools"] == reqs[1]["tools"]
     assert {t["function"]["name"] for t in reqs[1]["tools"]} >= {"edit", "update_plan", "finish"}
@@ -660,7 +631,7 @@ def llama_reply(content: str) -> dict:
     }
 
 
-def llama_stream(content: str, pieces: int = 4) -> list[str]:
+def llama_stream(content: str, pieces: int = 4) -> Reply:
     """The same reply streamed as llama-cpp-python streams it: a role delta, content deltas, an
     empty delta with the finish reason, [DONE] — and no usage (it ignores include_usage)."""
     size = max(1, -(-len(content) // pieces))
@@ -671,88 +642,27 @@ def llama_stream(content: str, pieces: int = 4) -> list[str]:
         return f"data: {json.dumps({**base, 'choices': [choice]})}\r\n\r\n"
 
     parts = [content[i : i + size] for i in range(0, len(content), size)]
-    return [
-        chunk({"role": "assistant"}),
-        *(chunk({"content": p}) for p in parts),
-        chunk({}, "stop"),
-        "data: [DONE]\r\n\r\n",
-    ]
-
-
-class LlamaServer:
-    """A 127.0.0.1 server answering like llama-cpp-python's: each reply is a JSON body, a list
-    of server-sent events, or (status, body); `stall` seconds of silence after the events."""
-
-    def __init__(self) -> None:
-        self.replies: list[Any] = []
-        self.requests: list[dict] = []
-        self.connections: list[Any] = []
-        self.overlaps: list[int] = []
-        self.release = threading.Event()
-        self.url = ""
-
-
-def _peer_open(sock) -> bool:
-    import select
-    import socket
-
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        return not readable or sock.recv(1, socket.MSG_PEEK) != b""
-    except (OSError, ValueError):
-        return False
+    return Reply(
+        events=[
+            chunk({"role": "assistant"}),
+            *(chunk({"content": p}) for p in parts),
+            chunk({}, "stop"),
+            "data: [DONE]\r\n\r\n",
+        ]
+    )
 
 
 @pytest.fixture
-def llama() -> Iterator[LlamaServer]:
-    srv = LlamaServer()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            srv.overlaps.append(sum(_peer_open(c) for c in srv.connections))
-            srv.connections.append(self.connection)
-            srv.requests.append(body)
-            reply = srv.replies.pop(0) if srv.replies else (500, {"error": "unscripted"})
-            stall = 0.0
-            if isinstance(reply, dict) and "stall" in reply:
-                stall, reply = reply["stall"], reply["events"]
-            try:
-                if isinstance(reply, list):
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.end_headers()
-                    for frame in reply:
-                        self.wfile.write(frame.encode())
-                        self.wfile.flush()
-                    srv.release.wait(stall)
-                    return
-                status, payload = reply if isinstance(reply, tuple) else (200, reply)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield srv
-    srv.release.set()
-    httpd.shutdown()
-    httpd.server_close()
+def llama(model_server: ModelServer) -> ModelServer:
+    """The shared fake server answering like llama-cpp-python's: each reply a JSON body, a
+    Reply with server-sent events (llama_stream), or (status, body)."""
+    model_server.unscripted = Reply(500, {"error": "unscripted"})
+    return model_server
 
 
-def llama_client(srv: LlamaServer, **kw: Any) -> OpenAIClient:
+def llama_client(srv: ModelServer, **kw: Any) -> OpenAIClient:
     kw.setdefault("retry", RetryPolicy(max_retries=0))
-    return OpenAIClient(MODEL, base_url=srv.url, sleep=lambda s: None, **kw)
+    return OpenAIClient(MODEL, base_url=f"{srv.url}/v1", sleep=lambda s: None, **kw)
 
 
 FENCED_READ = (
@@ -793,13 +703,13 @@ def test_calls_written_as_text_by_a_llama_cpp_server_are_run(repo: Path, llama) 
     assert trace[0]["tool_format"] == "auto"
     # The requests: tools offered with tool_choice; results of text calls come back as text
     # (no `tool` messages a template without tools could not render).
-    assert llama.requests[1]["tool_choice"] == "auto" and llama.requests[1]["tools"]
-    third = llama.requests[2]["messages"]
+    assert llama.bodies[1]["tool_choice"] == "auto" and llama.bodies[1]["tools"]
+    third = llama.bodies[2]["messages"]
     assert [m["role"] for m in third[-2:]] == ["assistant", "user"]
     assert third[-2]["content"] == FENCED_READ and "tool_calls" not in third[-2]
     assert third[-1]["content"].startswith('<tool_response name="read_span">\n')
     assert "return a - b" in third[-1]["content"]
-    fourth = llama.requests[3]["messages"]
+    fourth = llama.bodies[3]["messages"]
     assert fourth[: len(third)] == third  # each request extends the one before
     assert fourth[-2]["content"].startswith("The sign is wrong.")
     assert '<tool_response name="edit">' in fourth[-1]["content"]
@@ -821,7 +731,7 @@ def test_a_malformed_call_gets_a_correction_not_an_ending(repo: Path, llama) -> 
     assert len(notices) == 2 and "could not be read" in notices[0]["message"]
     steps = [e for e in trace if e["type"] == "step"]
     assert [s["failed"] for s in steps[:2]] == [True, True]
-    correction = llama.requests[2]["messages"][-1]
+    correction = llama.bodies[2]["messages"][-1]
     assert correction["role"] == "user"
     assert correction["content"].startswith("Your reply looks like a tool call")
     assert "Expecting ',' delimiter" in correction["content"]
@@ -836,7 +746,7 @@ def test_text_format_describes_the_tools_in_the_prompt_and_sends_none(repo: Path
     report = run(repo, [], model=llama_client(llama), tool_format="text")
     assert (report.status, report.tool_format) == ("done", "text")
     assert report.tests[-1].passed
-    for request in llama.requests[1:]:
+    for request in llama.bodies[1:]:
         assert "tools" not in request and "tool_choice" not in request
         system = request["messages"][0]["content"]
         assert "<tools>" in system and '"name": "edit"' in system and "<tool_call>" in system
@@ -852,7 +762,7 @@ def test_native_format_does_not_run_calls_written_as_text(repo: Path, llama) -> 
     report = run(repo, [], model=llama_client(llama), tool_format="native")
     assert (report.status, report.tool_format) == ("gave_up", "native")
     assert "return a - b" in (repo / "pkg/calc.py").read_text()  # the text edit did not run
-    correction = llama.requests[2]["messages"][-1]["content"]
+    correction = llama.bodies[2]["messages"][-1]["content"]
     assert "tool format `native`" in correction
 
 
@@ -925,7 +835,7 @@ def test_cli_tool_format_flag_beats_config_and_env(repo: Path, tmp_path: Path) -
 
 def test_a_stalled_stream_is_closed_before_the_loop_retries(repo: Path, llama) -> None:
     llama.replies = [
-        {"events": llama_stream(PLAN)[:2], "stall": 5},  # the model goes silent mid-reply
+        Reply(events=llama_stream(PLAN).events[:2], stall=5),  # the model goes silent mid-reply
         llama_stream(PLAN),
         llama_stream(json.dumps({"name": "finish", "arguments": {"summary": "ok"}})),
     ]
