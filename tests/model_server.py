@@ -46,6 +46,16 @@ class Reply:
     stall: float = 0.0  # wait after the events or lines, before closing
 
 
+def recorded(reply: dict[str, Any]) -> Reply:
+    """A reply as benchmarks/record_llm.py recorded it from a real server: ``status``,
+    ``content_type`` and a JSON ``body``, or the ``events`` it streamed (one write each)."""
+    content_type = reply.get("content_type", "application/json")
+    if "events" in reply:
+        events = [event + "\n\n" for event in reply["events"]]
+        return Reply(reply["status"], events=events, content_type=content_type)
+    return Reply(reply["status"], reply["body"], content_type=content_type)
+
+
 @dataclass
 class Seen:
     """One request as it arrived."""

@@ -25,6 +25,7 @@ from agent.models import Message, OpenAIClient, model_tokenizer
 from cli.main import cli
 from tests.conftest import index, make_repo
 from tests.model_server import ModelServer, Reply, Seen
+from tests.model_server import recorded as recorded_reply
 
 RECORDING = Path(__file__).parent / "recordings" / "qwen2.5-coder-1.5b-ask-session.json"
 MODEL = "qwen2.5-coder-1.5b"
@@ -107,11 +108,7 @@ class Scripted:
         if not seen.path.endswith("/chat/completions"):
             return Reply(404, b"")
         if self.recorded:
-            reply = self.recorded.pop(0)
-            if "body" in reply:  # a JSON answer, as the server gave it
-                return Reply(reply["status"], reply["body"], content_type=reply["content_type"])
-            events = [event + "\n\n" for event in reply["events"]]
-            return Reply(reply["status"], events=events, content_type=reply["content_type"])
+            return recorded_reply(self.recorded.pop(0))
         text = self.answers.pop(0) if self.answers else "No more answers."
         chunks: list[Any] = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
         chunks += [

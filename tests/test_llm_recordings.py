@@ -5,11 +5,7 @@ the real OpenAI adapter and the real agent loop."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,6 +19,7 @@ from agent.tools import default_registry
 from agent.trace import read_trace
 from indexer.config import load_config
 from tests.conftest import make_repo
+from tests.model_server import ModelServer, recorded
 
 RECORDINGS = Path(__file__).parent / "recordings"
 SINGLE = sorted(RECORDINGS.glob("*-single.json"))
@@ -30,44 +27,13 @@ RUNS = sorted(RECORDINGS.glob("*-run.json"))
 ALL = frozenset({"read", "write", "execute"})
 
 
-class Replay:
-    def __init__(self, replies: list[dict[str, Any]]) -> None:
-        self.replies = list(replies)
-        self.requests: list[dict[str, Any]] = []
-
-
 @pytest.fixture
-def replay() -> Iterator[tuple[Replay, str]]:
-    state = Replay([])
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            state.requests.append(
-                json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            )
-            reply = state.replies.pop(0) if state.replies else {"status": 500, "body": {}}
-            self.send_response(reply["status"])
-            self.send_header("Content-Type", reply.get("content_type", "application/json"))
-            if "events" in reply:  # as the server sent them: one event, one write
-                self.end_headers()
-                for event in reply["events"]:
-                    self.wfile.write(event.encode() + b"\n\n")
-                    self.wfile.flush()
-                return
-            data = json.dumps(reply["body"]).encode()
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield state, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+def replay(model_server: ModelServer) -> tuple[ModelServer, str]:
+    """The shared fake server serving recorded replies (dicts) as the real server sent them."""
+    model_server.answer = lambda seen: recorded(
+        model_server.replies.pop(0) if model_server.replies else {"status": 500, "body": {}}
+    )
+    return model_server, f"{model_server.url}/v1"
 
 
 def test_recordings_are_there() -> None:
@@ -93,7 +59,7 @@ def test_single_exchanges_are_text_calls_the_agent_reads(path: Path, replay) -> 
         result = client.complete(
             [Message.system(SYSTEM_PROMPT), Message.user(user)], tools, max_tokens=300
         )
-        sent = server.requests[-1]
+        sent = server.bodies[-1]
         # What the adapter sends today is what was sent to the real server.
         assert [t["function"]["name"] for t in sent["tools"]] == request["tools"]
         assert sent.get("tool_choice") == request.get("tool_choice") == "auto"
@@ -144,8 +110,8 @@ def test_a_recorded_agent_run_replays_through_the_adapter_and_the_loop(
     assert (report.steps, report.model_calls) == (want["steps"], want["model_calls"])
     assert [c.path for c in report.changed] == want["changed"]
     # The loop asked what it asked when recording: the same tools, format and conversation.
-    assert len(server.requests) == len(recording["exchanges"])
-    for sent, exchange in zip(server.requests, recording["exchanges"], strict=True):
+    assert len(server.bodies) == len(recording["exchanges"])
+    for sent, exchange in zip(server.bodies, recording["exchanges"], strict=True):
         recorded = exchange["request"]
         assert [t["function"]["name"] for t in sent.get("tools", [])] == recorded.get("tools", [])
         assert sent.get("tool_choice") == recorded.get("tool_choice")
