@@ -23,7 +23,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -68,6 +68,10 @@ class Seen:
     @property
     def chat(self) -> bool:
         return self.path.endswith(CHAT_PATHS)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpacks as ``(path, body)``."""
+        return iter((self.path, self.body))
 
 
 #: The answer to a request past the end of the script.
@@ -123,6 +127,11 @@ class ModelServer:
             target=self._httpd.serve_forever, args=(0.01,), daemon=True
         )
         self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL clients are given (``.../v1``)."""
+        return f"{self.url}/v1"
 
     # -- scripting ------------------------------------------------------------------------------
 

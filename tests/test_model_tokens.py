@@ -6,11 +6,10 @@ once smaller after an overflow, the agent sizing its retry from the reported win
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from indexer.config import load_config
 from indexer.graph import store
 from retrieval.tokens import get_tokenizer
 from tests.conftest import index, make_repo
+from tests.model_server import Answer, ModelServer, Reply, Seen
 from tests.test_agent_loop import FILES, PLAN, finish
 from tests.test_context import SHOP
 
@@ -49,53 +49,28 @@ ALL = frozenset({"read", "write", "execute"})
 Handler = Callable[[str, dict[str, Any]], tuple[int, Any]]
 
 
-class Server:
-    """A 127.0.0.1 HTTP server answering POSTs with ``handle(path, body) -> (status, json)``."""
+def answering(handle: Handler) -> Answer:
+    """A fake model server's answer from ``handle(path, body) -> (status, json)``; a None body
+    is the empty event stream llama-cpp-python refuses a prompt longer than its window with."""
 
-    def __init__(self, handle: Handler) -> None:
-        self.handle = handle
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-        self.url = ""
+    def answer(seen: Seen) -> Reply:
+        status, payload = handle(seen.path, seen.body)
+        if payload is None:
+            return Reply(status, b"", content_type="text/event-stream")
+        return Reply(status, payload)
+
+    return answer
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[[Handler], Server]]:
-    started: list[ThreadingHTTPServer] = []
+def serve() -> Iterator[Callable[[Handler], ModelServer]]:
+    """Starts fake model servers on 127.0.0.1 answering with ``handle``."""
+    with contextlib.ExitStack() as started:
 
-    def start(handle: Handler) -> Server:
-        srv = Server(handle)
+        def start(handle: Handler) -> ModelServer:
+            return started.enter_context(ModelServer(answer=answering(handle)))
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                srv.requests.append((self.path, body))
-                status, payload = srv.handle(self.path, body)
-                if payload is None:  # an empty event stream, as llama-cpp-python refuses
-                    self.send_response(status)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True).start()
-        started.append(httpd)
-        srv.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-        return srv
-
-    yield start
-    for httpd in started:
-        httpd.shutdown()
-        httpd.server_close()
+        yield start
 
 
 def words(text: str) -> list[str]:
@@ -130,9 +105,9 @@ NOT_FOUND = (404, {"detail": "Not Found"})
 )
 def test_the_servers_tokenize_endpoint_counts_when_it_has_one(serve, path, answer) -> None:
     srv = serve(lambda p, b: (200, answer(b)) if p == path else NOT_FOUND)
-    client = OpenAIClient("qwen2.5-coder-7b", base_url=srv.url, name="openai:qwen2.5-coder-7b")
+    client = OpenAIClient("qwen2.5-coder-7b", base_url=srv.base_url, name="openai:qwen2.5-coder-7b")
     tokens = model_tokenizer(client)
-    assert tokens.source == f"server {srv.url.removesuffix('/v1')}{path}" and tokens.exact
+    assert tokens.source == f"server {srv.base_url.removesuffix('/v1')}{path}" and tokens.exact
     assert tokens.margin == EXACT_MARGIN and tokens.template == QWEN_TEMPLATE
     text = "def total(xs):\n    return sum(xs)  # 12 13"
     assert tokens.count(text) == len(words(text)) == 14
@@ -148,7 +123,7 @@ def test_a_family_bpe_that_counts_as_the_server_does_counts_without_requests(ser
         if p == "/extras/tokenize/count"
         else NOT_FOUND
     )
-    client = OpenAIClient("qwen2.5-coder-7b", base_url=srv.url, name="openai:qwen2.5-coder-7b")
+    client = OpenAIClient("qwen2.5-coder-7b", base_url=srv.base_url, name="openai:qwen2.5-coder-7b")
     tokens = model_tokenizer(client)
     assert tokens.source.startswith("qwen3 (qwen family table), agrees with the server http")
     assert tokens.exact and tokens.margin == EXACT_MARGIN
@@ -160,12 +135,12 @@ def test_a_family_bpe_that_counts_as_the_server_does_counts_without_requests(ser
     assert insist.source.startswith("server http") and insist.count("12 13") == 5
     no_endpoint = serve(lambda p, b: NOT_FOUND)
     with pytest.raises(ModelConfigError, match="no tokenize endpoint"):
-        model_tokenizer(OpenAIClient("m", base_url=no_endpoint.url), "server")
+        model_tokenizer(OpenAIClient("m", base_url=no_endpoint.base_url), "server")
 
 
 def test_without_a_tokenize_endpoint_the_family_table_counts(serve) -> None:
     srv = serve(lambda p, b: NOT_FOUND)
-    client = OpenAIClient("qwen2.5-coder-7b", base_url=srv.url, name="openai:qwen2.5-coder-7b")
+    client = OpenAIClient("qwen2.5-coder-7b", base_url=srv.base_url, name="openai:qwen2.5-coder-7b")
     tokens = model_tokenizer(client)
     assert tokens.source == "qwen3 (qwen family table)" and tokens.exact
     text = "  12| def f(x):\n  13|     return x"
@@ -175,7 +150,7 @@ def test_without_a_tokenize_endpoint_the_family_table_counts(serve) -> None:
     tokens.count("another text")
     assert probes == 2 and len(srv.requests) == probes
 
-    unknown = model_tokenizer(OpenAIClient("house-model", base_url=srv.url), fallback="o200k")
+    unknown = model_tokenizer(OpenAIClient("house-model", base_url=srv.base_url), fallback="o200k")
     assert unknown.source == "o200k (model family unknown)" and not unknown.exact
     assert unknown.margin == EST_MARGIN and unknown.usable(10_000) == 9_000
 
@@ -189,7 +164,7 @@ def test_a_server_that_stops_counting_falls_back_and_says_so(serve) -> None:
         return 500, {"error": "gone"}
 
     srv = serve(handle)
-    client = OpenAIClient("qwen2.5-coder", base_url=srv.url, name="openai:qwen2.5-coder")
+    client = OpenAIClient("qwen2.5-coder", base_url=srv.base_url, name="openai:qwen2.5-coder")
     tokens = model_tokenizer(client)
     assert tokens.source.startswith("server ")
     state["up"] = False
@@ -292,7 +267,7 @@ def test_an_empty_stream_is_asked_again_unstreamed_to_learn_why(serve) -> None:
     """llama-cpp-python refuses a prompt longer than its context with 200 and an empty event
     stream; the same request not streamed gets the error with the window in it."""
     srv = serve(lambda p, b: (200, None) if b.get("stream") else overflow(8192, 9030))
-    client = OpenAIClient("m", base_url=srv.url, stream=True, retry=RetryPolicy(max_retries=0))
+    client = OpenAIClient("m", base_url=srv.base_url, stream=True, retry=RetryPolicy(max_retries=0))
     with pytest.raises(ContextTooLongError) as info:
         client.complete([Message.user("long")])
     assert (info.value.context_window, info.value.prompt_tokens) == (8192, 9030)
@@ -314,7 +289,7 @@ def test_ask_retries_once_with_a_smaller_context_after_an_overflow(serve, shop) 
         return 200, chat_reply("Tax is computed in shop/tax.py:10-12.")
 
     srv = serve(handle)
-    client = OpenAIClient("qwen2.5-coder", base_url=srv.url, retry=RetryPolicy(max_retries=0))
+    client = OpenAIClient("qwen2.5-coder", base_url=srv.base_url, retry=RetryPolicy(max_retries=0))
     answer = ask(conn, root, "Where is the tax of a checkout computed?", model=client,
                  budget_tokens=2000, max_tokens=300)  # fmt: skip
     chats = [b for p, b in srv.requests if p.endswith("/chat/completions")]
@@ -327,7 +302,9 @@ def test_ask_retries_once_with_a_smaller_context_after_an_overflow(serve, shop) 
     assert answer.pack.budget < 2000 and answer.prompt_tokens_est > 0
 
     # Only once: a server that overflows again is the user's to hear about.
-    srv.handle = lambda p, b: overflow(50, 900) if p.endswith("completions") else NOT_FOUND
+    srv.answer = answering(
+        lambda p, b: overflow(50, 900) if p.endswith("completions") else NOT_FOUND
+    )
     with pytest.raises(ContextTooLongError):
         ask(conn, root, "Where is the tax computed?", model=client, budget_tokens=2000)
 
