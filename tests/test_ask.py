@@ -13,6 +13,7 @@ from agent.models import ScriptedModel
 from cli.main import cli
 from indexer.graph import store
 from tests.conftest import index, make_repo
+from tests.model_server import Reply
 from tests.test_context import SHOP
 
 QUESTION = "Where is the tax of a checkout computed?"
@@ -252,36 +253,16 @@ def test_ask_shows_similar_past_commits_and_checks_commit_citations(tmp_path):
     assert used <= 700
 
 
-def test_cli_ask_model_timeout_and_retries_reach_the_adapter(shop):
+def test_cli_ask_model_timeout_and_retries_reach_the_adapter(shop, model_server):
     """--model-timeout and --model-retries are the adapter's: a server that says nothing is a
     timeout after that many seconds, tried once, and the error names the setting to raise."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     root, _ = shop
-    release, seen = threading.Event(), []
-
-    class Silent(BaseHTTPRequestHandler):
-        def log_message(self, format, *args):
-            pass
-
-        def do_POST(self):
-            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            release.wait(10)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
-    threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True).start()
-    env = {"REPOCTX_MODEL_BASE_URL": f"http://127.0.0.1:{httpd.server_address[1]}/v1"}
+    model_server.answer = lambda seen: Reply(delay=10)  # silent until the test ends
+    env = {"REPOCTX_MODEL_BASE_URL": model_server.base_url}
     args = ["ask", QUESTION, "-C", str(root), "--model", "llamacpp:m", "--tokenizer", "minilm"]
-    try:
-        res = CliRunner().invoke(
-            cli, [*args, "--model-timeout", "0.5", "--model-retries", "0"], env=env
-        )
-        bad = CliRunner().invoke(cli, args, env={**env, "REPOCTX_MODEL_RETRIES": "many"})
-    finally:
-        release.set()
-        httpd.shutdown()
-        httpd.server_close()
+    res = CliRunner().invoke(cli, [*args, "--model-timeout", "0.5", "--model-retries", "0"], env=env)
+    bad = CliRunner().invoke(cli, args, env={**env, "REPOCTX_MODEL_RETRIES": "many"})
+    seen = model_server.bodies
     assert res.exit_code == 1, res.output
     assert "sent nothing for 0.5s" in res.output and "--model-timeout" in res.output
     chats = [s for s in seen if "messages" in s]  # besides the tokenize probe, tried once
