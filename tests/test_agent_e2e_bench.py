@@ -13,88 +13,59 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks import agent_e2e as bench
+from tests.model_server import ModelServer, Reply, Seen
 
 PROMPT_TOKENS = 1000  # what the scripted server says every prompt counts
 
 
 class ScriptedServer:
-    """An OpenAI-compatible server on 127.0.0.1: streamed chat requests get the next scripted
-    reply as server-sent events (no usage, as llama.cpp's server); a request with max_tokens 1
-    and no stream (the proxy's probe) gets a usage count."""
+    """An OpenAI-compatible server on 127.0.0.1 (tests/model_server.py): streamed chat requests
+    get the next scripted reply as server-sent events, ``delay`` seconds apart (no usage, as
+    llama.cpp's server); a request with max_tokens 1 and no stream (the proxy's probe) gets a
+    usage count."""
 
     def __init__(self, replies: list[str], delay: float = 0.0) -> None:
         self.replies = list(replies)
         self.delay = delay
         self.requests: list[dict[str, Any]] = []
         self.probes = 0
-        self.hung_up = threading.Event()
-        server = self
+        self.server = ModelServer(answer=self.answer)
+        self.hung_up = self.server.hung_up
+        self.url = self.server.base_url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self._json(200, {"data": [{"id": "scripted"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                if not self.path.endswith("/chat/completions"):
-                    self._json(404, {"detail": "Not Found"})
-                elif not body.get("stream"):
-                    server.probes += 1
-                    usage = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": 1}
-                    message = {"role": "assistant", "content": "x"}
-                    choice = {"index": 0, "message": message, "finish_reason": "length"}
-                    self._json(200, {"choices": [choice], "usage": usage})
-                else:
-                    server.requests.append(body)
-                    self._stream(server.replies.pop(0) if server.replies else "")
-
-            def _json(self, status: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, text: str) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                pieces = [text[i : i + 40] for i in range(0, len(text), 40)] or [""]
-                chunks = [{"delta": {"content": p}, "finish_reason": None} for p in pieces]
-                chunks.append({"delta": {}, "finish_reason": "stop"})
-                try:
-                    for c in chunks:
-                        event = {"object": "chat.completion.chunk", "choices": [{"index": 0, **c}]}
-                        self.wfile.write(f"data: {json.dumps(event)}\r\n\r\n".encode())
-                        self.wfile.flush()
-                        time.sleep(server.delay)
-                    self.wfile.write(b"data: [DONE]\r\n\r\n")
-                    self.wfile.flush()
-                except OSError:
-                    server.hung_up.set()
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    def answer(self, seen: Seen) -> Reply:
+        if seen.method == "GET":
+            return Reply(body={"data": [{"id": "scripted"}]})
+        if not seen.path.endswith("/chat/completions"):
+            return Reply(404, {"detail": "Not Found"})
+        if not seen.body.get("stream"):
+            self.probes += 1
+            usage = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": 1}
+            message = {"role": "assistant", "content": "x"}
+            choice = {"index": 0, "message": message, "finish_reason": "length"}
+            return Reply(body={"choices": [choice], "usage": usage})
+        self.requests.append(seen.body)
+        text = self.replies.pop(0) if self.replies else ""
+        pieces = [text[i : i + 40] for i in range(0, len(text), 40)] or [""]
+        chunks = [{"delta": {"content": p}, "finish_reason": None} for p in pieces]
+        chunks.append({"delta": {}, "finish_reason": "stop"})
+        events = []
+        for c in chunks:
+            event = {"object": "chat.completion.chunk", "choices": [{"index": 0, **c}]}
+            events.append(f"data: {json.dumps(event)}\r\n\r\n")
+        return Reply(events=[*events, "data: [DONE]\r\n\r\n"], gap=self.delay)
 
     def __enter__(self) -> ScriptedServer:
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.close()
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
