@@ -1,0 +1,210 @@
+"""The indexer as the layers above see it: one face.
+
+retrieval, agent and cli import from here only (``from indexer import Index, SymbolRecord``),
+never from a module inside; an import-linter contract holds them to it. What they get: the
+`Index` handle (reads of the graph, the lexical index, the history and the vectors; builds),
+the records and errors that cross layers, the configuration, and the few helpers of the
+indexer that the agent's tools share (safe file reads, the deny list, git without the
+repository's config, one atomic write).
+
+Inside, the indexer is five packages and a driver:
+
+- ``parse/``    files to rows: discovery, languages and their queries, parsing, chunking, workers
+- ``vectors/``  embedding models, their tokenizers, the LanceDB table of chunk vectors
+- ``graph/``    the SQLite graph: schema and generations, writes, resolution, reads, lexical index
+- ``history/``  the git-history index
+- ``phases/``   the build's phases after parsing (the embedding phase)
+- ``ops/``      what runs beside or after builds: watch, verify and repair, snapshots
+- ``safety/``   what an untrusted tree may not do to the process indexing it
+- ``build.py``  the build: decides the index's state, then runs the phases
+
+Names load lazily (PEP 562): ``import indexer`` costs nothing, so a parse worker or a one-shot
+``repoctx symbol`` imports only what it uses; `__all__` lists the face and type checkers see
+the imports below `TYPE_CHECKING`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: name -> the module inside that defines it
+_EXPORTS: dict[str, str] = {
+    # the handle
+    "Index": "indexer.index",
+    # records that cross layers
+    "BuildStats": "indexer.models",
+    "CLASS_KINDS": "indexer.models",
+    "FUNCTION_KINDS": "indexer.models",
+    "Progress": "indexer.models",
+    "RefRecord": "indexer.models",
+    "SymbolRecord": "indexer.models",
+    "FileFilter": "indexer.graph.records",
+    "NamedDefinition": "indexer.graph.records",
+    "RefRow": "indexer.graph.records",
+    "BUILD_PHASE": "indexer.graph.records",
+    "PHASES": "indexer.graph.records",
+    "GraphReads": "indexer.graph.reads",
+    "LexicalReads": "indexer.graph.lexical_reads",
+    "HistoryReader": "indexer.history.reads",
+    "VectorReader": "indexer.vectors.reader",
+    # errors
+    "ConfigError": "indexer.errors",
+    "EmbeddingModelError": "indexer.errors",
+    "IndexDamagedError": "indexer.errors",
+    "IndexLockedError": "indexer.errors",
+    "ModelMismatchError": "indexer.errors",
+    "NoIndexError": "indexer.errors",
+    "RepoctxError": "indexer.errors",
+    "SchemaError": "indexer.errors",
+    "VectorTableDamagedError": "indexer.errors",
+    "VectorsMissingError": "indexer.errors",
+    "GitConfigError": "indexer.safety.gitsafe",
+    # configuration: the indexer's settings, the table's machinery (each layer above declares
+    # its own section with it; cli composes them) and what a repository may not loosen
+    "Config": "indexer.config",
+    "INDEX_SETTINGS": "indexer.config",
+    "load_config": "indexer.config",
+    "Setting": "indexer.settings",
+    "Settings": "indexer.settings",
+    "env_name": "indexer.settings",
+    "adds": "indexer.config_trust",
+    "drops": "indexer.config_trust",
+    "looser_sandbox": "indexer.config_trust",
+    "turns_on": "indexer.config_trust",
+    "is_config_path": "indexer.config_files",
+    "locate_vectors": "indexer.locations",
+    "storage_options": "indexer.locations",
+    "vectors_uri": "indexer.locations",
+    # builds, status and operations
+    "index_exists": "indexer.build",
+    "stats_dict": "indexer.build",
+    "unmatched": "indexer.changes",
+    "discover": "indexer.parse.discovery",
+    "history_status": "indexer.history.store",
+    "STAMP_META": "indexer.phases.semantic",
+    "table_damage": "indexer.vectors.table",
+    "table_missing": "indexer.vectors.table",
+    "create_embedder": "indexer.vectors.embed",
+    "WriteLock": "indexer.lock",
+    "verify": "indexer.ops.verify",
+    "repair": "indexer.ops.verify",
+    "list_snapshots": "indexer.ops.snapshot",
+    "pull": "indexer.ops.snapshot",
+    "push": "indexer.ops.snapshot",
+    "snapshot_uri": "indexer.ops.snapshot",
+    # languages and terms
+    "KINDS": "indexer.parse.languages",
+    "is_text_format": "indexer.parse.languages",
+    "kind_of": "indexer.parse.languages",
+    "language_for_content": "indexer.parse.languages",
+    "language_for_file": "indexer.parse.languages",
+    "language_for_path": "indexer.parse.languages",
+    "languages_of_kind": "indexer.parse.languages",
+    "ts_parser": "indexer.parse.languages",
+    "is_test_path": "indexer.parse.testpaths",
+    "STOPWORDS": "indexer.parse.terms",
+    "split_identifier": "indexer.parse.terms",
+    "fts_stems": "indexer.graph.lexical_reads",
+    "fts_tables": "indexer.graph.lexical_reads",
+    # names from the repository, made safe to show
+    "content": "indexer.display",
+    "json_safe": "indexer.display",
+    "place": "indexer.display",
+    "shown": "indexer.display",
+    # what an untrusted tree may not do (shared with the agent's tools)
+    "READ_FLAGS": "indexer.safety.nofollow",
+    "open_beneath": "indexer.safety.nofollow",
+    "openat2_available": "indexer.safety.nofollow",
+    "plain_relative": "indexer.safety.nofollow",
+    "read_regular": "indexer.safety.nofollow",
+    "DEFAULT_DENY": "indexer.safety.denylist",
+    "denied_by_default": "indexer.safety.denylist",
+    "deny_spec": "indexer.safety.denylist",
+    "git_env": "indexer.safety.gitsafe",
+    "check_index_dir": "indexer.safety.index_dir_guard",
+    "write_atomic": "indexer.atomic",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'indexer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from indexer.atomic import write_atomic
+    from indexer.build import index_exists, stats_dict
+    from indexer.changes import unmatched
+    from indexer.config import INDEX_SETTINGS, Config, load_config
+    from indexer.config_files import is_config_path
+    from indexer.config_trust import adds, drops, looser_sandbox, turns_on
+    from indexer.display import content, json_safe, place, shown
+    from indexer.errors import (
+        ConfigError,
+        EmbeddingModelError,
+        IndexDamagedError,
+        IndexLockedError,
+        ModelMismatchError,
+        NoIndexError,
+        RepoctxError,
+        SchemaError,
+        VectorsMissingError,
+        VectorTableDamagedError,
+    )
+    from indexer.graph.lexical_reads import LexicalReads, fts_stems, fts_tables
+    from indexer.graph.reads import GraphReads
+    from indexer.graph.records import BUILD_PHASE, PHASES, FileFilter, NamedDefinition, RefRow
+    from indexer.history.reads import HistoryReader
+    from indexer.history.store import history_status
+    from indexer.index import Index
+    from indexer.locations import locate_vectors, storage_options, vectors_uri
+    from indexer.lock import WriteLock
+    from indexer.models import (
+        CLASS_KINDS,
+        FUNCTION_KINDS,
+        BuildStats,
+        Progress,
+        RefRecord,
+        SymbolRecord,
+    )
+    from indexer.ops.snapshot import list_snapshots, pull, push, snapshot_uri
+    from indexer.ops.verify import repair, verify
+    from indexer.parse.discovery import discover
+    from indexer.parse.languages import (
+        KINDS,
+        is_text_format,
+        kind_of,
+        language_for_content,
+        language_for_file,
+        language_for_path,
+        languages_of_kind,
+        ts_parser,
+    )
+    from indexer.parse.terms import STOPWORDS, split_identifier
+    from indexer.parse.testpaths import is_test_path
+    from indexer.phases.semantic import STAMP_META
+    from indexer.safety.denylist import DEFAULT_DENY, denied_by_default, deny_spec
+    from indexer.safety.gitsafe import GitConfigError, git_env
+    from indexer.safety.index_dir_guard import check_index_dir
+    from indexer.safety.nofollow import (
+        READ_FLAGS,
+        open_beneath,
+        openat2_available,
+        plain_relative,
+        read_regular,
+    )
+    from indexer.settings import Setting, Settings, env_name
+    from indexer.vectors.embed import create_embedder
+    from indexer.vectors.reader import VectorReader
+    from indexer.vectors.table import table_damage, table_missing

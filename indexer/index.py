@@ -1,0 +1,165 @@
+"""`Index`: one repository's index as the layers above hold it.
+
+Retrieval, the agent and the CLI never see a connection, a generation file or a vector URI:
+they hold an `Index` and ask it. ``index.graph`` and ``index.lexical`` read the SQLite graph
+(`GraphReads`, `LexicalReads` over one read-only connection to the generation that was current
+when it opened), ``index.history`` reads the commit history, ``index.open_vectors()`` the
+vector table, and ``index.build()`` brings it up to date with the tree (then reads the new
+generation).
+
+Opening is cheap and reads nothing until asked: `Index.open` connects to the graph at once (so
+a missing or damaged index is said where the command starts), `Index(config)` waits for the
+first read or for `build`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from indexer.config import Config, load_config
+
+if TYPE_CHECKING:
+    from indexer.graph.lexical_reads import LexicalReads
+    from indexer.graph.reads import GraphReads
+    from indexer.graph.store import ReadDB
+    from indexer.history.reads import HistoryReader
+    from indexer.models import BuildStats
+    from indexer.vectors.reader import VectorReader
+
+
+class Index:
+    """One repository's index: its configuration and, once read, one read connection."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._db: ReadDB | None = None
+        self._history: HistoryReader | None | bool = False  # False: not looked for yet
+
+    @classmethod
+    def open(cls, where: Config | Path | str, *, index_dir: Path | str | None = None,
+             trust_repo: bool = False, **overrides: Any) -> Index:
+        """The index of ``where`` (a repository root, or a `Config`), connected: raises
+        `NoIndexError` (with what to run) when there is none, `IndexDamagedError` or
+        `SchemaError` when it cannot be read as it is."""
+        if isinstance(where, Config):
+            config = where
+        else:
+            if index_dir is not None:
+                overrides["index_dir"] = index_dir
+            config = load_config(Path(where), trust_repo=trust_repo, **overrides)
+        index = cls(config)
+        index.connect()
+        return index
+
+    # -- where -------------------------------------------------------------------------------
+
+    @property
+    def root(self) -> Path:
+        """The repository root the index is of."""
+        return self.config.root
+
+    @property
+    def dir(self) -> Path:
+        """Where the index lives (``<root>/.repoctx`` unless configured)."""
+        return self.config.index_path
+
+    def exists(self) -> bool:
+        """Whether a build has made this index (a graph generation is on disk)."""
+        from indexer.build import index_exists
+
+        return index_exists(self.config)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def connect(self) -> Index:
+        """Open the read connection now (the current generation); a second call keeps it."""
+        if self._db is None:
+            from indexer.graph.store import open_for_read
+
+            self._db = open_for_read(self.dir)
+        return self
+
+    @property
+    def db(self) -> ReadDB:
+        """The read connection with the small part of sqlite_utils readers use (the indexer's
+        own modules take it; the layers above read through `graph` and `lexical`)."""
+        return self.connect()._db  # type: ignore[return-value]
+
+    @cached_property
+    def graph(self) -> GraphReads:
+        """Definitions, references, files and metadata of the graph."""
+        from indexer.graph.reads import GraphReads
+
+        return GraphReads(self.db.conn)
+
+    @cached_property
+    def lexical(self) -> LexicalReads:
+        """BM25 over chunks and whole files, term statistics, where chunks are."""
+        from indexer.graph.lexical_reads import LexicalReads
+
+        return LexicalReads(self.db.conn)
+
+    @property
+    def history(self) -> HistoryReader | None:
+        """The commit history, or None (not a git tree, not built yet, disabled or damaged)."""
+        if self._history is False:
+            from indexer.history.reads import HistoryReader
+
+            self._history = HistoryReader.open(self.dir)
+        return self._history  # type: ignore[return-value]
+
+    def vectors_uri(self) -> str:
+        """Where the vector table is: configured, else recorded at build time, else beside
+        the graph."""
+        from indexer.locations import vectors_uri
+
+        return vectors_uri(self.config, self.db.conn)
+
+    def open_vectors(self) -> VectorReader | None:
+        """The vector table for reading; None when the index was built without vectors or the
+        table is missing. Raises `VectorTableDamagedError` / `ModelMismatchError`."""
+        model, dim = self.graph.embed_model(), self.graph.meta_value("embed_dim")
+        if not model:
+            return None
+        from indexer.locations import storage_options
+        from indexer.vectors.reader import VectorReader
+
+        return VectorReader.open(self.vectors_uri(), int(dim or 0), model,
+                                 storage_options(self.config))
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def build(self, **options: Any) -> BuildStats:
+        """Bring the index up to date with the tree (`indexer.build.build`'s options); reads
+        after it see the new generation."""
+        from indexer.build import build
+
+        stats = build(self.config, **options)
+        self.refresh()
+        return stats
+
+    def refresh(self) -> None:
+        """Read the current generation from now on (after a build by this or another process)."""
+        self.close()
+
+    def close(self) -> None:
+        """Close the read connections; the next read opens them again."""
+        if self._db is not None:
+            self._db.conn.close()
+            self._db = None
+        if self._history not in (False, None):
+            self._history.conn.close()  # type: ignore[union-attr]
+        self._history = False
+        self.__dict__.pop("graph", None)
+        self.__dict__.pop("lexical", None)
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Index({str(self.root)!r}, dir={str(self.dir)!r})"
