@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import pytest
 
 from benchmarks import agent_e2e as bench
 from benchmarks import e2e_peers as peers
+from tests.model_server import ModelServer, Reply, Seen
 
 AGENT_TASKS = [t.name for t in bench.TASKS if t.kind == "agent"]
 NEW_TASKS = [n for n in AGENT_TASKS if n not in ("fix_bug", "add_param")]
@@ -230,79 +229,62 @@ def test_prompt_cache_use_reads_the_requests_own_prefix_line(tmp_path: Path) -> 
 
 
 class LoggingServer:
-    """A non-streaming OpenAI-compatible server on 127.0.0.1 that answers chat requests with
-    scripted replies and usage, and appends llama-cpp-python's prefix line for each request to
-    a log file (the reused part: what the prompt shares with the previous one, in characters)."""
+    """A non-streaming OpenAI-compatible server on 127.0.0.1 (tests/model_server.py) that
+    answers chat requests with scripted replies and usage, and appends llama-cpp-python's prefix
+    line for each request to a log file (the reused part: what the prompt shares with the
+    previous one, in characters)."""
 
     def __init__(self, replies: list[str], log: Path) -> None:
         self.replies, self.log = list(replies), log
         self.requests: list[dict[str, Any]] = []
         self.previous = ""
-        server = self
+        self.server = ModelServer(answer=self.answer)
+        self.url = self.server.base_url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self._json({"data": [{"id": "scripted"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                server.requests.append(body)
-                prompt = json.dumps(body.get("messages"))
-                shared = 0
-                while shared < min(len(prompt), len(server.previous)) and (
-                    prompt[shared] == server.previous[shared]
-                ):
-                    shared += 1
-                server.previous = prompt
-                with open(server.log, "a") as fh:
-                    if shared:
-                        fh.write(
-                            f"Llama.generate: {shared} prefix-match hit, "
-                            f"remaining {len(prompt) - shared} prompt tokens to eval\n"
-                        )
-                text = server.replies.pop(0) if server.replies else "Nothing more to do."
-                self._json(
-                    {
-                        "id": "x",
-                        "object": "chat.completion",
-                        "model": body.get("model"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": text},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": len(prompt),
-                            "completion_tokens": 5,
-                            "total_tokens": len(prompt) + 5,
-                        },
-                    }
+    def answer(self, seen: Seen) -> Reply:
+        if seen.method == "GET":
+            return Reply(body={"data": [{"id": "scripted"}]})
+        body = seen.body
+        self.requests.append(body)
+        prompt = json.dumps(body.get("messages"))
+        shared = 0
+        while shared < min(len(prompt), len(self.previous)) and (
+            prompt[shared] == self.previous[shared]
+        ):
+            shared += 1
+        self.previous = prompt
+        with open(self.log, "a") as fh:
+            if shared:
+                fh.write(
+                    f"Llama.generate: {shared} prefix-match hit, "
+                    f"remaining {len(prompt) - shared} prompt tokens to eval\n"
                 )
-
-            def _json(self, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        text = self.replies.pop(0) if self.replies else "Nothing more to do."
+        return Reply(
+            body={
+                "id": "x",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": 5,
+                    "total_tokens": len(prompt) + 5,
+                },
+            }
+        )
 
     def __enter__(self) -> LoggingServer:
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.close()
 
 
 def _post(url: str, messages: list[dict[str, str]]) -> None:
