@@ -28,7 +28,7 @@ from agent.replay import render_trace
 from agent.tools import Tool, default_registry, ok
 from agent.trace import read_trace, resume_state, trace_path
 from cli.main import cli
-from indexer.config import load_config
+from cli.settings import load_config
 from tests.conftest import git, make_repo
 from tests.model_server import ModelServer, Reply
 
@@ -570,7 +570,7 @@ def conversation(model_server: ModelServer) -> ModelServer:
 
 
 def test_openai_adapter_drives_a_whole_run(repo: Path, conversation: ModelServer) -> None:
-    convo, url = conversation, f"{conversation.url}/v1"
+    convo, url = conversation, conversation.base_url
     convo.replies = [
         chat(PLAN),
         chat(None, [("call_a", "read_span", {"path": "pkg/calc.py"})]),
@@ -662,7 +662,7 @@ def llama(model_server: ModelServer) -> ModelServer:
 
 def llama_client(srv: ModelServer, **kw: Any) -> OpenAIClient:
     kw.setdefault("retry", RetryPolicy(max_retries=0))
-    return OpenAIClient(MODEL, base_url=f"{srv.url}/v1", sleep=lambda s: None, **kw)
+    return OpenAIClient(MODEL, base_url=srv.base_url, sleep=lambda s: None, **kw)
 
 
 FENCED_READ = (

@@ -125,7 +125,7 @@ class Scripted:
 def server(model_server: ModelServer) -> tuple[Scripted, str]:
     state = Scripted(model_server)
     model_server.answer = state.answer
-    return state, f"{model_server.url}/v1"
+    return state, model_server.base_url
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def replay(model_server: ModelServer) -> tuple[ModelServer, str]:
     model_server.answer = lambda seen: recorded(
         model_server.replies.pop(0) if model_server.replies else {"status": 500, "body": {}}
     )
-    return model_server, f"{model_server.url}/v1"
+    return model_server, model_server.base_url
 
 
 def test_recordings_are_there() -> None:

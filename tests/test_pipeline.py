@@ -23,7 +23,7 @@ from agent.run_result import RunOptions
 from agent.strategy import choose, model_size_b, run_task
 from agent.trace import read_trace, trace_path
 from cli.main import cli
-from indexer.config import load_config
+from cli.settings import load_config
 from indexer.graph import store
 from tests.conftest import index, make_repo
 from tests.model_server import ModelServer, Reply
@@ -85,7 +85,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def client(srv: ModelServer, **kw: Any) -> OpenAIClient:
-    return OpenAIClient(MODEL, base_url=f"{srv.url}/v1", retry=RetryPolicy(max_retries=0),
+    return OpenAIClient(MODEL, base_url=srv.base_url, retry=RetryPolicy(max_retries=0),
                         sleep=lambda s: None, **kw)
 
 
@@ -279,7 +279,7 @@ def test_cli_strategy_flag_and_auto_from_the_window(
     repo: Path, server: ModelServer, tmp_path: Path
 ) -> None:
     runner = CliRunner()
-    env = {"REPOCTX_MODEL_BASE_URL": f"{server.url}/v1", "REPOCTX_API_KEY": "x"}
+    env = {"REPOCTX_MODEL_BASE_URL": server.base_url, "REPOCTX_API_KEY": "x"}
     base = ["--root", str(repo), "--model", "openai:local-model", "--yes", "--json"]
     server.replies = [reply(FIX)]
     res = runner.invoke(cli, ["agent", "run", TASK, "--strategy", "pipeline", *base], env=env)

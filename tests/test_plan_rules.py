@@ -33,7 +33,7 @@ from agent.plan import (
     parse_plan,
 )
 from agent.trace import canonical_arguments, read_trace, trace_path
-from indexer.config import load_config
+from cli.settings import load_config
 from tests.conftest import make_repo
 from tests.model_server import ModelServer, Reply
 
@@ -491,7 +491,7 @@ def test_a_claimed_fix_is_refused_until_the_run_shows_it_end_to_end(
         text_call("finish", summary="add returns a + b."),
     ]
     client = OpenAIClient(
-        "qwen", base_url=f"{server.url}/v1", retry=RetryPolicy(max_retries=0), sleep=lambda s: None
+        "qwen", base_url=server.base_url, retry=RetryPolicy(max_retries=0), sleep=lambda s: None
     )
     report = run(repo, client)
     assert (report.status, report.reason) == ("done", "finished")

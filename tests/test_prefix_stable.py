@@ -25,7 +25,7 @@ from agent.models.anthropic import parse_response as anthropic_response
 from agent.models.ollama import parse_response as ollama_response
 from agent.replay import render_trace
 from agent.trace import read_trace
-from indexer.config import load_config
+from cli.settings import load_config
 from retrieval.tokens import get_tokenizer
 from tests.conftest import make_repo
 from tests.model_server import ModelServer
@@ -254,7 +254,7 @@ def serve(model_server: ModelServer) -> Callable[..., LlamaCpp]:
         model_server.answer = lambda seen: (
             srv.answer(seen.body) if seen.path.endswith("/chat/completions") else (404, {})
         )
-        srv.url = f"{model_server.url}/v1"
+        srv.url = model_server.base_url
         return srv
 
     return start
