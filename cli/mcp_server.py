@@ -23,7 +23,7 @@ never returns is answered with a tool error and holds up nothing else. The wire 
 message, stdio and HTTP) is ``cli.mcp_protocol``.
 
 Size: the freshness protocol (LiveIndex, sync markers) and the tool adapters of one server; the
-change filter itself is indexer.ops.watch.ChangeFilter.
+change filter itself is indexer.ops.watch_filter.ChangeFilter.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from indexer.display import place, shown
 from indexer.errors import IndexLockedError, NoIndexError, RepoctxError
 from indexer.graph import store
 from indexer.graph.reads import GraphReads
-from indexer.ops.watch import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
+from indexer.ops.watch_filter import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
 from retrieval.freshness import generation, stale_paths
 from retrieval.status import index_status
 
@@ -122,7 +122,7 @@ class _Events:
         paths = [src]
         if getattr(event, "dest_path", ""):
             paths.append(os.fsdecode(event.dest_path))
-        # The watcher's own filter (`indexer.ops.watch.ChangeFilter`): ignore rules included.
+        # The watcher's own filter (`indexer.ops.watch_filter.ChangeFilter`): ignore rules included.
         kinds = [live.filter.classify(p, event.is_directory) for p in paths]
         if any(kind == KEEP for kind, _ in kinds):
             if any(r.rpartition("/")[2] in RULE_FILES or r.startswith(".git/info/") for _, r in kinds):

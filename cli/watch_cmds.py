@@ -101,16 +101,16 @@ def watch_cmd(
     """Watch PATH and keep its index up to date: every burst of changes (an edit, a branch
     switch) becomes one incremental build. Waits for a manual `index build` rather than
     failing; readers are never blocked."""
-    from indexer.ops import watch
+    from indexer import LOG_FILE, start_detached, stop_watcher, watch_status
 
     if sum((detach, foreground, show_status, stop)) > 1:
         raise click.UsageError("Use one of --detach, --foreground, --status and --stop.")
     config = make_config(path, index_dir=index_dir, embed_model=embed_model)
     if show_status:
-        _print_status(watch.watch_status(config), as_json)
+        _print_status(watch_status(config), as_json)
         return
     if stop:
-        res = watch.stop_watcher(config)
+        res = stop_watcher(config)
         if as_json:
             echo_json(res)
         elif not res.was_running:
@@ -139,19 +139,19 @@ def watch_cmd(
         argv += ["--embed-model", embed_model] if embed_model else []
         argv += ["--quiet"] if quiet else []
         argv += ["--trust-repo-config"] if trusts_repo_config() else []
-        pid = watch.start_detached(config, argv)
+        pid = start_detached(config, argv)
         if as_json:
             echo_json(
                 {
                     "pid": pid,
                     "index_dir": str(config.index_path),
-                    "log": str(config.index_path / watch.LOG_FILE),
+                    "log": str(config.index_path / LOG_FILE),
                 }
             )
         else:
             click.echo(
                 f"Watching {config.root} in the background (process {pid}); log: "
-                f"{config.index_path / watch.LOG_FILE}. Stop: `repoctx index watch --stop`."
+                f"{config.index_path / LOG_FILE}. Stop: `repoctx index watch --stop`."
             )
         return
     _run_foreground(
@@ -162,14 +162,14 @@ def watch_cmd(
 def _run_foreground(
     path, config, index_dir, embed_model, no_embed, debounce_ms, max_latency_ms, quiet
 ) -> None:
-    from indexer.ops import watch
+    from indexer import Watcher, WatchSettings
 
-    settings = watch.WatchSettings(
+    settings = WatchSettings(
         debounce_s=debounce_ms / 1000,
         max_latency_s=max(max_latency_ms, debounce_ms) / 1000,
         embed=not no_embed,
     )
-    watcher = watch.Watcher(
+    watcher = Watcher(
         config,
         settings,
         on_event=StatusLine(quiet),

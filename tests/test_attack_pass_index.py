@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from indexer.errors import UnsafeIndexDirError
-from indexer.ops.watch import check_index
+from indexer.ops.watch_daemon import check_index
 from tests.conftest import git, index, make_repo
 
 CODE_ROOT = Path(__file__).resolve().parents[1]
@@ -268,7 +268,7 @@ def test_watch_stop_never_signals_a_process_a_shipped_pid_file_leads_to(tmp_path
     """`index watch --stop` signals the holder of a flock-ed `watch.pid`: a shipped link to
     another program's flock-ed pid file made it SIGTERM (then SIGKILL) that program."""
     from indexer.config import load_config
-    from indexer.ops.watch import stop_watcher, watch_status
+    from indexer.ops.watch_daemon import stop_watcher, watch_status
 
     daemon_pid_file = home / "daemon.pid"
     daemon = subprocess.Popen([sys.executable, "-c", (

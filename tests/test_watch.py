@@ -24,14 +24,9 @@ from indexer.build import build
 from indexer.config import load_config
 from indexer.graph import store
 from indexer.ops.verify import verify
-from indexer.ops.watch import (
-    ChangeFilter,
-    Watcher,
-    WatcherRunningError,
-    WatchSettings,
-    stop_watcher,
-    watch_status,
-)
+from indexer.ops.watch import Watcher, WatchSettings
+from indexer.ops.watch_daemon import WatcherRunningError, stop_watcher, watch_status
+from indexer.ops.watch_filter import ChangeFilter
 from tests.conftest import dump_graph, git, make_repo, write_files
 
 #: Liveness bound only (a broken watcher never converges); nothing asserts how fast it is.
