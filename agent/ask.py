@@ -14,14 +14,14 @@ reused of it is reported (by the server, or estimated from the shared prefix).
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from retrieval.context import FULL, ContextPack, PackPolicy, assemble_context
+from retrieval.settings import DEFAULT_BUDGET
 from retrieval.tokens import TokenCounter, get_tokenizer
 
 from .ask_citations import Citation, verify_citations
@@ -178,24 +178,13 @@ def _session_dict(session: AskSession | None) -> dict | None:
     }
 
 
-def model_spec(
-    flag: str | None, config_extra: Mapping[str, object], env: Mapping[str, str] | None = None
-) -> str | None:
-    """The model to use: the flag, then `model` in the project config, then REPOCTX_MODEL."""
-    env = os.environ if env is None else env
-    for value in (flag, config_extra.get("model"), env.get("REPOCTX_MODEL")):
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
-
-
 def ask(
     conn: sqlite3.Connection,
     root: str | Path,
     question: str,
     *,
     model: ModelClient | None = None,
-    budget_tokens: int = 8000,
+    budget_tokens: int = DEFAULT_BUDGET,
     focus: Sequence[str] = (),
     searcher=None,
     tokenizer=None,

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from indexer.config import TOOL_FORMATS, Config, section_settings
+from indexer.config import Config
 from indexer.errors import RepoctxError
 from retrieval.context import ContextPack, assemble_context
 from retrieval.freshness import generation
@@ -51,6 +51,7 @@ from .prompts import NUDGE_EMPTY, NUDGE_NO_CHANGE, NUDGE_TEXT
 from .redact import redact, redact_pack
 from .run_prompts import PLAN_REQUEST, RunPrompts
 from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
+from .settings import TOOL_FORMATS, AgentSettings
 from .tools import (
     Tool,
     ToolContext,
@@ -96,7 +97,7 @@ class AgentRun:
     ) -> None:
         self.config, self.task, self.model, self.opts = config, task, model, options
         self.limits, self.guard = options.limits, Guard(options.limits)
-        window = section_settings(config, "agent").get("context_window")
+        window = AgentSettings.from_config(config).context_window
         if self.limits.context_window is None and window:
             # `agent.context_window` (checked by agent/strategy.py): the prompt and the reply
             # are sized to fit it up front.
@@ -150,9 +151,7 @@ class AgentRun:
             resumed = self._load(run_id)
         offered = set(options.granted) | ({"write", "execute"} if options.confirm else set())
         self.can_write = "write" in offered
-        self.tool_format = options.tool_format or section_settings(config, "agent").get(
-            "tool_format", "auto"
-        )
+        self.tool_format = options.tool_format or AgentSettings.from_config(config).tool_format
         if self.tool_format not in TOOL_FORMATS:
             raise AgentError(
                 f"Unknown tool format {self.tool_format!r} — use one of {', '.join(TOOL_FORMATS)}."

@@ -37,15 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-# defined with the settings: a repository's `agent.env_allow` may only narrow it
-from indexer.config import DEFAULT_ENV_ALLOW
-
 from . import command_containment as guards
 from . import command_reaper
 from . import sandbox as _sandbox
 from .command_policy import plan_command
 from .errors import PathNotFoundError
 from .sandbox import SandboxError, SandboxPolicy
+from .settings import DEFAULT_ENV_ALLOW
 
 #: Never passed to a command, even when allowed or given in extra_env (matched case-insensitively).
 SECRET_ENV_PATTERNS: tuple[str, ...] = (

@@ -13,11 +13,12 @@ import re
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
-from indexer.config import Config, section_settings
+from indexer.config import Config
 
 from .errors import AgentError
 from .models.base import ModelClient
 from .run_result import RunOptions, RunReport
+from .settings import AgentSettings
 from .tools import ToolRegistry
 from .trace import read_trace, resolve_run, trace_path
 
@@ -84,13 +85,13 @@ def choose(setting: str, model_name: str, context_window: int | None = None) -> 
 
 def configured(config: Config, flag: str | None) -> str:
     """The strategy setting: the flag, else `agent.strategy` in .repoctx.toml, else auto."""
-    value = flag or section_settings(config, "agent").get("strategy") or "auto"
+    value = flag or AgentSettings.from_config(config).strategy
     return str(value)
 
 
 def context_window(config: Config) -> int | None:
     """The model's context window when the configuration states it (`agent.context_window`)."""
-    value = section_settings(config, "agent").get("context_window")
+    value = AgentSettings.from_config(config).context_window
     try:
         return int(value) if value else None
     except (TypeError, ValueError):

@@ -12,7 +12,7 @@ from typing import Literal, Protocol
 
 import pathspec
 
-from indexer.config import Config, section_settings
+from indexer.config import Config
 from indexer.config_files import is_config_path
 from indexer.display import shown
 from indexer.safety.denylist import DEFAULT_DENY, deny_spec
@@ -26,6 +26,7 @@ from .errors import (
     SecretPathError,
 )
 from .safe_fs import Beneath, kind_of
+from .settings import AgentSettings
 
 #: Readable but never written: git's own data (a `.git` file or directory at any depth) and the index.
 DEFAULT_WRITE_DENY: tuple[str, ...] = (".git", ".repoctx/")
@@ -107,11 +108,11 @@ class Workspace:
     @classmethod
     def from_config(cls, config: Config, *, recorder: WriteRecorder | None = None) -> Workspace:
         """Workspace over ``config.root`` with ``agent.deny`` / ``agent.write_deny`` from config."""
-        agent = section_settings(config, "agent")  # checked: lists of strings
+        agent = AgentSettings.from_config(config)
         return cls(
             config.root,
-            deny=tuple(agent.get("deny", ())),
-            write_deny=tuple(agent.get("write_deny", ())),
+            deny=agent.deny,
+            write_deny=agent.write_deny,
             recorder=recorder,
         )
 

@@ -39,8 +39,8 @@ from agent.budget import Limits
 from agent.loop import RunOptions, run_agent
 from agent.models import ScriptedModel
 from agent.trace import read_trace
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 
 TARGET_STEP_MS = 500.0
 ALL = frozenset({"read", "write", "execute"})

@@ -64,8 +64,8 @@ from agent import landlock, redact, sandbox
 from agent.runner import run_command
 from agent.tools import ToolContext, ToolResult, default_registry
 from agent.tools.command_tools import sandbox_policy
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from indexer.graph import store
 
 WITH_INTERPRETERS = ["echo", "cat", "ls", "grep", "git", "python3"]

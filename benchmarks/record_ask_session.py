@@ -43,8 +43,8 @@ from _common import REPO, log
 from click.testing import CliRunner
 
 from cli.main import cli
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 
 FORMAT = 1
 SERVER = "llama-cpp-python 0.3.36 server, default (GGUF Jinja) chat format, n_ctx 8192"

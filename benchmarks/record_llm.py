@@ -47,7 +47,7 @@ from agent.plan import UPDATE_PLAN
 from agent.prompts import SYSTEM_PROMPT
 from agent.tools import default_registry
 from agent.trace import read_trace
-from indexer.config import load_config
+from cli.settings import load_config
 
 FORMAT = 1
 SERVER = "llama-cpp-python 0.3.36 server, default (GGUF Jinja) chat format"

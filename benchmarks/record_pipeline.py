@@ -36,7 +36,7 @@ from agent.run_result import RunOptions  # noqa: E402
 from agent.strategy import run_task  # noqa: E402
 from benchmarks._common import REPO, log  # noqa: E402
 from benchmarks.e2e_tasks import REPOS, TASKS_BY_NAME  # noqa: E402
-from indexer.config import load_config  # noqa: E402
+from cli.settings import load_config  # noqa: E402
 from tests.conftest import make_repo  # noqa: E402
 
 FORMAT = 1

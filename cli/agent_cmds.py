@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from indexer.config import TOOL_FORMATS
+from agent.settings import TOOL_FORMATS
 from indexer.display import shown
 
 from .common import (
@@ -131,10 +131,10 @@ def run_cmd(
     """Work on TASK until it is done or a limit is reached."""
     from dataclasses import replace
 
-    from agent.ask import model_spec
     from agent.budget import Limits
     from agent.errors import BudgetTooSmallError
     from agent.run_result import RunOptions
+    from agent.settings import model_spec
     from agent.strategy import configured, run_task
 
     if not task and not resume:
@@ -142,7 +142,7 @@ def run_cmd(
     if yes and read_only:
         raise click.UsageError("--yes and --read-only contradict each other; pick one.")
     config = config_for(root, index_dir)
-    spec = model_spec(model_flag, config.extra)
+    spec = model_spec(model_flag, config)
     settings = ModelSettings.resolve(
         config, model_timeout, connect_timeout, model_retries, model_tokenizer
     )

@@ -11,14 +11,23 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from indexer.config import Config, load_config
+from agent.settings import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    ModelSettings,
+)
+from indexer.config import Config
 from indexer.errors import RepoctxError
+from retrieval.settings import RetrievalSettings
+
+from .settings import load_config
 
 #: Where --trust-repo-config is remembered for the commands of one invocation: click's
 #: ``ctx.meta`` is shared by a context and its children, and is new for every invocation.
@@ -84,14 +93,15 @@ def model_options(f: Callable) -> Callable:
         type=click.IntRange(min=0, max=20),
         default=None,
         help="Retries of a failed model call (rate limit, server error, timeout), the adapter's "
-        "and the agent's together (default 2; config `model_retries`, env REPOCTX_MODEL_RETRIES).",
+        f"and the agent's together (default {DEFAULT_RETRIES}; config `model_retries`, env "
+        "REPOCTX_MODEL_RETRIES).",
     )(f)
     f = click.option(
         "--connect-timeout",
         type=click.FloatRange(min=0, min_open=True),
         default=None,
         metavar="SECONDS",
-        help="Seconds to connect to the model server (default 10; config "
+        help=f"Seconds to connect to the model server (default {DEFAULT_CONNECT_TIMEOUT_S:g}; config "
         "`model_connect_timeout_s`, env REPOCTX_MODEL_CONNECT_TIMEOUT_S).",
     )(f)
     f = click.option(
@@ -100,40 +110,10 @@ def model_options(f: Callable) -> Callable:
         default=None,
         metavar="SECONDS",
         help="Seconds the model server may stay silent; a streamed reply is never cut while "
-        "tokens flow (default 600; config `model_timeout_s`, env REPOCTX_MODEL_TIMEOUT_S).",
+        f"tokens flow (default {DEFAULT_TIMEOUT_S:g}; config `model_timeout_s`, env "
+        "REPOCTX_MODEL_TIMEOUT_S).",
     )(f)
     return f
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """The model client's time limits and retries, flags over the configuration."""
-
-    timeout_s: float
-    connect_timeout_s: float
-    retries: int
-    #: How prompts are counted (agent/models/prompt_tokens.py): auto, a tokenizer.json, a name.
-    tokenizer: str = "auto"
-
-    @classmethod
-    def resolve(
-        cls,
-        config: Config,
-        timeout_s: float | None,
-        connect_timeout_s: float | None,
-        retries: int | None,
-        tokenizer: str | None = None,
-    ) -> ModelSettings:
-        from indexer.config import setting
-
-        return cls(
-            timeout_s if timeout_s is not None else setting(config, "model_timeout_s"),
-            connect_timeout_s
-            if connect_timeout_s is not None
-            else setting(config, "model_connect_timeout_s"),
-            retries if retries is not None else setting(config, "model_retries"),
-            tokenizer or setting(config, "model_tokenizer"),
-        )
 
 
 def open_model(spec: str | None, settings: ModelSettings, context_tokens: int | None = None) -> Any:
@@ -157,7 +137,10 @@ def open_tokenizer(model: Any, settings: ModelSettings, config: Config) -> Any:
     from agent.models import model_tokenizer
 
     return model_tokenizer(
-        model, settings.tokenizer, fallback=config.extra.get("tokenizer"), probe=True
+        model,
+        settings.tokenizer,
+        fallback=RetrievalSettings.from_config(config).tokenizer,
+        probe=True,
     )
 
 

@@ -7,11 +7,10 @@ from pathlib import Path
 import click
 
 from indexer.display import content, place, shown
+from retrieval.settings import DEFAULT_BUDGET, RetrievalSettings
 
 from .common import ModelSettings, echo_json, model_options, open_model, open_tokenizer
 from .query_cmds import open_graph, read_options
-
-DEFAULT_BUDGET = 8000
 
 
 def _context_options(f):
@@ -46,9 +45,7 @@ def _searcher(config, conn):
 
 
 def _budget(flag: int | None, config) -> int:
-    from indexer.config import setting  # checked, with its default
-
-    return flag if flag is not None else setting(config, "context_budget")
+    return flag if flag is not None else RetrievalSettings.from_config(config).context_budget
 
 
 @click.command("context")
@@ -86,7 +83,7 @@ def context_cmd(
         _budget(budget, config),
         focus=focus,
         searcher=_searcher(config, conn),
-        tokenizer=tokenizer or config.extra.get("tokenizer"),
+        tokenizer=tokenizer or RetrievalSettings.from_config(config).tokenizer,
         policy=replace(PackPolicy(), line_numbers=line_numbers),
     )
     if as_json:
@@ -170,14 +167,15 @@ def ask_cmd(
     as_json: bool,
 ) -> None:
     """Answer QUESTION about the code, citing path:line locations that are checked to exist."""
-    from agent.ask import ask, model_spec
+    from agent.ask import ask
     from agent.ask_session import PROMPT_ALLOWANCE, AskSession, check_name, load_session
+    from agent.settings import model_spec
     from agent.workspace import Workspace
 
     if new_session and session_name is None:
         raise click.UsageError("--new-session needs --session NAME.")
     config, conn = open_graph(root, index_dir)
-    spec = model_spec(model_flag, config.extra)
+    spec = model_spec(model_flag, config)
     model = tokens = session = None
     budget = _budget(budget, config)
     if spec:
@@ -203,7 +201,7 @@ def ask_cmd(
         budget_tokens=budget,
         focus=focus,
         searcher=_searcher(config, conn),
-        tokenizer=tokenizer or config.extra.get("tokenizer"),
+        tokenizer=tokenizer or RetrievalSettings.from_config(config).tokenizer,
         max_tokens=max_tokens,
         is_secret=Workspace.from_config(config).is_hidden,  # `agent.deny`, links
         index_dir=config.index_path,

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import Config, load_config
+from indexer.config import Config
 
 # A developer's own user-level config (~/.config/repoctx/config.toml) must not leak into the
 # tests: every test, and every process a test starts, sees an empty config directory.

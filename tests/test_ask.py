@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.ask import MODEL_HINT, SYSTEM_PROMPT, ask, model_spec, verify_citations
+from agent.ask import MODEL_HINT, SYSTEM_PROMPT, ask, verify_citations
 from agent.models import ScriptedModel
+from agent.settings import model_spec
 from cli.main import cli
+from cli.settings import load_config
 from indexer.graph import store
 from tests.conftest import index, make_repo
 from tests.model_server import Reply
@@ -113,12 +115,17 @@ def test_citation_forms(shop, text, expected):
     assert got == expected
 
 
-def test_model_spec_precedence():
+def test_model_spec_precedence(tmp_path):
+    """The flag, then `model` in the repository's config, then REPOCTX_MODEL (read once, by
+    load_config, as every setting is)."""
     env = {"REPOCTX_MODEL": "ollama:qwen2.5-coder"}
-    assert model_spec("openai:gpt-4o-mini", {"model": "anthropic:x"}, env) == "openai:gpt-4o-mini"
-    assert model_spec(None, {"model": "anthropic:x"}, env) == "anthropic:x"
-    assert model_spec(None, {}, env) == "ollama:qwen2.5-coder"
-    assert model_spec("", {}, {}) is None
+    (tmp_path / ".repoctx.toml").write_text('model = "anthropic:x"\n')
+    config = load_config(tmp_path, env=env)
+    assert model_spec("openai:gpt-4o-mini", config) == "openai:gpt-4o-mini"
+    assert model_spec(None, config) == "anthropic:x"
+    (tmp_path / ".repoctx.toml").unlink()
+    assert model_spec(None, load_config(tmp_path, env=env)) == "ollama:qwen2.5-coder"
+    assert model_spec("", load_config(tmp_path, env={})) is None
 
 
 def test_cli_ask_with_a_scripted_model(shop, tmp_path):

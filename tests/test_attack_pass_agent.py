@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from agent.runner import ResourceLimits, run_command
 from agent.tools import ToolContext, default_registry
 from cli.main import cli
-from indexer.config import load_config
+from cli.settings import load_config
 from tests.conftest import make_repo
 from tests.test_sandbox import NAMESPACES, policy
 

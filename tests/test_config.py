@@ -1,4 +1,5 @@
-"""Configuration is checked in one place (indexer/config.py SETTINGS) for every source, and a
+"""Configuration is checked in one place (the settings table cli/settings.py composes from each
+layer's section) for every source, and a
 URI carrying credentials is refused before anything is written, without echoing the secret.
 
 Real git repositories, real `.repoctx.toml` / pyproject.toml files, the real CLI (CliRunner),
@@ -16,13 +17,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.tools.settings import AgentSettings
+from agent.settings import AgentSettings
 from agent.workspace import Workspace
-from cli.context_cmds import DEFAULT_BUDGET
 from cli.main import cli
-from indexer.config import SETTINGS, Config, check_setting, env_name, load_config
+from cli.settings import SETTINGS, load_config
+from indexer.config import Config
+from indexer.credentials import redact_uri, uri_credentials
 from indexer.errors import ConfigError
-from indexer.locations import record_vectors_uri, redact_uri, uri_credentials
+from indexer.locations import record_vectors_uri
+from indexer.settings import env_name
 from tests.conftest import make_repo
 
 FILES = {
@@ -222,7 +225,7 @@ def test_numbers_and_booleans_are_parsed_from_environment_variables_only(repo):
     settings = AgentSettings.from_config(cfg)
     assert settings.git_write is False and settings.command_timeout_s == 30.5
     for word, value in [("1", True), ("TRUE", True), ("on", True), ("No", False), ("off", False)]:
-        assert check_setting("agent.network", word, "from X", text=True) is value
+        assert SETTINGS.check("agent.network", word, "from X", text=True) is value
 
 
 def test_unknown_keys_are_errors_with_a_suggestion(repo):
@@ -299,26 +302,18 @@ def test_agent_settings_from_a_config_made_in_code_are_checked(tmp_path):
 
 
 def test_the_table_covers_every_setting():
-    """A field added to Config or AgentSettings needs its type and range in SETTINGS, and the
-    defaults the messages quote are the real ones."""
+    """A field added to Config or AgentSettings needs its type and range in the table, and the
+    typed settings start from the table's defaults."""
     config_fields = {f.name for f in dataclasses.fields(Config)} - {"root", "extra"}
     assert config_fields <= set(SETTINGS)
-    for f in dataclasses.fields(Config):
-        if f.name in SETTINGS and SETTINGS[f.name].default is not None:
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            assert SETTINGS[f.name].default == default, f.name
-    defaults = AgentSettings()
     for f in dataclasses.fields(AgentSettings):
-        key = f"agent.{f.name}"
-        assert key in SETTINGS, f"{key} is not in indexer.config.SETTINGS"
-        if SETTINGS[key].default is not None and SETTINGS[key].kind != "env":
-            assert SETTINGS[key].default == getattr(defaults, f.name), key
+        assert f"agent.{f.name}" in SETTINGS, f"agent.{f.name} is not in the settings table"
     for key, kind, default in [("agent.sandbox", "choice", "auto"), ("agent.network", "bool", False),
                                ("agent.sandbox_read", "list", ()),
                                ("agent.sandbox_write", "list", ()),
                                ("agent.sandbox_deny_read", "list", ())]:
         assert (SETTINGS[key].kind, SETTINGS[key].default) == (kind, default)
-    assert SETTINGS["context_budget"].default == DEFAULT_BUDGET
+    assert AgentSettings().max_read_lines == 200 and AgentSettings().test_env == ()
     assert env_name("agent.max_read_lines") == "REPOCTX_AGENT_MAX_READ_LINES"
 
 

@@ -30,8 +30,8 @@ from agent.models.base import ToolCall
 from agent.models.text_calls import CALL_EXAMPLE, parse_text_calls
 from agent.tools import ToolContext, default_registry
 from agent.trace import read_trace, trace_path
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from tests.conftest import make_repo
 
 TOML = """
@@ -718,7 +718,7 @@ def test_two_blocks_without_search_in_one_fence(repo, ctx) -> None:
 def test_create_file_refuses_a_path_ending_in_a_line_location(tmp_path: Path, suffix: str) -> None:
     # The live 1.5B created `pkg/calc.py:4-6` with create_file: a citation copied into a path.
     from agent.tools import ToolContext, default_registry
-    from indexer.config import load_config
+    from cli.settings import load_config
 
     root = tmp_path / "repo"
     (root / "pkg").mkdir(parents=True)

@@ -32,8 +32,8 @@ from agent.models import ScriptedModel
 from agent.tools import ALL_TOOLS, ToolContext, ToolRegistry
 from agent.workspace import Workspace
 from cli.mcp_server import GET_CONTEXT
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from indexer.parse.discovery import discover
 from tests.conftest import git, make_repo
 

@@ -20,18 +20,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from agent.tools.settings import AgentSettings
+from agent.settings import AgentSettings
 from agent.workspace import Workspace
 from cli.main import cli
-from indexer.config import (
-    SETTINGS,
-    changes_repo_config,
-    env_name,
-    is_config_path,
-    load_config,
-    user_config_path,
-)
+from cli.settings import SETTINGS, load_config
+from indexer.config_files import changes_repo_config, is_config_path, user_config_path
 from indexer.errors import ConfigError, UntrustedConfigError
+from indexer.settings import env_name
 from tests.conftest import make_repo
 
 FILES = {"pkg/__init__.py": "", "pkg/calc.py": "def add(a, b):\n    return a + b\n"}

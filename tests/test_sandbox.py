@@ -21,7 +21,7 @@ import pytest
 
 from agent.runner import run_command
 from agent.tools import ToolContext, default_registry
-from indexer.config import load_config
+from cli.settings import load_config
 from tests.conftest import git, make_repo
 
 PY = sys.executable

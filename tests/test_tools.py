@@ -13,8 +13,8 @@ import pytest
 
 from agent.models.base import ToolCall, ToolSpec
 from agent.tools import ToolContext, default_registry
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from tests.conftest import git, make_repo
 
 # Autoloading every plugin installed next to pytest costs ~2 s per run; the fixture suites

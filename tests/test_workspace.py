@@ -21,7 +21,7 @@ from agent.errors import (
     SecretPathError,
 )
 from agent.workspace import Workspace
-from indexer.config import load_config
+from cli.settings import load_config
 
 
 @pytest.fixture

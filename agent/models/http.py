@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+# the model client's defaults are settings (`model_timeout_s` ...): declared with them
+from ..settings import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 from .errors import (
     AuthError,
     BadRequestError,
@@ -53,15 +55,6 @@ _MODEL_MISSING_RE = re.compile(r"model\b[^.\n]{0,120}\b(not found|does not exist
 _AUTH_CODES = frozenset({"invalid_api_key", "authentication_error", "permission_error"})
 
 
-#: Seconds of silence (no byte from the server) before a request times out. Local CPU models
-#: spend minutes on a long prompt before their first token; a streamed reply is never cut
-#: while tokens flow, however long it takes in total.
-DEFAULT_TIMEOUT_S = 600.0
-#: Seconds to open the connection (and the TLS handshake): a server that is not there is
-#: known quickly, whatever the request timeout.
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
-#: Retries of one model call, shared by the adapter and the agent loop (see retry_budget).
-DEFAULT_RETRIES = 2
 
 
 @dataclass(frozen=True)

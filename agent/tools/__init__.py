@@ -11,8 +11,9 @@ See docs/tools.md.
 
 from __future__ import annotations
 
+from ..settings import DEFAULT_ALLOW_COMMANDS, AgentSettings
 from .changes import ChangedSymbol, changed_ranges, changed_symbols, run_originals
-from .command_tools import COMMAND_TOOLS, FINISH, GIT_DIFF, RUN_COMMAND
+from .command_tools import COMMAND_TOOLS, FINISH, GIT_DIFF, GIT_READ_SUBCOMMANDS, RUN_COMMAND
 from .core import (
     PERMISSIONS,
     Permission,
@@ -36,7 +37,6 @@ from .read_tools import (
 )
 from .rename import RENAME_SYMBOL
 from .session import ReindexReport, ToolSession
-from .settings import DEFAULT_ALLOW_COMMANDS, GIT_READ_SUBCOMMANDS, AgentSettings
 from .syntax import SyntaxIssue, introduced_issues, syntax_issues
 from .testing import RUN_TESTS, Failure, select_tests
 

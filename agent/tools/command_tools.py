@@ -16,8 +16,29 @@ from ..runner import CommandResult, ResourceLimits, run_command
 from ..sandbox import SandboxMode, SandboxPolicy
 from ..workspace import Workspace
 from .core import Tool, ToolContext, ToolResult, fail, ok
-from .settings import GIT_READ_SUBCOMMANDS
 
+#: git subcommands `run_command` allows unless `agent.git_write` is true: they only read.
+GIT_READ_SUBCOMMANDS: frozenset[str] = frozenset(
+    {
+        "status",
+        "diff",
+        "log",
+        "show",
+        "blame",
+        "grep",
+        "ls-files",
+        "ls-tree",
+        "rev-parse",
+        "shortlog",
+        "describe",
+        "cat-file",
+        "merge-base",
+        "rev-list",
+        "whatchanged",
+        "help",
+        "version",
+    }
+)
 #: A command is killed once it has printed this much (the output kept is capped far lower).
 MAX_DRAIN_BYTES = 64 * 2**20
 #: git options that run programs, change where git looks, or write files.

@@ -21,10 +21,10 @@ from ..checkpoints import CheckpointStore
 from ..errors import AgentError, CheckpointError
 from ..models.base import ToolCall, ToolSpec
 from ..redact import redact_counted, redact_value
+from ..settings import AgentSettings
 from ..workspace import Workspace
 from .schema import check_schema, drop_null_optionals, validate, with_defaults
 from .session import ToolSession
-from .settings import AgentSettings
 
 Permission = Literal["read", "write", "execute"]
 PERMISSIONS: tuple[Permission, ...] = ("read", "write", "execute")

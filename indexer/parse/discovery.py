@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import pathspec
 
-from indexer.config import Config, section_settings
+from indexer.config import INDEX_SETTINGS, Config
 from indexer.safety.denylist import DEFAULT_DENY, deny_spec
 
 GITIGNORE = ".gitignore"
@@ -474,8 +474,7 @@ class _Scan:
     @functools.cached_property
     def deny(self) -> pathspec.GitIgnoreSpec:
         # Compiled only when a link is met: most trees have none.
-        agent = section_settings(self.config, "agent")
-        return deny_spec((*DEFAULT_DENY, *agent.get("deny", ())))[1]
+        return deny_spec((*DEFAULT_DENY, *INDEX_SETTINGS.value(self.config, "agent.deny")))[1]
 
     def result(self, git: bool) -> Discovery:
         self.files.sort(key=_by_path)
