@@ -7,14 +7,12 @@ import json
 import os
 import re
 import shlex
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from indexer.safety.index_dir_guard import check_index_dir
-from indexer.safety.nofollow import read_regular
+from indexer import check_index_dir, read_regular, write_atomic
 
 from .errors import AgentError
 from .models.base import ToolSpec
@@ -131,14 +129,8 @@ class ProjectMemory:
                 for k, e in self.entries.items()
             },
         }
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".memory-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1, ensure_ascii=False)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # Private to the user, as the file has always been made (mkstemp's 0o600).
+        write_atomic(self.path, json.dumps(data, indent=1, ensure_ascii=False), mode=0o600)
 
 
 # -- instruction files ---------------------------------------------------------------------------

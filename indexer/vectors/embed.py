@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from indexer.atomic import write_atomic
 from indexer.config import DEFAULT_EMBED_MODEL
 from indexer.errors import EmbeddingModelError
 from indexer.vectors.hashing import HashingEmbedder, hashing_dim, identifier_tokens, normalise  # noqa: F401
@@ -538,9 +539,7 @@ class SentenceTransformerEmbedder:
             key_dir.parent.mkdir(parents=True, exist_ok=True)
             if files is None:
                 key_dir.mkdir(exist_ok=True)
-                tmp_file = key_dir / f".info-{os.getpid()}.json"
-                tmp_file.write_text(json.dumps(info, indent=1), encoding="utf-8")
-                os.replace(tmp_file, key_dir / "info.json")
+                write_atomic(key_dir / "info.json", json.dumps(info, indent=1))
                 return
             tmp = Path(tempfile.mkdtemp(dir=key_dir.parent, prefix=".tmp-"))
             try:
