@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from indexer.config import Config
+from indexer.parse.classify import classify_content
 from indexer.parse.discovery import (
     MAX_EXAMPLES,
     DiscoveredFile,
     Discovery,
-    classify_content,
     discover,
     is_ignored_path,
 )

@@ -22,7 +22,8 @@ from cli.main import cli
 from indexer.config import Config, load_config
 from indexer.graph import store
 from indexer.ops.watch import Watcher, WatchSettings
-from indexer.parse.discovery import classify_content, discover, is_ignored_path
+from indexer.parse.classify import classify_content
+from indexer.parse.discovery import discover, is_ignored_path
 from tests.conftest import git, make_repo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hostile"

@@ -400,8 +400,8 @@ def _probe(repo: Path, limit: float) -> dict:
 
 
 def _cli(repo: Path, limit: float) -> subprocess.CompletedProcess:
-    code = ("import sys; sys.argv[0] = 'repoctx'; from indexer.parse import discovery; from indexer.safety import gitsafe; "
-            "gitsafe.LIST_TIMEOUT_S = 2.0; discovery.GIT_TIMEOUT_S = 2.0; "
+    code = ("import sys; sys.argv[0] = 'repoctx'; from indexer.parse import git_listing; from indexer.safety import gitsafe; "
+            "gitsafe.LIST_TIMEOUT_S = 2.0; git_listing.GIT_TIMEOUT_S = 2.0; "
             "from cli.main import main; main()")
     return _bounded([sys.executable, "-c", code, "index", "build", str(repo), "--no-embed", "-q",
                      "-j", "1"], limit, "`repoctx index build`")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from indexer.blake2 import blake2b
 from indexer.parse.chunking import Chunk, chunk_file
-from indexer.parse.discovery import classify_content
+from indexer.parse.classify import classify_content
 from indexer.parse.parser import parse_source
 from indexer.parse.rows import FileRows, file_rows
 from indexer.safety.denylist import denied_by_default
