@@ -17,6 +17,7 @@ from .models.base import Message, ToolCall, ToolSpec
 from .models.errors import ContextTooLongError, ModelError
 from .models.prompt_tokens import DEFAULT_TEMPLATE, ChatTemplate, PromptCounter
 from .models.text_calls import parse_text_calls
+from .settings import DEFAULT_RETRIES
 
 #: Share of the prompt (after system prompt and tool schemas) each section may use. Retrieved
 #: code takes whatever the others leave, so the prompt fills its budget but never grows past it.
@@ -44,7 +45,7 @@ class Limits:
     max_repeats: int = 3
     #: Retries of a retryable model error (rate limit, server error, timeout) per model call,
     #: the adapter's and the loop's together (agent/models/http.py retry_budget).
-    model_retries: int = 2
+    model_retries: int = DEFAULT_RETRIES
     #: Shrink-and-retry rounds after the provider says the prompt is too long.
     overflow_retries: int = 2
     #: Token budget of each step's prompt, system prompt and tool schemas included.

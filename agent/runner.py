@@ -43,7 +43,7 @@ from . import sandbox as _sandbox
 from .command_policy import plan_command
 from .errors import PathNotFoundError
 from .sandbox import SandboxError, SandboxPolicy
-from .settings import DEFAULT_ENV_ALLOW
+from .settings import DEFAULT_ENV_ALLOW, AgentSettings
 
 #: Never passed to a command, even when allowed or given in extra_env (matched case-insensitively).
 SECRET_ENV_PATTERNS: tuple[str, ...] = (
@@ -294,8 +294,8 @@ def run_command(
     argv: Sequence[str] | str,
     cwd: Path,
     *,
-    timeout_s: float = 120.0,
-    max_output_bytes: int = 64_000,
+    timeout_s: float = AgentSettings.command_timeout_s,
+    max_output_bytes: int = AgentSettings.max_output_bytes,
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW,
     allowlist: tuple[str, ...] | None = None,
     extra_env: Mapping[str, str] | None = None,

@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     # configuration: the indexer's settings, the table's machinery (each layer above declares
     # its own section with it; cli composes them) and what a repository may not loosen
     "Config": "indexer.config",
+    "DEFAULT_EMBED_MODEL": "indexer.config",
     "INDEX_SETTINGS": "indexer.config",
     "load_config": "indexer.config",
     "Setting": "indexer.settings",
@@ -146,7 +147,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from indexer.atomic import write_atomic
     from indexer.build import index_exists, stats_dict
     from indexer.changes import unmatched
-    from indexer.config import INDEX_SETTINGS, Config, load_config
+    from indexer.config import DEFAULT_EMBED_MODEL, INDEX_SETTINGS, Config, load_config
     from indexer.config_files import is_config_path
     from indexer.config_trust import adds, drops, looser_sandbox, turns_on
     from indexer.display import content, json_safe, place, shown
