@@ -140,8 +140,9 @@ def model_server():
 # --------------------------------------------------------------------------- the fast lane
 #: `make test-fast` (pytest -m "not slow", under a minute on 2 cores) leaves out the modules whose
 #: tests take seconds each: Ray clusters, the real embedding model, kill -9 and process
-#: supervision, sandboxes, rebuilds under concurrent readers, whole agent runs, snapshots, the
-#: MCP server. CI (`make test`) runs everything.
+#: supervision, sandboxes, rebuilds under concurrent readers, whole agent runs and the pipeline,
+#: snapshots, the MCP server, and the benchmarks' own tests (pytest runs, checkouts, whole CLI
+#: runs). CI (`make test`) runs everything.
 SLOW_MODULES = frozenset({
     "test_ray_engine", "test_ray_cluster", "test_embed", "test_atomic_rebuild",
     "test_hostile_files", "test_watch", "test_index_damage", "test_sandbox", "test_runner",
@@ -151,10 +152,34 @@ SLOW_MODULES = frozenset({
     "test_damage_exhaustion", "test_control_chars", "test_untrusted_git", "test_attack_pass_index",
     "test_attack_pass_agent", "test_hostile_untrusted_bench", "test_attack_pass_more",
     "test_pipeline", "test_prefix_stable", "test_small_windows", "test_plan_rules",
+    "test_pipeline_suite", "test_agent_e2e_bench", "test_agent_e2e_tasks",
+    "test_localization_bench",
 })
+
+#: Single tests of fast modules that start other processes (pytest runs, a second CLI process,
+#: a worker pool) or wait to kill one: a second or more each on 2 busy cores.
+SLOW_TESTS = frozenset({
+    "test_nofollow::test_run_tests_never_reads_through_what_the_tests_put_at_the_report",
+    "test_nofollow::test_cli_undo_from_another_process_refuses_a_swapped_directory",
+    "test_graph_golden::test_resolution_in_worker_processes_gives_the_same_graph",
+    "test_tools::test_a_command_that_never_ends_is_killed",
+})
+
+
+def _fast_lane(config) -> bool:
+    return (config.getoption("markexpr") or "").split() == ["not", "slow"]
+
+
+def pytest_ignore_collect(collection_path, config):
+    # In the fast lane a slow module is not even imported: importing them all took seconds.
+    if _fast_lane(config) and collection_path.name.endswith(".py"):
+        return collection_path.stem in SLOW_MODULES or None
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        name = getattr(item, "originalname", item.name)
+        if module in SLOW_MODULES or f"{module}::{name}" in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
