@@ -55,7 +55,7 @@ def atomic_writer(
     0o666 less the umask); the caller may change owner or times through ``fileno()`` in the
     block. An exception removes the temporary file and leaves ``path`` as it was."""
     path = os.fspath(path)
-    folder, _, name = path.rpartition(os.sep)
+    folder, name = os.path.split(path)
     if dir_fd is not None and folder:
         raise ValueError(f"with dir_fd, {path!r} must be a name in that directory")
     folder = folder or ("." if dir_fd is None else "")
