@@ -77,7 +77,7 @@ def rrf(*rankings: list[str], k: int = 60) -> list[str]:
     return [p for p, _ in sorted(score.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def units_of(conn, hits) -> list[str]:
+def units_of(index, hits) -> list[str]:
     """Benchmark units ("path::Qual.name") of symbol hits, by the line each definition starts."""
     cache: dict[str, list] = {}
     out = []
@@ -85,7 +85,7 @@ def units_of(conn, hits) -> list[str]:
         if is_test_path(h.path):
             continue
         if h.path not in cache:
-            cache[h.path] = file_units(conn, h.path)
+            cache[h.path] = file_units(index, h.path)
         out.extend(chunk_units(cache[h.path], h.start_line, h.start_line))
     return first_unique(out)
 
@@ -132,9 +132,9 @@ def pct(values: list[float], q: float) -> float:
 
 def run(args) -> dict:
     from benchmarks.loc_bm25 import FileBM25
+    from indexer import Index
     from indexer.build import build
     from indexer.config import load_config
-    from indexer.graph import store
     from indexer.history.store import HistoryStats, history_status
     from retrieval.history import HistoryFiles, HistorySymbols
     from retrieval.query import parse_query
@@ -198,7 +198,7 @@ def run(args) -> dict:
                 }
             exact = reachable_exactly(tree.tree, index_dir, task["base_commit"])
             absent = task_commit_absent(index_dir, task)
-            conn = store.open_for_read(index_dir).conn
+            index = Index.open(cfg)
             q = parse_query(task["problem_statement"])
             row = {
                 "instance_id": task["instance_id"],
@@ -215,7 +215,7 @@ def run(args) -> dict:
             }
             ranked: dict[str, list[str]] = {}
             for name, params in vs.items():
-                ctx = SignalContext(conn, tree.tree, index_dir, scope=Scope(exclude_tests=True))
+                ctx = SignalContext(index, scope=Scope(exclude_tests=True))
                 t0 = time.perf_counter()
                 fh = HistoryFiles(params).run(ctx, q, DEPTH)
                 t1 = time.perf_counter()
@@ -226,14 +226,14 @@ def run(args) -> dict:
                     latency_both.append((t2 - t0) * 1000)
                 files = [h.path for h in fh if not is_test_path(h.path)]
                 ranked[name] = files
-                row[name] = task_scores(files, units_of(conn, sh), task)
+                row[name] = task_scores(files, units_of(index, sh), task)
                 if name == "default":
                     row["top_files"] = files[:DEPTH]
-                    row["top_units"] = units_of(conn, sh)[:DEPTH]
+                    row["top_units"] = units_of(index, sh)[:DEPTH]
             base = bm25.rank(tree, task["problem_statement"], k=DEPTH)
             row["bm25"] = task_scores(base, None, task)
             row["bm25+history"] = task_scores(rrf(base, ranked["default"]), None, task)
-            conn.close()
+            index.close()
             rows.append(row)
             if out:
                 out.write(json.dumps(row) + "\n")

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from indexer.graph import store
+from indexer import Index, load_config  # noqa: E402
+from indexer.graph import store  # noqa: E402
 from retrieval.symbols import find_symbols  # noqa: E402
 
 
@@ -38,29 +39,29 @@ def main() -> None:
     ap.add_argument("--checks", type=int, default=3)
     args = ap.parse_args()
     idx = args.index_dir
+    config = load_config(idx.parent, index_dir=idx)
 
     def open_and_query() -> float:
         t = time.perf_counter()
-        db = store.open_for_read(idx, check_version=False)
-        find_symbols(db.conn, args.name)
-        db.conn.close()
+        with Index.open(config) as index:
+            find_symbols(index, args.name)
         return time.perf_counter() - t
 
     for _ in range(20):
         open_and_query()
     opened = [open_and_query() for _ in range(args.runs)]
-    held = store.open_for_read(idx, check_version=False)
+    held = Index.open(config)
     query_only = []
     for _ in range(args.runs):
         t = time.perf_counter()
-        find_symbols(held.conn, args.name)
+        find_symbols(held, args.name)
         query_only.append(time.perf_counter() - t)
     checks = []
     for _ in range(args.checks):
         t = time.perf_counter()
-        store.quick_check(held, idx)
+        store.quick_check(held.db, idx)
         checks.append(time.perf_counter() - t)
-    held.conn.close()
+    held.close()
     usage = store.disk_usage(idx)
     print(json.dumps({
         "index_dir": str(idx),

@@ -7,9 +7,12 @@ symbols table: the module-qualified qualname minus the file's module prefix.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from indexer import Index
 
 FILE_KS = (1, 5, 10)
 FUNC_KS = (5, 10)
@@ -23,11 +26,11 @@ class Unit:
     own: frozenset[int] | None  # for classes: lines not inside a nested unit; None = whole span
 
 
-def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
+def file_units(index: Index, path: str) -> list[Unit]:
     """The units of one indexed file, in line order (`retrieval.units` defines them)."""
     from retrieval.units import file_units as units_of
 
-    return [Unit(f"{path}::{u.local}", u.start, u.end, u.own) for u in units_of(conn, path)]
+    return [Unit(f"{path}::{u.local}", u.start, u.end, u.own) for u in units_of(index, path)]
 
 
 def chunk_units(units: Sequence[Unit], start: int, end: int) -> list[str]:

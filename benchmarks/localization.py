@@ -77,8 +77,8 @@ def lists(ranking) -> tuple[list[str], list[str]]:
     )
 
 
-def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: Path, cache,
-                   policy=None, suffix: str = "") -> dict | None:
+def context_recall(assemble, index, searcher, task: dict, cache, policy=None,
+                   suffix: str = "") -> dict | None:
     """Share of gold units whose whole definition lies inside one full block of the context
     assembled for the task, per budget; None without gold units. For the default policy also
     ``gold``: each gold unit's rank in the ranking the pack was seeded from (1-based, None when
@@ -94,8 +94,8 @@ def context_recall(assemble, conn, searcher, task: dict, root: Path, index_dir: 
     held: list[list[bool]] = [[] for _ in gold]
     ranking = None  # the same ranking serves every budget
     for budget in CONTEXT_BUDGETS:
-        pack = assemble(conn, root, task["problem_statement"], budget, searcher=searcher,
-                        index_dir=index_dir, policy=policy, ranking=ranking)
+        pack = assemble(index, task["problem_statement"], budget, searcher=searcher,
+                        policy=policy, ranking=ranking, history=True)
         ranking = pack.ranking
         covered = [span is not None and pack.covers(path, *span) for path, span in gold]
         for h, c in zip(held, covered, strict=True):
@@ -215,9 +215,9 @@ def load_models(spec: str):
 
 
 def run(args) -> dict:
+    from indexer import Index
     from indexer.build import build
     from indexer.config import load_config
-    from indexer.graph import store
     from retrieval.context import assemble_context
     from retrieval.fusion import FusionModel, fuse
     from retrieval.pipeline import default_signals, run_signals
@@ -297,9 +297,9 @@ def run(args) -> dict:
                 log(f"{repo} {task['instance_id']}: checkout failed, skipped")
                 continue
             try:
-                row = _one_task(task, tree, config, index_dir, embed, embedder, signals, models,
+                row = _one_task(task, tree, config, embed, embedder, signals, models,
                                 first_model, args, bm25, builds, latencies, dump_fh,
-                                build, store, Searcher, SignalContext, Scope, run_signals, fuse,
+                                build, Index, Searcher, SignalContext, Scope, run_signals, fuse,
                                 FusionModel, UnitCache, assemble_context)
             except Exception as exc:  # noqa: BLE001 - one bad task must not end the run
                 skipped.append({"instance_id": task["instance_id"], "reason": f"error: {exc!r}"[:500]})
@@ -330,19 +330,18 @@ def run(args) -> dict:
     return summary
 
 
-def _one_task(task, tree, config, index_dir, embed, embedder, signals, models, first_model, args,
-              bm25, builds, latencies, dump_fh, build, store, Searcher, SignalContext, Scope,
+def _one_task(task, tree, config, embed, embedder, signals, models, first_model, args,
+              bm25, builds, latencies, dump_fh, build, Index, Searcher, SignalContext, Scope,
               run_signals, fuse, FusionModel, UnitCache, assemble_context) -> dict:
     t0 = time.perf_counter()
     stats = build(config, chunks=True, embed=embed, embedder=embedder)
     secs = time.perf_counter() - t0
     builds[task["repo"]].append(secs)
-    db = store.open_for_read(index_dir)
-    conn = db.conn
+    index = Index.open(config)
     try:
-        searcher = Searcher(conn, index_dir, tree.tree, embedder=embedder) if embed else None
+        searcher = Searcher(index, embedder=embedder) if embed else None
         scope = Scope(lang="python", exclude_tests=True)
-        ctx = SignalContext(conn, tree.tree, index_dir, scope=scope, searcher=searcher)
+        ctx = SignalContext(index, scope=scope, searcher=searcher)
         ctx.cache["model"] = first_model
         q0 = time.perf_counter()
         runs = run_signals(ctx, task["problem_statement"], signals, TOP)
@@ -358,15 +357,15 @@ def _one_task(task, tree, config, index_dir, embed, embedder, signals, models, f
             "fused": {},
             "ablation": {},
         }
-        cache = UnitCache(conn)
+        cache = UnitCache(index)
         for name, hits in runs.hits.items():
-            ranking = fuse({name: hits}, conn, FusionModel.rrf())
+            ranking = fuse({name: hits}, index, FusionModel.rrf())
             files, units = lists(ranking)
             row["signals"][name] = {**task_scores(files, units, task), "hits": len(hits),
                                     "files": files, "units": units}
         for mname, model in models.items():
             f0 = time.perf_counter()
-            ranking = fuse(runs.hits, conn, model)
+            ranking = fuse(runs.hits, index, model)
             latencies[f"fuse:{mname}"].append(time.perf_counter() - f0)
             files, units = lists(ranking)
             row["fused"][mname] = {**task_scores(files, units, task), "files": files, "units": units}
@@ -374,20 +373,18 @@ def _one_task(task, tree, config, index_dir, embed, embedder, signals, models, f
         if args.ablation:
             for name in runs.hits:
                 rest = {k: v for k, v in runs.hits.items() if k != name}
-                files, units = lists(fuse(rest, conn, first_model))
+                files, units = lists(fuse(rest, index, first_model))
                 row["ablation"][name] = task_scores(files, units, task)
         if args.context:
-            row["context"] = context_recall(assemble_context, conn, searcher, task, tree.tree,
-                                            index_dir, cache)
+            row["context"] = context_recall(assemble_context, index, searcher, task, cache)
             for pname, policy in context_policies(args).items() if row["context"] else ():
                 row["context"].update(context_recall(
-                    assemble_context, conn, searcher, task, tree.tree, index_dir, cache,
-                    policy, f"_{pname}"))
+                    assemble_context, index, searcher, task, cache, policy, f"_{pname}"))
         if dump_fh is not None:
             dump_fh.write(json.dumps(dump_row(task, runs, cache)) + "\n")
             dump_fh.flush()
     finally:
-        conn.close()
+        index.close()
     b0 = time.perf_counter()
     bfiles = bm25.rank(tree, task["problem_statement"], k=TOP)
     latencies["bm25_files"].append(time.perf_counter() - b0)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from indexer import Index  # noqa: E402
 from indexer.build import build  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.graph import store
@@ -84,7 +85,7 @@ def _latency(s: Searcher, queries: list[str], mode: str, repeat: int) -> dict:
         for q in queries:
             t = time.perf_counter()
             if mode == "context_8k":
-                assemble_context(s.conn, s.root, q, 8000, searcher=s)
+                assemble_context(s.index, q, 8000, searcher=s)
             else:
                 s.search(q, mode=mode, k=10)
             times.append((time.perf_counter() - t) * 1000)
@@ -108,10 +109,10 @@ def query_latency(
     repeat=3,
     issues: list[str] = (),
 ) -> dict:
-    conn = store.open_for_read(index_dir).conn
-    s = Searcher(conn, index_dir, root, embedder=embedder)
+    index = Index.open(root, index_dir=index_dir)
+    s = Searcher(index, embedder=embedder)
     s.search("warm up", mode="lexical")
-    assemble_context(conn, root, "warm up", 8000, searcher=s)  # loads the tokenizer
+    assemble_context(index, "warm up", 8000, searcher=s)  # loads the tokenizer
     out = {}
     for mode in modes:
         try:
@@ -121,7 +122,7 @@ def query_latency(
             continue
         if issues and mode in ("lexical", "hybrid", "context_8k"):
             out[f"{mode}_issue_length"] = _latency(s, list(issues), mode, 1)
-    conn.close()
+    index.close()
     return out
 
 
@@ -231,11 +232,11 @@ def main() -> None:
         target.write_text(original.replace("def py_scanstring(", f"def {ident}(", 1))
         t = time.perf_counter()
         build(ecfg, embed=True, embedder=embedder)
-        conn = store.open_for_read(ecfg.index_path).conn
-        s = Searcher(conn, ecfg.index_path, ecfg.root, embedder=embedder)
+        index = Index.open(ecfg)
+        s = Searcher(index, embedder=embedder)
         found = any(ident in (h.symbol or "") for h in s.search(ident, mode="hybrid", k=5).hits)
         times.append(time.perf_counter() - t)
-        conn.close()
+        index.close()
         assert found, "edited function not searchable"
     target.write_text(original)
     result["edit_to_searchable_s"] = {

@@ -86,20 +86,19 @@ PACK_TASKS = (
 
 def packs() -> list[tuple[str, str, str]]:
     """Context packs for a few tasks, from the repository's own index (none without one)."""
-    from indexer.config import load_config
-    from indexer.graph import store
+    from indexer import Index, load_config
     from retrieval.context import PackPolicy, assemble_context
 
     config = load_config(REPO)
     if not config.db_path.exists():
         log("no index at .repoctx: no context packs (run `repoctx index build` for them)")
         return []
-    conn = store.open_for_read(config.index_path).conn
     policy = replace(PackPolicy(), line_numbers=True)
     out = []
-    for task in PACK_TASKS:
-        pack = assemble_context(conn, REPO, task, 1500, tokenizer="o200k", policy=policy)
-        out.append(("pack", task, pack.render()))
+    with Index.open(config) as index:
+        for task in PACK_TASKS:
+            pack = assemble_context(index, task, 1500, tokenizer="o200k", policy=policy)
+            out.append(("pack", task, pack.render()))
     return out
 
 

@@ -93,11 +93,19 @@ def wait_for(check, timeout: float) -> float:
     return time.perf_counter() - t0
 
 
-def symbol_found(conn: sqlite3.Connection, name: str):
+def open_index(root: Path, index: Path):
+    """The index as the read commands hold it (one read connection, as ``open_ro``'s)."""
+    sys.path.insert(0, str(REPO))
+    from indexer import Index
+
+    return Index.open(root, index_dir=index)
+
+
+def symbol_found(held, name: str):
     sys.path.insert(0, str(REPO))
     from retrieval.symbols import find_symbols
 
-    return lambda: any(h.name == name for h in find_symbols(conn, name, limit=5))
+    return lambda: any(h.name == name for h in find_symbols(held, name, limit=5))
 
 
 def vector_found(conn: sqlite3.Connection, path: str, line: int):
@@ -217,6 +225,7 @@ def main() -> None:
         pid = json.loads(started.stdout)["pid"]
         wait_for(lambda: watcher_state(index).get("state") == "idle", 600)
         conn = open_ro(index)
+        held = open_index(root, index)
 
         log(f"{args.edits} single edits")
         graph_lat, vector_lat = [], []
@@ -226,7 +235,7 @@ def main() -> None:
             t0 = time.perf_counter()
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write(f'\n\ndef {name}(value):\n    """Probe {i}."""\n    return value * {i}\n')
-            wait_for(symbol_found(conn, name), 120)
+            wait_for(symbol_found(held, name), 120)
             graph_lat.append(time.perf_counter() - t0)
             if embed:
                 rel = path.relative_to(root).as_posix()
@@ -320,6 +329,7 @@ def main() -> None:
         }
         out["watcher"] = watcher_state(index)
         conn.close()
+        held.close()
     finally:
         if pid is not None:
             try:

@@ -4,8 +4,9 @@ Retrieval, the agent and the CLI never see a connection, a generation file or a 
 they hold an `Index` and ask it. ``index.graph`` and ``index.lexical`` read the SQLite graph
 (`GraphReads`, `LexicalReads` over one read-only connection to the generation that was current
 when it opened), ``index.history`` reads the commit history, ``index.open_vectors()`` the
-vector table, and ``index.build()`` brings it up to date with the tree (then reads the new
-generation).
+vector table, ``index.status()``, ``index.stale_paths()`` and ``index.build_progress()`` say
+how complete and fresh it is, and ``index.build()`` brings it up to date with the tree (then
+reads the new generation).
 
 Opening is cheap and reads nothing until asked: `Index.open` connects to the graph at once (so
 a missing or damaged index is said where the command starts), `Index(config)` waits for the
@@ -14,6 +15,7 @@ first read or for `build`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -129,6 +131,34 @@ class Index:
         return VectorReader.open(self.vectors_uri(), int(dim or 0), model,
                                  storage_options(self.config))
 
+    # -- status and freshness ----------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """What the index holds and how fresh it is against the tree (``repoctx index status``):
+        read afresh from the generation current now, whichever this handle reads."""
+        from indexer.graph.store import open_for_read
+        from indexer.ops.status import index_status
+
+        db = open_for_read(self.dir)
+        try:
+            return index_status(self.config, db)
+        finally:
+            db.conn.close()
+
+    def stale_paths(self, paths: Iterable[str], root: str | Path | None = None) -> set[str]:
+        """Which of ``paths`` changed on disk (size or mtime) since they were indexed, or are
+        gone: one stat per distinct path under ``root`` (default: this index's root)."""
+        from indexer.ops.status import stale_paths
+
+        return stale_paths(self.graph, paths, str(self.root if root is None else root))
+
+    def build_progress(self) -> dict[str, Any] | None:
+        """A build running on this index, or one that stopped before its end (``phase``,
+        ``pid``, ``running``, ``ready``, ``fix``); None when the last one finished."""
+        from indexer.ops.status import build_progress
+
+        return build_progress(self.dir, self.graph)
+
     # -- writes ------------------------------------------------------------------------------
 
     def build(self, **options: Any) -> BuildStats:
@@ -139,6 +169,17 @@ class Index:
         stats = build(self.config, **options)
         self.refresh()
         return stats
+
+    def current(self) -> bool:
+        """Whether reads see the generation `graph.db` names now: False once a full rebuild, a
+        repair or a pull by any process swapped in another (one readlink; an incremental build
+        writes the same generation, which the connection sees)."""
+        if self._db is None:
+            return True
+        from indexer.graph.store import graph_file
+
+        now = graph_file(self.dir)
+        return now is None or now == self._db.file
 
     def refresh(self) -> None:
         """Read the current generation from now on (after a build by this or another process)."""

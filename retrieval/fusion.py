@@ -21,13 +21,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.graph.lexical_reads import LexicalReads
-
 from .signals import Hit
 from .units import Unit, UnitCache
 
 if TYPE_CHECKING:
-    import sqlite3
+    from indexer import Index
 
 WEIGHTS_FILE = Path(__file__).with_name("fusion_weights.json")
 #: Reciprocal rank fusion constant for signals without fitted weights.
@@ -295,14 +293,14 @@ def unit_candidates(
 
 def fuse(
     runs: Mapping[str, Sequence[Hit]],
-    conn: sqlite3.Connection | None,
+    index: Index | None,
     model: FusionModel | None = None,
     *,
     unit_files: int = 30,
     cache=None,
 ) -> Ranking:
     """Rank files and units (definitions, and module-level lines that were hit) from the hits
-    of every signal. ``cache`` (a `UnitCache`) defaults to one over ``conn``."""
+    of every signal. ``cache`` (a `UnitCache`) defaults to one over ``index``."""
     model = (model or FusionModel.load()).for_signals(runs)
     known_file, known_unit = _known(model.file), _known(model.unit)
     scored_files = [
@@ -314,7 +312,7 @@ def fuse(
     order = [f.path for f in files]
     file_score = {f.path: f.score for f in files}
     rank = {p: i for i, p in enumerate(order, 1)}
-    cache = cache if cache is not None else UnitCache(conn)
+    cache = cache if cache is not None else UnitCache(index)
     scored_units = []
     for u, feats, a in unit_candidates(runs, cache, order, file_score, unit_files):
         s = _score(feats, a, model.unit, known_unit)
@@ -325,7 +323,7 @@ def fuse(
     return Ranking(files, tuple(scored_units), runs)
 
 
-def ranked_chunks(ranking: Ranking, conn: sqlite3.Connection, k: int) -> list[RankedChunk]:
+def ranked_chunks(ranking: Ranking, index: Index, k: int) -> list[RankedChunk]:
     """The best ``k`` chunks in unit order: for each ranked unit the chunks of it that a signal
     hit (best first), or the chunk where it starts when only its name or file was hit."""
     chunk_ev: dict[int, dict[str, _Acc]] = defaultdict(dict)
@@ -351,7 +349,7 @@ def ranked_chunks(ranking: Ranking, conn: sqlite3.Connection, k: int) -> list[Ra
         ]
         mine.sort(key=lambda c: min((a.rank for a in chunk_ev[c].values()), default=10**9))
         if not mine and u.kind != "module":
-            row = LexicalReads(conn).chunk_at(u.path, u.start)
+            row = index.lexical.chunk_at(u.path, u.start)
             if row is not None:
                 chunk_hit.setdefault(row[0], Hit("chunk", u.path, ru.score, row[1], row[0], row[2], row[3]))
                 mine = [row[0]]

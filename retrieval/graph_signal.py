@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from indexer.graph.reads import GraphReads
-
 from .query import Query
 from .signals import Hit, SignalContext
 
@@ -29,30 +27,30 @@ class Graph:
         ranking = ctx.cache.get("seed_ranking")
         if ranking is None or not ranking.units:
             return []
-        conn = ctx.conn
+        graph = ctx.index.graph
         seeds = ranking.units[:SEEDS]
         top = seeds[0].score or 1.0
         seed_ids: dict[int, float] = {}
         for r in seeds:
             u = r.unit
             w = max(r.score / top, 0.05) if top > 0 else 1.0
-            for sid in GraphReads(conn).definition_ids_within(u.path, u.start, u.end):
+            for sid in graph.definition_ids_within(u.path, u.start, u.end):
                 seed_ids[sid] = max(seed_ids.get(sid, 0.0), w)
         if not seed_ids:
             return []
         scores: dict[int, float] = defaultdict(float)
         ids = list(seed_ids)
-        for sid, tid, conf in GraphReads(conn).resolved_out_edges(ids):
+        for sid, tid, conf in graph.resolved_out_edges(ids):
             if tid not in seed_ids:
                 scores[tid] += seed_ids[sid] * CALLEE * (conf or 0.5)
-        for sid, eid, conf in GraphReads(conn).resolved_in_edges(ids, FANOUT * len(ids)):
+        for sid, eid, conf in graph.resolved_in_edges(ids, FANOUT * len(ids)):
             if eid not in seed_ids:
                 scores[eid] += seed_ids[sid] * CALLER * (conf or 0.5)
         if not scores:
             return []
         cand = sorted(scores.items(), key=lambda kv: -kv[1])[: k * 3]
         cids = [c for c, _ in cand]
-        rows = GraphReads(conn).definitions_with_popularity(cids)
+        rows = graph.definitions_with_popularity(cids)
         out = []
         for sid, s in cand:
             if sid not in rows:

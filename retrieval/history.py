@@ -20,17 +20,13 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-from indexer.graph.reads import GraphReads
-from indexer.history.reads import HistoryReader
 
 from .query import Query, parse_query
 from .signals import Hit, SignalContext
 
 if TYPE_CHECKING:
-    from sqlite3 import Connection
+    from indexer import HistoryReader, Index
 
 _ISSUE_REF = re.compile(r"(?<![\w&])#(\d{1,7})\b")
 
@@ -92,11 +88,6 @@ class _Sim:
     defs: list[tuple[str, str, str]] = field(default_factory=list)  # (path, name, parent)
 
 
-def _open(ctx: SignalContext) -> HistoryReader | None:
-    """The history store read-only, or None (no index dir, not built, not a git tree)."""
-    return HistoryReader.open(ctx.index_dir)
-
-
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 
@@ -130,13 +121,9 @@ def _similar(ctx: SignalContext, q: Query, p: HistoryParams, which: str = "votes
     key = ("history", q.text, p, which)
     if key in ctx.cache:
         return ctx.cache[key]
-    out: list[_Sim] = []
-    hconn = _open(ctx)
-    if hconn is not None:
-        try:
-            out = _query(hconn, q, p, which)
-        finally:
-            hconn.close()
+    # None: not built, not a git tree, disabled or damaged; or this search leaves it out
+    hconn = ctx.index.history if ctx.history else None
+    out = _query(hconn, q, p, which) if hconn is not None else []
     ctx.cache[key] = out
     return out
 
@@ -174,11 +161,10 @@ class _Paths:
         self.known: dict[str, str | None] = {}  # path -> language ('' unknown), None: absent
         self.allowed: dict[str, bool] = {}  # existing path -> within the scope
         self.renames: dict[str, list[tuple[str, int]]] = {}
-        self._hconn: HistoryReader | None = None
 
     def load(self, paths: set[str]) -> None:
         todo = [p for p in paths if p not in self.known]
-        found = GraphReads(self.ctx.conn).indexed_languages(todo)
+        found = self.ctx.index.graph.indexed_languages(todo)
         for path in todo:
             self.known[path] = found.get(path)
 
@@ -206,14 +192,9 @@ class _Paths:
     def _renamed(self, path: str, since: int) -> tuple[str, int] | None:
         """The first rename of ``path`` at or after ``since``: (new path, its commit time)."""
         if path not in self.renames:
-            if self._hconn is None:
-                self._hconn = _open(self.ctx)
-            self.renames[path] = [] if self._hconn is None else self._hconn.renames_of(path)
+            hconn = self.ctx.index.history
+            self.renames[path] = [] if hconn is None else hconn.renames_of(path)
         return next(((p, t) for p, t in self.renames[path] if t >= since), None)
-
-    def close(self) -> None:
-        if self._hconn is not None:
-            self._hconn.close()
 
 
 def _note(s: _Sim) -> str:
@@ -235,21 +216,18 @@ class HistoryFiles:
         if not sims:
             return []
         paths = _Paths(ctx)
-        try:
-            paths.load({f for s in sims for f in s.files})
-            scores: dict[str, float] = defaultdict(float)
-            top: dict[str, tuple[float, _Sim]] = {}
-            for s in sims:
-                kept = {cur for f in s.files if (cur := paths.current(f, s.commit_time))}
-                if not kept:
-                    continue
-                vote = s.weight / len(kept) ** self.params.split
-                for path in kept:
-                    scores[path] += vote
-                    if path not in top or vote > top[path][0]:
-                        top[path] = (vote, s)
-        finally:
-            paths.close()
+        paths.load({f for s in sims for f in s.files})
+        scores: dict[str, float] = defaultdict(float)
+        top: dict[str, tuple[float, _Sim]] = {}
+        for s in sims:
+            kept = {cur for f in s.files if (cur := paths.current(f, s.commit_time))}
+            if not kept:
+                continue
+            vote = s.weight / len(kept) ** self.params.split
+            for path in kept:
+                scores[path] += vote
+                if path not in top or vote > top[path][0]:
+                    top[path] = (vote, s)
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [Hit("file", path, sc, note=_note(top[path][1])) for path, sc in ranked]
 
@@ -273,38 +251,35 @@ class HistorySymbols:
         scores: dict[tuple[str, str], float] = defaultdict(float)
         spans: dict[tuple[str, str], tuple[int, int]] = {}
         top: dict[tuple[str, str], tuple[float, _Sim]] = {}
-        try:
-            paths.load({d[0] for s in sims for d in s.defs})
-            located = [[(paths.current(path, s.commit_time), name, parent)
-                        for path, name, parent in dict.fromkeys(s.defs)] for s in sims]
-            wanted: dict[str, set[str]] = defaultdict(set)
-            for cur, name, _parent in (d for ds in located for d in ds):
-                if cur is not None:
-                    wanted[cur].add(name)
-            defs_of = {cur: _definitions(ctx.conn, cur, names) for cur, names in wanted.items()}
-            for s, defs in zip(sims, located, strict=True):
-                targets: list[list[tuple[str, str, int, int, str]]] = []
-                for cur, name, parent in defs:
-                    if cur is None:
-                        continue
-                    cands = defs_of[cur].get(name, [])
-                    if parent:
-                        cands = [c for c in cands if c[4] == parent] or cands
-                    if cands:
-                        targets.append(cands)
-                if not targets:
+        paths.load({d[0] for s in sims for d in s.defs})
+        located = [[(paths.current(path, s.commit_time), name, parent)
+                    for path, name, parent in dict.fromkeys(s.defs)] for s in sims]
+        wanted: dict[str, set[str]] = defaultdict(set)
+        for cur, name, _parent in (d for ds in located for d in ds):
+            if cur is not None:
+                wanted[cur].add(name)
+        defs_of = {cur: _definitions(ctx.index, cur, names) for cur, names in wanted.items()}
+        for s, defs in zip(sims, located, strict=True):
+            targets: list[list[tuple[str, str, int, int, str]]] = []
+            for cur, name, parent in defs:
+                if cur is None:
                     continue
-                vote = s.weight / len(targets) ** self.params.split
-                for cands in targets:
-                    for qual, path, start, end, _parent in cands:
-                        key = (path, qual)
-                        share = vote / len(cands)
-                        scores[key] += share
-                        spans[key] = (start, end)
-                        if key not in top or share > top[key][0]:
-                            top[key] = (share, s)
-        finally:
-            paths.close()
+                cands = defs_of[cur].get(name, [])
+                if parent:
+                    cands = [c for c in cands if c[4] == parent] or cands
+                if cands:
+                    targets.append(cands)
+            if not targets:
+                continue
+            vote = s.weight / len(targets) ** self.params.split
+            for cands in targets:
+                for qual, path, start, end, _parent in cands:
+                    key = (path, qual)
+                    share = vote / len(cands)
+                    scores[key] += share
+                    spans[key] = (start, end)
+                    if key not in top or share > top[key][0]:
+                        top[key] = (share, s)
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [
             Hit("symbol", path, sc, symbol=qual, start_line=spans[(path, qual)][0],
@@ -314,11 +289,11 @@ class HistorySymbols:
 
 
 def _definitions(
-    conn: Connection, path: str, names: set[str]
+    index: Index, path: str, names: set[str]
 ) -> dict[str, list[tuple[str, str, int, int, str]]]:
     """Today's definitions of one file named ``names``: (qualname, path, start, end, parent)."""
     out: dict[str, list[tuple[str, str, int, int, str]]] = defaultdict(list)
-    for name, qual, start, end, parent in GraphReads(conn).definitions_named_in_file(path, names):
+    for name, qual, start, end, parent in index.graph.definitions_named_in_file(path, names):
         out[name].append((qual, path, start, end, parent))
     return out
 
@@ -347,16 +322,13 @@ def similar_commits(
     ]
 
 
-def lookup_commit(index_dir: Path, prefix: str) -> tuple[str, str] | None:
+def lookup_commit(index: Index, prefix: str) -> tuple[str, str] | None:
     """(sha, subject) of the one commit of HEAD's history whose sha starts with ``prefix``,
     or None (unknown, ambiguous, or no history index)."""
     if not re.fullmatch(r"[0-9a-f]{4,40}", prefix):
         return None
-    hconn = HistoryReader.open(index_dir)
+    hconn = index.history
     if hconn is None:
         return None
-    try:
-        rows = hconn.commits_with_prefix(prefix)
-    finally:
-        hconn.close()
+    rows = hconn.commits_with_prefix(prefix)
     return (rows[0][0], rows[0][1]) if len(rows) == 1 else None

@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from indexer.graph.reads import GraphReads
-
 if TYPE_CHECKING:
-    import sqlite3
+    from indexer import Index
 
 #: ref kind -> (relation of the target seen from the referrer, of the referrer seen from the
 #: target). Read "<node> <relation> <via>": compute_tax called-by checkout_total.
@@ -77,7 +75,7 @@ class Subgraph:
 
 
 def _neighbours(
-    conn: sqlite3.Connection, frontier: list[int], fanout: int, degree: dict[int, int]
+    index: Index, frontier: list[int], fanout: int, degree: dict[int, int]
 ) -> list[tuple[int, int, str, float]]:
     """Edges touching the frontier, both directions: per node, relation kind and direction
     only the ``fanout`` most confident (ranked in SQL: a hub has thousands of callers)."""
@@ -93,7 +91,7 @@ def _neighbours(
 
     def refs(outgoing: bool, candidates: bool) -> None:
         ids = frontier if outgoing else quiet
-        for enc, tgt, kind, conf in GraphReads(conn).strongest_edges(ids, outgoing=outgoing, fanout=fanout, candidates=candidates
+        for enc, tgt, kind, conf in index.graph.strongest_edges(ids, outgoing=outgoing, fanout=fanout, candidates=candidates
         ):
             fwd, back = REF_RELATIONS.get(kind, ("used-by", "uses"))
             if outgoing:
@@ -106,9 +104,9 @@ def _neighbours(
     refs(outgoing=True, candidates=True)
     refs(outgoing=False, candidates=True)
     # Nesting: members and their classes; top-level definitions and their module.
-    rows = GraphReads(conn).nesting_rows(frontier)
+    rows = index.graph.nesting_rows(frontier)
     top_files = sorted({f for _, parent, f, kind in rows if parent is None and kind != "module"})
-    modules = GraphReads(conn).module_ids(top_files)
+    modules = index.graph.module_ids(top_files)
     for sid, parent, file_id, kind in rows:
         up = parent if parent is not None else (modules.get(file_id) if kind != "module" else None)
         add(sid, up, "encloses", 1.0)
@@ -117,7 +115,7 @@ def _neighbours(
 
 
 def collect_subgraph(
-    conn: sqlite3.Connection,
+    index: Index,
     seeds: Mapping[int, float],
     *,
     hops: int = 2,
@@ -136,9 +134,9 @@ def collect_subgraph(
     for hop in range(1, hops + 1):
         if not frontier:
             break
-        degree.update(GraphReads(conn).reference_counts([n for n in frontier if n not in degree]))
+        degree.update(index.graph.reference_counts([n for n in frontier if n not in degree]))
         by_group: dict[tuple[int, str], list[tuple[int, int, str, float]]] = defaultdict(list)
-        for e in _neighbours(conn, frontier, fanout, degree):
+        for e in _neighbours(index, frontier, fanout, degree):
             src, dst = e[0], e[1]
             if dist.get(src) == hop - 1:
                 by_group[(src, e[2])].append(e)
@@ -155,7 +153,7 @@ def collect_subgraph(
             dist[node] = hop
         mass.update(reached)
         frontier = sorted(reached, key=lambda n: -reached[n])[:expand]
-    degree.update(GraphReads(conn).reference_counts([n for n in dist if n not in degree]))
+    degree.update(index.graph.reference_counts([n for n in dist if n not in degree]))
     # Edges back towards the seeds make the walk symmetric inside the subgraph.
     for (src, dst, rel), conf in list(raw.items()):
         raw.setdefault((dst, src, _INVERSE[rel]), conf)

@@ -1,7 +1,7 @@
 """Signals in, one ranking out: the path every caller takes (`search`, `context`, the agent and
 the MCP server).
 
-    ctx = SignalContext(conn, root, index_dir, scope=Scope(exclude_tests=True), searcher=searcher)
+    ctx = SignalContext(index, scope=Scope(exclude_tests=True), searcher=searcher)
     ranking = rank(ctx, "issue text ...")
     ranking.files[0].path, ranking.units[0].unit.qualname, ranking.chunks[0].hit
 """
@@ -64,7 +64,7 @@ def unit_cache(ctx: SignalContext) -> UnitCache:
     """The units of the files one search looks at, read once for all its fusions."""
     got = ctx.cache.get("units")
     if got is None:
-        got = ctx.cache["units"] = UnitCache(ctx.conn)
+        got = ctx.cache["units"] = UnitCache(ctx.index)
     return got
 
 
@@ -93,7 +93,7 @@ def run_signals(
     if later:
         # the graph starts from the best few definitions: they come from the best few files
         ctx.cache["seed_ranking"] = fuse(
-            hits, ctx.conn, ctx.cache.get("model"), cache=unit_cache(ctx), unit_files=SEED_FILES
+            hits, ctx.index, ctx.cache.get("model"), cache=unit_cache(ctx), unit_files=SEED_FILES
         )
         for sig in later:
             t0 = time.perf_counter()
@@ -115,6 +115,6 @@ def rank(
     model = model or FusionModel.load()
     ctx.cache.setdefault("model", model)
     runs = run_signals(ctx, text, signals, k)
-    ranking = fuse(runs.hits, ctx.conn, model, cache=unit_cache(ctx))
+    ranking = fuse(runs.hits, ctx.index, model, cache=unit_cache(ctx))
     ctx.cache["timings"] = runs.timings
     return ranking

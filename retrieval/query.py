@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from indexer.parse.terms import STOPWORDS, split_identifier
+from indexer import STOPWORDS, split_identifier
 
 _FENCE = re.compile(r"^[ \t]*(```+|~~~+)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
 _INLINE = re.compile(r"`([^`\n]{1,300})`")

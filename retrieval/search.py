@@ -9,17 +9,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.errors import ModelMismatchError, VectorsMissingError, VectorTableDamagedError
-from indexer.graph.reads import GraphReads
-from indexer.parse.languages import KINDS, kind_of, languages_of_kind
-from indexer.parse.testpaths import is_test_path
-from indexer.safety.denylist import denied_by_default
-from indexer.safety.nofollow import read_regular
-
-from .freshness import stale_paths
+from indexer import (
+    DEFAULT_EMBED_MODEL,
+    KINDS,
+    ModelMismatchError,
+    VectorsMissingError,
+    VectorTableDamagedError,
+    denied_by_default,
+    is_test_path,
+    kind_of,
+    languages_of_kind,
+    read_regular,
+)
 
 if TYPE_CHECKING:
-    import sqlite3
+    from indexer import Index, VectorReader
 
 MODES = ("hybrid", "semantic", "lexical")
 #: Candidates taken from each signal before fusion.
@@ -66,44 +70,19 @@ class Searcher:
     """Search over one index. The embedder (and its ~seconds of import) is loaded on the
     first semantic query only, then reused."""
 
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        index_dir: Path,
-        root: Path,
-        embedder=None,
-        vectors_uri: str | None = None,
-        storage_options: dict | None = None,
-    ) -> None:
-        self.conn = conn
-        self.index_dir = index_dir
-        self.root = root
+    def __init__(self, index: Index, embedder=None) -> None:
+        self.index = index
+        self.root = index.root
         self._embedder = embedder
-        self._vectors = None
+        self._vectors: VectorReader | None = None
         self._unavailable: str | None = None  # why there is no vector table (see _vector_store)
-        self._vectors_uri = vectors_uri  # None: where the index says (see _vector_store)
-        self._storage_options = storage_options
         self._qvecs: dict[str, object] = {}  # query text -> vector (see query_vector)
         #: Why the vector table could not be read, when this searcher met damage (its open or
         #: a read); the semantic signal answers nothing then, and searches say so.
         self.vectors_damaged: str | None = None
 
-    @classmethod
-    def from_config(cls, conn: sqlite3.Connection, config, embedder=None) -> Searcher:
-        """A searcher for ``config``'s index, with its vectors location and storage options."""
-        from indexer.locations import storage_options
-
-        return cls(
-            conn,
-            config.index_path,
-            config.root,
-            embedder=embedder,
-            vectors_uri=config.vectors_uri,
-            storage_options=storage_options(config),
-        )
-
     def _meta(self, key: str) -> str | None:
-        return GraphReads(self.conn).meta_value(key)
+        return self.index.graph.meta_value(key)
 
     def semantic_coverage(self) -> float:
         """Share of chunks with a vector. The chunk count is read once per generation (a scan
@@ -112,11 +91,11 @@ class Searcher:
             return 0.0
         gen = self._meta("generation")
         if getattr(self, "_total", (None, 0))[0] != gen:
-            self._total = (gen, GraphReads(self.conn).chunk_count())
+            self._total = (gen, self.index.graph.chunk_count())
         total = self._total[1]
         if not total:
             return 0.0
-        pending = GraphReads(self.conn).chunks_to_embed()
+        pending = self.index.graph.chunks_to_embed()
         return (total - pending) / total
 
     def _vector_store(self):
@@ -124,16 +103,12 @@ class Searcher:
         must not write, and an empty table would hide that the vectors are gone. Looked for
         again on every call until found, so a long-lived searcher sees a later build's."""
         if self._vectors is None:
-            model, dim = self._meta("embed_model"), self._meta("embed_dim")
-            if not model:
+            if not self._meta("embed_model"):
                 self._unavailable = "this index has no vectors (it was built with `--no-embed`)"
                 return None
-            from indexer.locations import locate_vectors
-            from indexer.vectors.reader import VectorReader
-
-            uri = locate_vectors(self._vectors_uri, self._meta("vectors_uri"), self.index_dir)
+            uri = self.index.vectors_uri()  # configured, else recorded, else beside the graph
             try:
-                self._vectors = VectorReader.open(uri, int(dim), model, self._storage_options)
+                self._vectors = self.index.open_vectors()
             except VectorTableDamagedError as exc:
                 return self._damaged(exc)
             except ModelMismatchError as exc:  # the graph says one model, the table another
@@ -168,7 +143,7 @@ class Searcher:
         except VectorTableDamagedError as exc:
             self._damaged(exc)
             return []
-        done, total = GraphReads(self.conn).vector_coverage()
+        done, total = self.index.graph.vector_coverage()
         out = []
         if done < total:
             pct = int(1000 * done / total) / 10  # floor: 99.96% is not "100.0%"
@@ -197,15 +172,15 @@ class Searcher:
 
     def embedder(self):
         if self._embedder is None:
-            from indexer.vectors.embed import create_embedder
+            from indexer import create_embedder
 
-            self._embedder = create_embedder(self._meta("embed_model") or "all-MiniLM-L6-v2")
+            self._embedder = create_embedder(self._meta("embed_model") or DEFAULT_EMBED_MODEL)
         return self._embedder
 
     def _known_chunks(self, chunk_ids) -> set[str]:
         """Which of these vector-table ids are chunks of the graph this searcher reads."""
         ids = [int(c) for c in chunk_ids if c.isdigit()]
-        return {str(i) for i in GraphReads(self.conn).existing_chunk_ids(ids)}
+        return {str(i) for i in self.index.graph.existing_chunk_ids(ids)}
 
     def semantic(
         self,
@@ -274,11 +249,7 @@ class Searcher:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {', '.join(bad)}")
         depth = max(depth or DEPTH, k)
         ctx = SignalContext(
-            self.conn,
-            self.root,
-            self.index_dir,
-            Scope(lang, path_glob, exclude_tests, tuple(kinds)),
-            searcher=self,
+            self.index, Scope(lang, path_glob, exclude_tests, tuple(kinds)), searcher=self
         )
         warnings: list[str] = []
         missing = self.vectors_unavailable() if mode != "lexical" else None
@@ -309,7 +280,7 @@ class Searcher:
                     "verify --repair`, or search with `--mode lexical`."
                 )
             warnings = [_skipped(self.vectors_damaged, damaged=True)]  # coverage notes moot
-        chunks = ranked_chunks(ranking, self.conn, k)
+        chunks = ranked_chunks(ranking, self.index, k)
         self.last_timings = ctx.cache.get("timings", {})
         fused = [(c.hit.chunk_id, c.score) for c in chunks]
         per_source = {
@@ -335,9 +306,9 @@ class Searcher:
         if not fused:
             return []
         ids = [cid for cid, _ in fused]
-        rows = GraphReads(self.conn).chunk_locations(ids)
+        rows = self.index.graph.chunk_locations(ids)
         out = []
-        stale = stale_paths(self.conn, (r[0] for r in rows.values()), str(self.root))
+        stale = self.index.stale_paths(r[0] for r in rows.values())
         for cid, score in fused:
             if cid not in rows:
                 continue

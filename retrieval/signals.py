@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from indexer.graph.records import FileFilter
-from indexer.parse.languages import kind_of, language_for_path, languages_of_kind
-from indexer.parse.testpaths import is_test_path
+from indexer import FileFilter, is_test_path, kind_of, language_for_path, languages_of_kind
 
 if TYPE_CHECKING:
-    import sqlite3
+    from indexer import Index
 
     from .query import Query
+    from .search import Searcher
 
 Level = Literal["file", "symbol", "chunk"]
 
@@ -84,15 +82,15 @@ class Scope:
 
 @dataclass
 class SignalContext:
-    """What signals read: the graph connection, the repository, the filters, and lazily loaded
-    resources shared by the signals of one search (the vector store, the history index)."""
+    """What signals read: the index (its graph, lexical index and history), the filters, and
+    resources shared by the signals of one search."""
 
-    conn: sqlite3.Connection
-    root: Path
-    index_dir: Path | None = None
+    index: Index
     scope: Scope = field(default_factory=Scope)
-    #: A `retrieval.search.Searcher` when vectors may be used (it owns the embedder).
-    searcher: object | None = None
+    #: When vectors may be used: the searcher owns the embedder and the vector table.
+    searcher: Searcher | None = None
+    #: False: past commits do not vote (the history signals answer nothing).
+    history: bool = True
     #: Per-search cache for signals that share work (e.g. the parsed history query).
     cache: dict = field(default_factory=dict)
 

@@ -16,19 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from indexer.graph.lexical_reads import (
-    LexicalReads,
-    fts_stems,
-    fts_tables,
-)
-from indexer.graph.reads import GraphReads
-from indexer.graph.records import NamedDefinition
+from indexer import NamedDefinition, fts_stems, fts_tables
 
 from .query import Query
 from .signals import Hit, SignalContext
 
 if TYPE_CHECKING:
-    from sqlite3 import Connection
+    from indexer import Index
 
 #: Lexical queries keep this many of the task's terms, the rarest first: a pasted issue has
 #: hundreds of words, and an OR over all of them costs FTS5 one posting list each while the
@@ -58,7 +52,7 @@ POSTINGS_BUDGET = 50_000
 
 
 def select_terms(
-    conn: Connection,
+    index: Index,
     table: str,
     terms: list[str],
     limit: int = MAX_TERMS,
@@ -79,8 +73,8 @@ def select_terms(
     uniq = sorted({s for s in stems if s})
     if not uniq:
         return []
-    stats = LexicalReads(conn).term_stats(table, uniq)
-    n = max(LexicalReads(conn).table_docs(table), 1)
+    stats = index.lexical.term_stats(table, uniq)
+    n = max(index.lexical.table_docs(table), 1)
     cands: dict[str, tuple[float, str, int, int]] = {}
     for text, stem in zip(clean, stems, strict=True):
         if stem not in stats or stem in cands:
@@ -146,10 +140,10 @@ class ChunkLexical:
             picked = ctx.cache.get(key)
             if picked is None:
                 picked = ctx.cache[key] = select_terms(
-                    ctx.conn, table, self._terms(q), self.limit, q.term_counts
+                    ctx.index, table, self._terms(q), self.limit, q.term_counts
                 )
             if picked:
-                rows = LexicalReads(ctx.conn).chunk_bm25(table, match_expr(picked), CHUNK_WEIGHTS, k,
+                rows = ctx.index.lexical.chunk_bm25(table, match_expr(picked), CHUNK_WEIGHTS, k,
                                   ctx.scope.files, paths)
                 out += [
                     Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b,
@@ -177,9 +171,9 @@ class FileLexical:
     def run(self, ctx: SignalContext, q: Query, k: int) -> list[Hit]:
         out = []
         for table in fts_tables("files_fts", ctx.scope.files):  # each alone, as in ChunkLexical
-            picked = select_terms(ctx.conn, table, list(q.terms), self.limit, q.term_counts)
+            picked = select_terms(ctx.index, table, list(q.terms), self.limit, q.term_counts)
             if picked:
-                rows = LexicalReads(ctx.conn).file_bm25(table, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files)
+                rows = ctx.index.lexical.file_bm25(table, match_expr(picked), FILE_WEIGHTS, k, ctx.scope.files)
                 out += [Hit("file", path, -s, scale=table) for path, s in rows]
         return sorted(out, key=lambda h: -h.score)
 
@@ -194,12 +188,12 @@ def _exports(ctx: SignalContext, module: str, name: str, depth: int = 4) -> list
     """Qualified names ``module.name`` means: a definition there, or what the module imports
     under that name (``xarray/__init__.py``'s ``from .core.computation import where``),
     followed through re-exports and ``*`` imports."""
-    if GraphReads(ctx.conn).qualname_exists(f"{module}.{name}"):
+    if ctx.index.graph.qualname_exists(f"{module}.{name}"):
         return [f"{module}.{name}"]
     if depth == 0:
         return []
     out: list[str] = []
-    for m, n in GraphReads(ctx.conn).module_imports_named(module, name):
+    for m, n in ctx.index.graph.module_imports_named(module, name):
         if (m, n) != (module, name):
             out += _exports(ctx, m, name if n == "*" else n, depth - 1)
     return out
@@ -211,12 +205,12 @@ def _resolve_through_modules(ctx: SignalContext, parts: list[str]) -> list[Named
     files = ctx.scope.files
     for i in range(len(parts) - 1, 0, -1):
         module = ".".join(parts[:i])
-        if not GraphReads(ctx.conn).module_exists(module):
+        if not ctx.index.graph.module_exists(module):
             continue
         rows: list[NamedDefinition] = []
         for qual in _exports(ctx, module, parts[i]):
             full = ".".join([qual, *parts[i + 1 :]])
-            rows += GraphReads(ctx.conn).definitions_with_qualname(full, files)
+            rows += ctx.index.graph.definitions_with_qualname(full, files)
         if rows:
             return rows
     return []
@@ -227,7 +221,7 @@ def resolve_name(ctx: SignalContext, ident: str, limit: int = 200) -> list[Named
     (a trailing suffix of a module-qualified name)."""
     parts = ident.replace("::", ".").split(".")
     last = parts[-1]
-    rows = GraphReads(ctx.conn).definitions_with_name(last, ctx.scope.files, limit)
+    rows = ctx.index.graph.definitions_with_name(last, ctx.scope.files, limit)
     if len(parts) == 1:
         return rows
     dotted = ".".join(parts)
@@ -276,7 +270,7 @@ def _path_index(ctx: SignalContext) -> dict[str, list[str]]:
     cached = ctx.cache.get("paths_by_name")
     if cached is None:
         cached = defaultdict(list)
-        for path in GraphReads(ctx.conn).all_paths():
+        for path in ctx.index.graph.all_paths():
             cached[path.rsplit("/", 1)[-1]].append(path)
         ctx.cache["paths_by_name"] = cached
     return cached
@@ -307,7 +301,7 @@ def match_path(ctx: SignalContext, raw: str) -> list[str]:
 
 
 def module_paths(ctx: SignalContext, dotted: str) -> list[str]:
-    return GraphReads(ctx.conn).module_paths(dotted)
+    return ctx.index.graph.module_paths(dotted)
 
 
 class Paths:
@@ -353,7 +347,7 @@ class Frames:
             for path in match_path(ctx, f.path):
                 if not ctx.scope.allows(path):
                     continue
-                rows = GraphReads(ctx.conn).definition_spans_in_file(path)
+                rows = ctx.index.graph.definition_spans_in_file(path)
                 pick = [r for r in rows if f.function and r[3] == f.function]
                 if not pick and f.line:
                     around = [r for r in rows if r[1] <= f.line <= r[2]]
@@ -392,7 +386,7 @@ class Errors:
             Hit("chunk", path, -s, symbol=sym, chunk_id=cid, start_line=a, end_line=b,
                 note="error message", scale=table)
             for table in fts_tables("chunks_fts", ctx.scope.files)
-            for cid, s, path, sym, a, b in LexicalReads(ctx.conn).chunk_bm25(table, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files
+            for cid, s, path, sym, a, b in ctx.index.lexical.chunk_bm25(table, f"body : ({expr})", (0.0, 0.0, 1.0), k, ctx.scope.files
             )
         ]
         return sorted(out, key=lambda h: -h.score)
@@ -422,7 +416,7 @@ class Vectors:
         )
         if not cands:
             return []
-        rows = LexicalReads(ctx.conn).chunk_spans([c.chunk_id for c in cands])
+        rows = ctx.index.lexical.chunk_spans([c.chunk_id for c in cands])
         out = []
         for c in cands:
             if c.chunk_id in rows:

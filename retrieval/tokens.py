@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from indexer.errors import RepoctxError
+from indexer import RepoctxError
 
 #: Names accepted by `get_tokenizer` for the BPEs bundled in quicktok-v1.
 BPE_ENCODINGS = {

@@ -12,11 +12,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from indexer.graph.reads import GraphReads
-from indexer.models import CLASS_KINDS, FUNCTION_KINDS
+from indexer import CLASS_KINDS, FUNCTION_KINDS
 
 if TYPE_CHECKING:
-    import sqlite3
+    from indexer import Index
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +79,9 @@ _UNITS: OrderedDict[tuple, list[Unit]] = OrderedDict()
 _UNITS_MAX = 4096
 
 
-def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
+def file_units(index: Index, path: str) -> list[Unit]:
     """The units of one indexed file, in line order."""
-    row = GraphReads(conn).file_identity(path)
+    row = index.graph.file_identity(path)
     if row is None:
         return []
     fid, module, digest = row
@@ -92,7 +91,7 @@ def file_units(conn: sqlite3.Connection, path: str) -> list[Unit]:
         if got is not None:
             _UNITS.move_to_end(key)
             return got
-    syms = GraphReads(conn).definitions_of_file_id(fid)
+    syms = index.graph.definitions_of_file_id(fid)
     out = _units_of(path, module, syms)
     if digest is not None:
         _UNITS[key] = out
@@ -144,14 +143,14 @@ def _units_of(path: str, module: str, syms: list[tuple]) -> list[Unit]:
 class UnitCache:
     """file_units per path, loaded once per search."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
+    def __init__(self, index: Index) -> None:
+        self.index = index
         self._units: dict[str, list[Unit]] = {}
 
     def of(self, path: str) -> list[Unit]:
         got = self._units.get(path)
         if got is None:
-            got = self._units[path] = file_units(self.conn, path)
+            got = self._units[path] = file_units(self.index, path)
         return got
 
     def find(self, path: str, qualname: str, start: int = 0, end: int = 0) -> Unit | None:

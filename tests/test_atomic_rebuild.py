@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from agent.tools.session import ToolSession
+from indexer import Index
 from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import ModelMismatchError, RepoctxError
@@ -99,35 +100,32 @@ QUERIES = [
 ]
 
 
-def ask(conn, cfg, kind: str, text: str, embedder) -> object:
+def ask(index, cfg, kind: str, text: str, embedder) -> object:
     """One query's answer, reduced to what it asserts (no stale flags, no generation); an
     error the user would see (e.g. "No symbol matches") is an answer too."""
     try:
-        return _ask(conn, cfg, kind, text, embedder)
+        return _ask(index, cfg, kind, text, embedder)
     except RepoctxError as exc:
         return ("error", type(exc).__name__)
 
 
-def _ask(conn, cfg, kind: str, text: str, embedder) -> object:
+def _ask(index, cfg, kind: str, text: str, embedder) -> object:
     if kind == "symbol":
         return [(s.path, s.qualname, s.kind, s.start_line, s.end_line)
-                for s in find_symbols(conn, text)]
+                for s in find_symbols(index, text)]
     if kind == "refs":
-        targets, refs = references_to(conn, text)
+        targets, refs = references_to(index, text)
         return ([t.qualname for t in targets],
                 [(r.path, r.line, r.kind, r.enclosing, r.resolution, round(r.confidence, 4))
                  for r in refs])
-    searcher = Searcher.from_config(conn, cfg, embedder=embedder)
+    searcher = Searcher(index, embedder=embedder)
     result = searcher.search(text, kind, 8)
     return [(h.path, h.start_line, h.end_line, h.symbol) for h in result.hits]
 
 
 def snapshot(cfg, embedder) -> dict[tuple[str, str], object]:
-    db = store.open_for_read(cfg.index_path)
-    try:
-        return {q: ask(db.conn, cfg, *q, embedder) for q in QUERIES}
-    finally:
-        db.conn.close()
+    with Index.open(cfg) as index:
+        return {q: ask(index, cfg, *q, embedder) for q in QUERIES}
 
 
 def config(root: Path):
@@ -181,16 +179,16 @@ def test_an_index_from_before_generations_is_converted_by_the_next_full_build(tm
     for leftover in idx.glob("graph.1.db-*"):
         leftover.unlink()
     before = snapshot(cfg, create_embedder(MODEL))
-    held = store.open_for_read(idx)
-    assert held.file == idx / "graph.db"
+    held = Index.open(cfg)
+    assert held.db.file == idx / "graph.db"
     build(cfg, embed=True)  # incremental: in place, still a plain file
     assert not (idx / "graph.db").is_symlink()
     (root / "pkg/m3.py").write_text(module(3, 12, after=True) + "\n\ndef extra_3():\n    pass\n")
     build(cfg, full=True, embed=True)
     assert os.readlink(idx / "graph.db") == "graph.1.db"
-    assert find_symbols(held.conn, "extra_3") == []  # still reading the file it opened
+    assert find_symbols(held, "extra_3") == []  # still reading the file it opened
     assert snapshot(cfg, create_embedder(MODEL)) != before
-    held.conn.close()
+    held.close()
     build(cfg, full=True, embed=True)
     assert generations(idx) == ["graph.1.db", "graph.2.db"]
     assert not [p.name for p in idx.iterdir() if p.name.startswith("graph.db-")]
@@ -233,7 +231,7 @@ def test_a_full_rebuild_embeds_nothing_twice_and_keeps_old_vectors_for_old_reade
     assert gone and 0 < edit.texts_embedded < len(new_ids)  # only the new and changed chunks
     # The dropped chunks' vectors stay until the next build: a reader still on the previous
     # generation gets the same semantic answers meanwhile.
-    vectors = Searcher.from_config(new.conn, cfg)._vector_store()
+    vectors = Searcher(Index.open(cfg))._vector_store()
     table_ids = {int(c) for c in vectors.chunk_ids()}
     assert gone <= table_ids
     tombstoned = {r[0] for r in new.conn.execute("SELECT chunk_id FROM vector_tombstones")}
@@ -254,15 +252,14 @@ READER_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
-    from indexer.graph import store
+    from indexer import Index
     from retrieval.symbols import find_symbols, references_to
-    index, stop = Path(sys.argv[1]), Path(sys.argv[2])
+    root, stop = Path(sys.argv[1]), Path(sys.argv[2])
     while not stop.exists():
         for name in ("work_10", "work_35", "fresh_3"):
-            db = store.open_for_read(index)
-            rows = [[s.path, s.qualname, s.kind, s.start_line, s.end_line]
-                    for s in find_symbols(db.conn, name)]
-            db.conn.close()
+            with Index.open(root, env={}) as index:
+                rows = [[s.path, s.qualname, s.kind, s.start_line, s.end_line]
+                        for s in find_symbols(index, name)]
             print(json.dumps(["symbol", name, rows]), flush=True)
     """
 )
@@ -289,17 +286,14 @@ def test_readers_see_the_old_index_or_the_new_one_never_a_half_built_one(tmp_pat
             q = QUERIES[i % len(QUERIES)]
             i += 1
             try:
-                db = store.open_for_read(cfg.index_path)
-                try:
-                    seen.append((q, ask(db.conn, cfg, *q, emb), "fresh"))
-                finally:
-                    db.conn.close()
+                with Index.open(cfg) as index:
+                    seen.append((q, ask(index, cfg, *q, emb), "fresh"))
             except BaseException as exc:  # noqa: BLE001 - reported by the test below
                 errors.append(exc)
                 return
 
     session = ToolSession()
-    held = store.open_for_read(cfg.index_path)
+    held = Index.open(cfg)
     held_answers: list[object] = []
 
     def long_lived_reader() -> None:  # the agent / MCP server: one connection across the swap
@@ -309,16 +303,16 @@ def test_readers_see_the_old_index_or_the_new_one_never_a_half_built_one(tmp_pat
             q = QUERIES[i % len(QUERIES)]
             i += 1
             try:
-                seen.append((q, ask(session.conn(cfg), cfg, *q, emb), "session"))
+                seen.append((q, ask(session.index(cfg), cfg, *q, emb), "session"))
                 if q[0] == "symbol":
-                    held_answers.append((q, ask(held.conn, cfg, *q, emb)))
+                    held_answers.append((q, ask(held, cfg, *q, emb)))
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
                 return
 
     stop_file = tmp_path / "stop-readers"
     reader_proc = subprocess.Popen(
-        [sys.executable, "-c", READER_SCRIPT, str(cfg.index_path), str(stop_file)],
+        [sys.executable, "-c", READER_SCRIPT, str(cfg.root), str(stop_file)],
         cwd=Path(__file__).resolve().parents[1], env=ENV, stdout=subprocess.PIPE, text=True,
     )
     threads = [threading.Thread(target=fresh_reader, args=(k,)) for k in range(2)]
@@ -364,8 +358,8 @@ def test_readers_see_the_old_index_or_the_new_one_never_a_half_built_one(tmp_pat
         assert any(a == after[q] for q, a in got), how  # a long-lived reader moves on too
     # A connection opened before the swap keeps answering, from the generation it opened.
     assert held_answers and all(a == before[q] for q, a in held_answers)
-    assert all(ask(held.conn, cfg, *q, embedder) == before[q] for q in QUERIES)
-    held.conn.close()
+    assert all(ask(held, cfg, *q, embedder) == before[q] for q in QUERIES)
+    held.close()
     session.close()
 
 
@@ -377,18 +371,18 @@ def test_a_long_lived_reader_sees_every_build_even_after_a_query_wrote_temp_tabl
     cfg = config(root)
     build(cfg, embed=True)
     session = ToolSession()
-    first = session.conn(cfg)
-    first.execute("CREATE TEMP TABLE scratch(x)")
-    first.execute("INSERT INTO temp.scratch VALUES (1)")
+    first = session.index(cfg)
+    first.db.conn.execute("CREATE TEMP TABLE scratch(x)")
+    first.db.conn.execute("INSERT INTO temp.scratch VALUES (1)")
     session.searcher(cfg, semantic=False).search("zebra crossing", "lexical", 5)
     (root / "pkg/late.py").write_text("def arrived_late():\n    return 1\n")
     build(cfg, embed=True)
-    assert [s.name for s in find_symbols(session.conn(cfg), "arrived_late")] == ["arrived_late"]
-    assert session.conn(cfg) is first  # same generation: same connection
+    assert [s.name for s in find_symbols(session.index(cfg), "arrived_late")] == ["arrived_late"]
+    assert session.index(cfg) is first  # same generation: same connection
     (root / "pkg/later.py").write_text("def arrived_later():\n    return 2\n")
     build(cfg, full=True, embed=True)
-    assert session.conn(cfg) is not first
-    assert [s.name for s in find_symbols(session.conn(cfg), "arrived_later")] == ["arrived_later"]
+    assert session.index(cfg) is not first
+    assert [s.name for s in find_symbols(session.index(cfg), "arrived_later")] == ["arrived_later"]
     session.close()
 
 
@@ -463,17 +457,16 @@ def test_pull_installs_a_new_generation_beside_the_one_readers_hold(tmp_path):
     (root / "pkg/m4.py").write_text(module(4, 12, after=True) + "\n\ndef only_here():\n    pass\n")
     git(root, "commit", "-qam", "local change")
     build(cfg, embed=True)
-    held = store.open_for_read(cfg.index_path)
-    assert [s.name for s in find_symbols(held.conn, "only_here")] == ["only_here"]
+    held = Index.open(cfg)
+    assert [s.name for s in find_symbols(held, "only_here")] == ["only_here"]
     pull(cfg, from_=str(snaps))
     link = os.readlink(cfg.index_path / "graph.db")
-    assert link != held.file.name and link.startswith("graph.") and link.endswith(".db")
+    assert link != held.db.file.name and link.startswith("graph.") and link.endswith(".db")
     # the pulled index was brought up to date; the held connection still reads its generation
-    assert [s.name for s in find_symbols(held.conn, "only_here")] == ["only_here"]
-    db = store.open_for_read(cfg.index_path)
-    assert [s.name for s in find_symbols(db.conn, "only_here")] == ["only_here"]
-    db.conn.close()
-    held.conn.close()
+    assert [s.name for s in find_symbols(held, "only_here")] == ["only_here"]
+    with Index.open(cfg) as index:
+        assert [s.name for s in find_symbols(index, "only_here")] == ["only_here"]
+    held.close()
     assert verify(cfg).ok
 
 
@@ -489,9 +482,10 @@ def test_a_dangling_link_is_no_index_and_the_next_build_starts_over(tmp_path):
     with pytest.raises(NoIndexError):
         store.open_for_read(cfg.index_path)
     build(cfg)
-    db = store.open_for_read(cfg.index_path)
-    assert db.file != target and find_symbols(db.conn, "work_2")
-    db.conn.close()
+    index = Index.open(cfg)
+    db = index.db
+    assert db.file != target and find_symbols(index, "work_2")
+    index.close()
     # a reader never creates a database file: nothing appears where the link points
     (cfg.index_path / "graph.db").unlink()
     os.symlink("graph.99.db", cfg.index_path / "graph.db")

@@ -9,11 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from indexer import Index
 from indexer.build import build
 from indexer.config import load_config
-from indexer.graph import store
-from retrieval.freshness import build_progress
-from retrieval.status import index_status
 from retrieval.symbols import find_symbols
 from tests.conftest import make_repo
 
@@ -33,7 +31,7 @@ def _config(root):
 
 
 def _read(cfg):
-    return store.open_for_read(cfg.index_path).conn
+    return Index.open(cfg)
 
 
 def test_a_first_build_says_what_is_ready_while_references_resolve(tmp_path):
@@ -44,18 +42,18 @@ def test_a_first_build_says_what_is_ready_while_references_resolve(tmp_path):
     def progress(p):
         if p.phase != "resolve" or seen:
             return
-        conn = _read(cfg)  # another connection, as another process would open it
+        index = _read(cfg)  # another connection, as another process would open it
         try:
-            seen["build"] = build_progress(cfg.index_path, conn)
-            seen["symbols"] = [(h.qualname, h.stale) for h in find_symbols(conn, "alpha")]
-            seen["status"] = index_status(cfg)["build"]
+            seen["build"] = index.build_progress()
+            seen["symbols"] = [(h.qualname, h.stale) for h in find_symbols(index, "alpha")]
+            seen["status"] = Index(cfg).status()["build"]
             runner = CliRunner()
             res = runner.invoke(cli, ["refs", "alpha", "--root", str(root), "--json"])
             seen["refs_rc"], seen["refs_err"] = res.exit_code, res.stderr
             res = runner.invoke(cli, ["index", "status", str(root)])
             seen["status_text"] = res.stdout
         finally:
-            conn.close()
+            index.close()
 
     build(cfg, progress=progress)
     b = seen["build"]
@@ -66,11 +64,8 @@ def test_a_first_build_says_what_is_ready_while_references_resolve(tmp_path):
     assert seen["status"]["phase"] == "resolve"
     assert seen["refs_rc"] == 0 and "a build is running (phase resolve)" in seen["refs_err"]
     assert "Build in progress" in seen["status_text"] and "phase resolve" in seen["status_text"]
-    conn = _read(cfg)
-    try:
-        assert build_progress(cfg.index_path, conn) is None  # done: nothing left to say
-    finally:
-        conn.close()
+    with _read(cfg) as index:
+        assert index.build_progress() is None  # done: nothing left to say
 
 
 def test_a_build_that_stopped_says_how_to_finish_and_the_next_build_clears_it(tmp_path):
@@ -83,23 +78,18 @@ def test_a_build_that_stopped_says_how_to_finish_and_the_next_build_clears_it(tm
 
     with pytest.raises(Seen):
         build(cfg, progress=stop_in_resolve)
-    conn = _read(cfg)
-    try:
-        b = build_progress(cfg.index_path, conn)
-    finally:
-        conn.close()
+    with _read(cfg) as index:
+        b = index.build_progress()
     assert (b["phase"], b["running"]) == ("resolve", False)
     assert "repoctx index build" in b["fix"]
     res = CliRunner().invoke(cli, ["index", "status", str(root)])
     assert "Build stopped during phase resolve" in res.stdout
 
     build(cfg)  # finishes what the stopped one left
-    conn = _read(cfg)
-    try:
-        assert build_progress(cfg.index_path, conn) is None
-        refs = conn.execute("SELECT count(*) FROM refs WHERE resolution = 'pending'").fetchone()[0]
-    finally:
-        conn.close()
+    with _read(cfg) as index:
+        assert index.build_progress() is None
+        refs = index.db.conn.execute(
+            "SELECT count(*) FROM refs WHERE resolution = 'pending'").fetchone()[0]
     assert refs == 0
 
 

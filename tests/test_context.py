@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from indexer.graph import store
+from indexer import Index
 from retrieval.context import (
     FULL,
     HIT_SOURCES,
@@ -173,9 +173,8 @@ TASK = "The checkout total is wrong: the tax for the region is computed on the d
 def _indexed(tmp_path_factory, files):
     root = make_repo(tmp_path_factory.mktemp("ctx") / "shop", files)
     cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield root, conn, cfg
-    conn.close()
+    with Index.open(cfg) as idx:
+        yield root, idx, cfg
 
 
 @pytest.fixture(scope="module")
@@ -189,9 +188,9 @@ def counter():
 
 
 def assemble(shop, task=TASK, budget=600, **kw):
-    root, conn, _ = shop
+    _, idx, _ = shop
     kw.setdefault("tokenizer", TOKENIZER)
-    return assemble_context(conn, root, task, budget, **kw)
+    return assemble_context(idx, task, budget, **kw)
 
 
 # --------------------------------------------------------------------------- budget
@@ -699,24 +698,14 @@ def test_semantic_hits_seed_when_the_index_has_vectors(tmp_path, shop):
     embedder = create_embedder("hashing")
     cfg = load_config(root, env={}, jobs=1, embed_model="hashing")
     build(cfg, embed=True, embedder=embedder)
-    conn = store.open_for_read(cfg.index_path).conn
-    try:
-        searcher = Searcher(conn, cfg.index_path, root, embedder=embedder)
-        pack = assemble_context(conn, root, TASK, 600, searcher=searcher, tokenizer=TOKENIZER)
-    finally:
-        conn.close()
+    with Index.open(cfg) as idx:
+        searcher = Searcher(idx, embedder=embedder)
+        pack = assemble_context(idx, TASK, 600, searcher=searcher, tokenizer=TOKENIZER)
     assert {"lexical", "semantic"} <= {s.source for s in pack.seeds} and not pack.warnings
     assert any(r.source == "semantic" for i in pack.items for r in i.reasons)
     # the lexical-only index of the other fixture: a searcher adds nothing, and says nothing
-    root2, conn2, cfg2 = shop
-    plain = assemble_context(
-        conn2,
-        root2,
-        TASK,
-        600,
-        searcher=Searcher(conn2, cfg2.index_path, root2),
-        tokenizer=TOKENIZER,
-    )
+    _, idx2, _ = shop
+    plain = assemble_context(idx2, TASK, 600, searcher=Searcher(idx2), tokenizer=TOKENIZER)
     assert "semantic" not in {s.source for s in plain.seeds} and not plain.warnings
 
 
@@ -737,8 +726,8 @@ def test_density_packs_value_per_token_first(shop, counter):
     from retrieval.context.repo import Repo
     from retrieval.context.seeds import Seeds
 
-    root, conn, _ = shop
-    repo = Repo(conn, root)
+    _, idx, _ = shop
+    repo = Repo(idx)
     by_name = {s.local: s for p in ("shop/cart.py", "shop/tax.py") for s in repo.file_symbols(p)}
     big, small = by_name["Cart"], by_name["round_money"]
     assert big.nbytes > 8 * small.nbytes

@@ -8,9 +8,9 @@ import sqlite3
 
 import pytest
 
+from indexer import Index
 from indexer.build import build
 from indexer.config import load_config
-from indexer.graph import store
 from retrieval.fusion import RRF_K, FusionModel, fuse, ranked_chunks
 from retrieval.pipeline import default_signals, rank, run_signals
 from retrieval.query import parse_query
@@ -95,21 +95,19 @@ def indexed(tmp_path_factory):
     root = make_repo(tmp_path_factory.mktemp("fusion") / "repo", FILES)
     cfg = load_config(root, env={}, jobs=1)
     build(cfg)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield root, cfg, conn
-    conn.close()
+    with Index.open(cfg) as idx:
+        yield root, cfg, idx
 
 
 def _ctx(indexed, **scope) -> SignalContext:
-    root, cfg, conn = indexed
-    return SignalContext(conn, root, cfg.index_path, scope=Scope(**scope))
+    return SignalContext(indexed[2], scope=Scope(**scope))
 
 
 def test_one_signal_alone_keeps_its_own_order(indexed):
     ctx = _ctx(indexed)
     hits = ChunkLexical().run(ctx, parse_query("tax rate for a region"), 20)
     assert hits
-    ranking = fuse({"lexical": hits}, ctx.conn, FusionModel.rrf())
+    ranking = fuse({"lexical": hits}, ctx.index, FusionModel.rrf())
     first_seen = list(dict.fromkeys(h.path for h in hits))
     assert [f.path for f in ranking.files] == first_seen
 
@@ -117,7 +115,7 @@ def test_one_signal_alone_keeps_its_own_order(indexed):
 def test_every_hit_file_is_ranked_and_evidence_names_the_signals(indexed):
     ctx = _ctx(indexed)
     runs = run_signals(ctx, "Cart.checkout_total ignores the region tax", default_signals(vectors=False, history=False))
-    ranking = fuse(runs.hits, ctx.conn, FusionModel.rrf())
+    ranking = fuse(runs.hits, ctx.index, FusionModel.rrf())
     hit_files = {h.path for hs in runs.hits.values() for h in hs}
     assert {f.path for f in ranking.files} == hit_files
     top = ranking.units[0]
@@ -129,8 +127,8 @@ def test_rrf_is_monotone_in_agreeing_signals(indexed):
     ctx = _ctx(indexed)
     a = [Hit("file", "shop/tax.py", 3.0), Hit("file", "shop/cart.py", 2.0)]
     b = [Hit("file", "shop/cart.py", 1.0)]
-    alone = {f.path: f.score for f in fuse({"a": a}, ctx.conn, FusionModel.rrf()).files}
-    both = {f.path: f.score for f in fuse({"a": a, "b": b}, ctx.conn, FusionModel.rrf()).files}
+    alone = {f.path: f.score for f in fuse({"a": a}, ctx.index, FusionModel.rrf()).files}
+    both = {f.path: f.score for f in fuse({"a": a, "b": b}, ctx.index, FusionModel.rrf()).files}
     assert both["shop/cart.py"] > alone["shop/cart.py"]
     assert both["shop/tax.py"] == alone["shop/tax.py"]
     assert both["shop/cart.py"] > both["shop/tax.py"]  # second once, first once beats first once
@@ -140,7 +138,7 @@ def test_fitted_model_still_counts_signals_it_never_saw(indexed):
     ctx = _ctx(indexed)
     model = FusionModel({"a.rr": 1.0}, {}, "test")
     runs = {"a": [Hit("file", "shop/tax.py", 1.0)], "new": [Hit("file", "shop/cart.py", 1.0)]}
-    files = {f.path: f.score for f in fuse(runs, ctx.conn, model).files}
+    files = {f.path: f.score for f in fuse(runs, ctx.index, model).files}
     assert files["shop/cart.py"] > 0  # reciprocal rank of the unknown signal
 
 
@@ -150,7 +148,7 @@ def test_units_are_outermost_definitions_and_module_lines(indexed):
     # module span of its own
     hits = [Hit("chunk", "shop/cart.py", 2.0, "shop.cart.Cart.subtotal", 1, 16, 18),
             Hit("chunk", "shop/cart.py", 1.0, "", 2, 1, 3)]
-    ranking = fuse({"lexical": hits}, ctx.conn, FusionModel.rrf())
+    ranking = fuse({"lexical": hits}, ctx.index, FusionModel.rrf())
     hit_units = [r.unit for r in ranking.units if r.evidence]
     assert hit_units[0].local == "Cart.subtotal"
     assert any(u.kind == "module" and (u.start, u.end) == (1, 3) for u in hit_units)
@@ -176,22 +174,20 @@ def test_units_are_reread_when_the_file_changes(tmp_path):
     root = make_repo(tmp_path / "r", {"m.py": "def alpha():\n    return 1\n"})
     cfg = load_config(root, env={}, jobs=1)
     build(cfg)
-    conn = store.open_for_read(cfg.index_path).conn
-    assert [u.local for u in file_units(conn, "m.py")] == ["alpha"]
-    conn.close()
+    with Index.open(cfg) as idx:
+        assert [u.local for u in file_units(idx, "m.py")] == ["alpha"]
     write_files(root, {"m.py": "class Beta:\n    def gamma(self):\n        pass\n"})
     build(cfg)
-    conn = store.open_for_read(cfg.index_path).conn
-    assert [u.local for u in file_units(conn, "m.py")] == ["Beta", "Beta.gamma"]
-    conn.close()
+    with Index.open(cfg) as idx:
+        assert [u.local for u in file_units(idx, "m.py")] == ["Beta", "Beta.gamma"]
 
 
 def test_name_only_hits_rank_a_chunk(indexed):
     ctx = _ctx(indexed)
     hits = Names().run(ctx, parse_query("why does `compute_tax` round?"), 10)
     assert [h.symbol for h in hits] == ["shop.tax.compute_tax"]
-    ranking = fuse({"symbol": hits}, ctx.conn, FusionModel.rrf())
-    chunks = ranked_chunks(ranking, ctx.conn, 5)
+    ranking = fuse({"symbol": hits}, ctx.index, FusionModel.rrf())
+    chunks = ranked_chunks(ranking, ctx.index, 5)
     assert chunks and chunks[0].hit.path == "shop/tax.py"
     assert chunks[0].hit.start_line <= 16 <= chunks[0].hit.end_line
 
@@ -279,12 +275,11 @@ def test_names_follow_the_tasks_imports_and_the_packages_exports(indexed):
 
 
 def test_fts_row_count_read_from_the_averages_record(indexed):
-    from indexer.graph.lexical_reads import LexicalReads
-
-    _, _, conn = indexed
+    _, _, idx = indexed
+    conn = idx.db.conn
     for table in ("chunks_fts", "files_fts"):
-        assert LexicalReads(conn).table_docs(table) == conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0
-    assert LexicalReads(conn).table_docs("no_such_fts") == 0
+        assert idx.lexical.table_docs(table) == conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0
+    assert idx.lexical.table_docs("no_such_fts") == 0
 
 
 def test_a_search_without_vectors_uses_the_weights_fitted_without_them(indexed, tmp_path):
@@ -301,10 +296,10 @@ def test_a_search_without_vectors_uses_the_weights_fitted_without_them(indexed, 
     # fuse scores lexical-only hits with the variant's weights, not the base model's
     ctx = _ctx(indexed)
     hits = {"lexical": ChunkLexical().run(ctx, parse_query("tax rate for a region"), 10)}
-    got = [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.conn, model).files]
-    assert got and got == [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.conn, plain).files]
+    got = [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.index, model).files]
+    assert got and got == [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.index, plain).files]
     base_only = FusionModel(model.file, model.unit, "base")
-    assert got != [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.conn, base_only).files]
+    assert got != [(f.path, round(f.score, 6)) for f in fuse(hits, ctx.index, base_only).files]
     # and the shipped weights carry a variant for indexes without vectors
     shipped = FusionModel.load()
     assert "semantic" in {k.split(".")[0] for k in shipped.file}
@@ -316,37 +311,37 @@ def test_a_search_without_vectors_uses_the_weights_fitted_without_them(indexed, 
 
 
 def test_rrf_file_score_is_the_sum_of_reciprocal_ranks(indexed):
-    _, _, conn = indexed
+    _, _, idx = indexed
     runs = {
         "a": [Hit("file", "shop/tax.py", 3.0), Hit("file", "shop/cart.py", 2.0)],
         "b": [Hit("file", "shop/cart.py", 9.0)],
     }
-    scores = {f.path: f.score for f in fuse(runs, conn, FusionModel.rrf()).files}
+    scores = {f.path: f.score for f in fuse(runs, idx, FusionModel.rrf()).files}
     assert scores["shop/tax.py"] == pytest.approx(1 / (RRF_K + 1))
     assert scores["shop/cart.py"] == pytest.approx(1 / (RRF_K + 2) + 1 / (RRF_K + 1))
 
 
 def test_a_files_second_chunk_does_not_push_the_next_file_down(indexed):
-    _, _, conn = indexed
+    _, _, idx = indexed
     chunks = [
         Hit("chunk", "shop/tax.py", 5.0, start_line=1, end_line=3),
         Hit("chunk", "shop/tax.py", 4.0, start_line=5, end_line=8),
         Hit("chunk", "shop/cart.py", 3.0, start_line=1, end_line=3),
     ]
-    files = fuse({"a": chunks}, conn, FusionModel.rrf()).files
+    files = fuse({"a": chunks}, idx, FusionModel.rrf()).files
     cart = next(f for f in files if f.path == "shop/cart.py")
     assert cart.score == pytest.approx(1 / (RRF_K + 2))  # second file, not third hit
     assert [e.rank for e in cart.evidence] == [2]
 
 
 def test_fitted_score_is_bias_plus_weighted_features_plus_rrf_of_unknown_signals(indexed):
-    _, _, conn = indexed
+    _, _, idx = indexed
     model = FusionModel({"bias": 0.5, "a.rr": 2.0, "a.top1": 1.0, "a.rel": 3.0}, {}, "hand")
     runs = {
         "a": [Hit("file", "shop/tax.py", 4.0), Hit("file", "shop/cart.py", 1.0)],
         "new": [Hit("file", "shop/cart.py", 1.0)],
     }
-    scores = {f.path: f.score for f in fuse(runs, conn, model).files}
+    scores = {f.path: f.score for f in fuse(runs, idx, model).files}
     # tax: rank 1 of a (rr 1/2, top1, rel 4/4); cart: rank 2 of a (rr 1/3, rel 1/4) + RRF of "new"
     assert scores["shop/tax.py"] == pytest.approx(0.5 + 2 * (1 / 2) + 1.0 + 3 * 1.0)
     assert scores["shop/cart.py"] == pytest.approx(
@@ -405,12 +400,12 @@ def test_prose_is_ranked_apart_from_code_and_never_crowds_it_out(tmp_path):
     root = make_repo(tmp_path / "r", {**code, **docs})
     cfg = load_config(root, env={}, jobs=1)
     build(cfg)
-    conn = store.open_for_read(cfg.index_path).conn
+    idx = Index.open(cfg)
     try:
         q = parse_query("the regional tax of a cart total")
 
         def runs(**scope):
-            ctx = SignalContext(conn, root, cfg.index_path, scope=Scope(**scope))
+            ctx = SignalContext(idx, scope=Scope(**scope))
             return {s.name: s.run(ctx, q, 2) for s in (ChunkLexical("lexical", "all"), FileLexical())}
 
         both, code_only = runs(), runs(kinds=("code",))
@@ -423,4 +418,4 @@ def test_prose_is_ranked_apart_from_code_and_never_crowds_it_out(tmp_path):
         assert feats_code and all(feats_both[p] == f for p, f in feats_code.items())
         assert any(feats_both[p]["lexical.top1"] == 1.0 for p in feats_both if p.startswith("docs/"))
     finally:
-        conn.close()
+        idx.close()

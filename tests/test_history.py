@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from indexer import Index
 from indexer.graph import store
 from indexer.history.store import PATCH_MAX_FILES, history_status, open_history, update_history
 from retrieval.history import HistoryFiles, HistoryParams, HistorySymbols, similar_commits
@@ -72,8 +73,7 @@ def last_update(cfg) -> dict:
 
 
 def signal_ctx(cfg) -> SignalContext:
-    conn = store.open_for_read(cfg.index_path).conn
-    return SignalContext(conn, cfg.root, cfg.index_path)
+    return SignalContext(Index.open(cfg))
 
 
 def file_hits(cfg, text: str, params: HistoryParams | None = None) -> list:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from indexer import Index
 from indexer.build import build
 from indexer.config import load_config
-from indexer.graph import store
 from indexer.vectors.embed import HashingEmbedder
 from retrieval.fusion import FusionModel, fuse
 from retrieval.local_signals import LocalLexical, LocalVectors, best_files
@@ -86,21 +86,19 @@ def indexed(tmp_path_factory):
     emb = CountingEmbedder()
     cfg = load_config(root, env={}, jobs=1, embed_model="hashing")
     build(cfg, embed=True, embedder=emb)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield root, cfg, conn, emb
-    conn.close()
+    with Index.open(cfg) as idx:
+        yield root, cfg, idx, emb
 
 
 def _ctx(indexed, seed_files: list[str] | None = None) -> SignalContext:
-    root, cfg, conn, emb = indexed
-    ctx = SignalContext(conn, root, cfg.index_path, Scope(),
-                        searcher=Searcher(conn, cfg.index_path, root, embedder=emb))
+    _, _, idx, emb = indexed
+    ctx = SignalContext(idx, Scope(), searcher=Searcher(idx, embedder=emb))
     if seed_files is not None:  # a first stage that ranked these files, best first
         from retrieval.signals import Hit
 
         ctx.cache["seed_ranking"] = fuse(
             {"path": [Hit("file", p, 1.0 / (i + 1)) for i, p in enumerate(seed_files)]},
-            conn, FusionModel.rrf(),
+            idx, FusionModel.rrf(),
         )
     return ctx
 
@@ -128,16 +126,15 @@ def test_finds_the_definition_the_repository_wide_search_crowds_out(indexed):
     # and it is the fused ranking's best definition once the second stage runs
     runs = run_signals(ctx, QUESTION, default_signals(vectors=True, history=False, local_vectors=True), k)
     assert runs.hits["lexical_local"] and runs.hits["semantic_local"]
-    ranking = fuse(runs.hits, ctx.conn, FusionModel.rrf())
+    ranking = fuse(runs.hits, ctx.index, FusionModel.rrf())
     best = next(r for r in ranking.units if r.unit.path == "app/billing.py")
     assert best.unit.qualname.endswith("round_invoice_total")
     assert {"lexical_local"} <= {e.signal for e in best.evidence}
 
 
 def test_scope_applies_to_the_best_files(indexed):
-    root, cfg, conn, emb = indexed
-    ctx = SignalContext(conn, root, cfg.index_path, Scope(path_glob="app/report*"),
-                        searcher=Searcher(conn, cfg.index_path, root, embedder=emb))
+    _, _, idx, emb = indexed
+    ctx = SignalContext(idx, Scope(path_glob="app/report*"), searcher=Searcher(idx, embedder=emb))
     ctx.cache["seed_ranking"] = _ctx(indexed, ["app/billing.py", "app/report.py"]).cache["seed_ranking"]
     assert best_files(ctx) == ["app/report.py"]
     assert {h.path for h in LocalLexical().run(ctx, parse_query(QUESTION), 20)} == {"app/report.py"}
@@ -156,11 +153,11 @@ def test_the_query_is_embedded_once_per_search(indexed):
 
 
 def test_vector_search_in_named_files(indexed):
-    root, cfg, conn, emb = indexed
-    s = Searcher(conn, cfg.index_path, root, embedder=emb)
+    _, _, idx, emb = indexed
+    s = Searcher(idx, embedder=emb)
     got = s.semantic("ledger entry book", 10, paths=["app/ledger.py"])
     assert got
-    paths = {r[0] for r in conn.execute(
+    paths = {r[0] for r in idx.db.conn.execute(
         f"SELECT f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN "
         f"({','.join(str(c.chunk_id) for c in got)})")}
     assert paths == {"app/ledger.py"}

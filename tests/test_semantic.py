@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from indexer import Index
 from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import ModelMismatchError
@@ -67,8 +68,7 @@ def embedded_build(root, embedder, **kw):
 
 
 def searcher(cfg, embedder):
-    conn = store.open_for_read(cfg.index_path).conn
-    return Searcher(conn, cfg.index_path, cfg.root, embedder=embedder)
+    return Searcher(Index.open(cfg), embedder=embedder)
 
 
 def test_every_chunk_gets_one_vector_and_search_modes_find_planted_answers(repo):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from indexer import Index
 from indexer.build import build
 from indexer.config import load_config
 from indexer.graph import store
@@ -236,17 +237,16 @@ def test_filter_rules(repo):
 
 _READER = textwrap.dedent("""
     import json, os, sys, time
-    from indexer.graph import store
+    from indexer import Index
     from retrieval.symbols import find_symbols, references_to
-    index, stop = sys.argv[1], sys.argv[2]
-    from pathlib import Path
-    conn = store.open_for_read(Path(index)).conn
+    root, stop = sys.argv[1], sys.argv[2]
+    index = Index.open(root, env={})
     n, errors = 0, []
     while not os.path.exists(stop):
         try:
-            if not find_symbols(conn, "alpha"):
+            if not find_symbols(index, "alpha"):
                 errors.append("alpha not found")
-            references_to(conn, "alpha")
+            references_to(index, "alpha")
         except Exception as exc:
             errors.append(repr(exc))
         n += 1
@@ -262,17 +262,17 @@ def test_readers_never_fail_while_the_watcher_writes(repo, tmp_path):
     results: list[tuple[int, list[str]]] = []
 
     def reader() -> None:
-        conn = store.open_for_read(cfg.index_path).conn
+        index = Index.open(cfg)
         n, errors = 0, []
         while not stop.is_set():
             try:
-                if not find_symbols(conn, "alpha"):
+                if not find_symbols(index, "alpha"):
                     errors.append("alpha not found")
-                references_to(conn, "alpha")
+                references_to(index, "alpha")
             except Exception as exc:  # any failure is the finding
                 errors.append(repr(exc))
             n += 1
-        conn.close()
+        index.close()
         results.append((n, errors))
 
     with watching(cfg) as w:
@@ -281,7 +281,7 @@ def test_readers_never_fail_while_the_watcher_writes(repo, tmp_path):
             t.start()
         stop_file = tmp_path / "stop-reader"
         proc = subprocess.Popen(
-            [sys.executable, "-c", _READER, str(cfg.index_path), str(stop_file)],
+            [sys.executable, "-c", _READER, str(cfg.root), str(stop_file)],
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONPATH": os.getcwd()},

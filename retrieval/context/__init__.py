@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.parse.testpaths import is_test_path
+from indexer import is_test_path
 
 from ..tokens import TokenCounter, get_tokenizer
 from .pack import Packer
@@ -55,7 +54,10 @@ from .repo import Repo
 from .seeds import Seeds
 
 if TYPE_CHECKING:
-    import sqlite3
+    from indexer import Index
+
+    from ..fusion import Ranking
+    from ..search import Searcher
 
 __all__ = [
     "FULL",
@@ -79,45 +81,39 @@ __all__ = [
 
 
 def assemble_context(
-    conn: sqlite3.Connection,
-    root: str | Path,
+    index: Index,
     task: str,
     budget_tokens: int,
     *,
     focus: Sequence[str] = (),
-    searcher=None,
+    searcher: Searcher | None = None,
     tokenizer: TokenCounter | str | None = None,
-    index_dir: str | Path | None = None,
     policy: PackPolicy | None = None,
-    ranking=None,
+    ranking: Ranking | None = None,
+    history: bool | None = None,
 ) -> ContextPack:
-    """Assemble the context for ``task`` within ``budget_tokens`` tokens of ``tokenizer``.
+    """Assemble the context for ``task`` from ``index`` within ``budget_tokens`` tokens of
+    ``tokenizer``.
 
-    ``searcher`` (a `retrieval.search.Searcher`) supplies semantic hits when the index has
-    vectors; without one, ``index_dir`` makes one, and with neither the seeds are lexical and
-    exact only. ``focus`` entries are paths relative to ``root`` (files or directories, with an
-    optional ``:line`` or ``:start-end``). ``ranking`` (a `retrieval.fusion.Ranking` of this
-    task, e.g. from an earlier call's ``pack.ranking``) skips ranking again."""
+    ``searcher`` (a `retrieval.search.Searcher` of the same index) supplies semantic hits when
+    the index has vectors. ``history``: whether past commits vote (the history signals; by
+    default when a searcher is given, so a bare call ranks by the code alone, lexical and
+    exact). ``focus`` entries are paths relative to the index's root (files or directories,
+    with an optional ``:line`` or ``:start-end``). ``ranking`` (a `retrieval.fusion.Ranking` of
+    this task, e.g. from an earlier call's ``pack.ranking``) skips ranking again."""
     t0 = time.perf_counter()
     policy = policy or PackPolicy()
     counter = (
         tokenizer if isinstance(tokenizer, TokenCounter) else get_tokenizer(tokenizer)
     )
-    root = Path(root)
-    if searcher is None and index_dir is not None:
-        from ..search import Searcher
-
-        searcher = Searcher(conn, Path(index_dir), root)
-    if (
-        index_dir is None and searcher is not None
-    ):  # the history signal reads the index dir
-        index_dir = getattr(searcher, "index_dir", None)
-    repo = Repo(conn, root)
+    repo = Repo(index)
     timings: dict[str, float] = {}
     warnings: list[str] = []
     seeds = Seeds(repo, policy)
     seeds.add_focus(focus, counter, budget_tokens)
-    seeds.add_task(task, searcher, warnings, index_dir, ranking)
+    if history is None:
+        history = searcher is not None
+    seeds.add_task(task, searcher, warnings, ranking, history)
     timings["seeds"] = _ms(t0)
 
     t1 = time.perf_counter()

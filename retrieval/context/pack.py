@@ -7,9 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from indexer.display import place, shown
-from indexer.models import CLASS_KINDS
-from indexer.parse.languages import language_for_path
+from indexer import CLASS_KINDS, language_for_path, place, shown
 
 from ..tokens import TokenCounter
 from .records import (

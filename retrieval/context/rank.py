@@ -3,7 +3,7 @@ with the edges that explain each candidate."""
 
 from __future__ import annotations
 
-from indexer.parse.testpaths import is_test_path
+from indexer import is_test_path
 
 from ..pagerank import collect_subgraph, personalized_pagerank
 from .records import NAMING_SOURCES, Key, PackPolicy, Reason
@@ -44,7 +44,7 @@ def rank_candidates(
     edge_reasons: dict[int, list[Reason]] = {}
     if policy.use_graph and sym_seeds:
         graph = collect_subgraph(
-            repo.conn,
+            repo.index,
             sym_seeds,
             hops=policy.hops,
             fanout=policy.fanout,

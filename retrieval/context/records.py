@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from indexer.errors import RepoctxError
+from indexer import RepoctxError
 
 from ..pipeline import default_signals
 

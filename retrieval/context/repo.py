@@ -8,12 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexer.graph.reads import GraphReads
-from indexer.safety.denylist import denied_by_default
-from indexer.safety.nofollow import read_regular
+from indexer import denied_by_default, read_regular
 
 if TYPE_CHECKING:
-    import sqlite3
+    from indexer import Index
 
 # --------------------------------------------------------------------------- index access
 
@@ -45,9 +43,9 @@ class Sym:
 class Repo:
     """Cached reads of the index and of the files on disk."""
 
-    def __init__(self, conn: sqlite3.Connection, root: Path) -> None:
-        self.conn = conn
-        self.root = root
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.root: Path = index.root
         self.syms: dict[int, Sym] = {}
         self._file_syms: dict[str, list[Sym]] = {}
         self._lines: dict[str, list[str] | None] = {}
@@ -57,7 +55,7 @@ class Repo:
         """Load symbols and their ancestors."""
         want = [i for i in set(ids) if i not in self.syms]
         while want:
-            for row in GraphReads(self.conn).definition_details(want):
+            for row in self.index.graph.definition_details(want):
                 self.syms[row[0]] = Sym(*row)
             want = list(
                 {
@@ -69,7 +67,7 @@ class Repo:
 
     def file_symbols(self, path: str) -> list[Sym]:
         if path not in self._file_syms:
-            rows = GraphReads(self.conn).definition_details_in_file(path)
+            rows = self.index.graph.definition_details_in_file(path)
             syms = [Sym(*row) for row in rows]
             for s in syms:
                 self.syms.setdefault(s.id, s)
@@ -84,7 +82,7 @@ class Repo:
                 for s in self._file_syms[path]
                 if s.kind != "module" and s.start <= end and s.end >= start
             ]
-        rows = GraphReads(self.conn).definition_details_between(path, start, end)
+        rows = self.index.graph.definition_details_between(path, start, end)
         syms = [Sym(*row) for row in rows]
         for s in syms:
             self.syms.setdefault(s.id, s)
@@ -109,5 +107,5 @@ class Repo:
 
     def paths(self) -> set[str]:
         if self._paths is None:
-            self._paths = set(GraphReads(self.conn).all_paths())
+            self._paths = set(self.index.graph.all_paths())
         return self._paths

@@ -7,15 +7,18 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from indexer.errors import RepoctxError
-from indexer.parse.testpaths import is_test_path
+from indexer import RepoctxError, is_test_path
 
 from ..pipeline import DEPTH, default_signals
 from ..signals import Scope, SignalContext
 from ..tokens import TokenCounter
 from .records import ContextError, Key, PackPolicy, Reason, Seed
 from .repo import Repo, Sym
+
+if TYPE_CHECKING:
+    from ..search import Searcher
 
 #: With ``PackPolicy.rank_prose`` and a task that does not ask about docs or setup, docs and
 #: configs (README sections, YAML keys) seed with this share of a code unit's weight, and at most
@@ -169,7 +172,8 @@ class Seeds:
     # -- the task -------------------------------------------------------------------------
 
     def add_task(
-        self, task: str, searcher, warnings: list[str], index_dir=None, ranking=None
+        self, task: str, searcher: Searcher | None, warnings: list[str], ranking=None,
+        history: bool = True,
     ) -> None:
         """Seeds from the fused ranking of every signal (`retrieval.pipeline`), in its order:
         the same ranking `search`, the agent and the MCP server use."""
@@ -191,9 +195,7 @@ class Seeds:
             scope = Scope(
                 exclude_tests=not self.policy.rank_tests, kinds=() if prose else CODE.kinds
             )
-            ctx = SignalContext(
-                self.repo.conn, self.repo.root, index_dir, scope, searcher=searcher
-            )
+            ctx = SignalContext(self.repo.index, scope, searcher=searcher, history=history)
             if given is not None:  # an earlier call's, for the same task
                 return ctx, given
             try:
