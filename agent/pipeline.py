@@ -14,32 +14,30 @@ Outcomes: `done` only when files changed and the tests that reach them pass (`te
 model that says it cannot is `blocked`; still failing after the last attempt is `stopped`
 (`tests_failing`, the change left for review or undo).
 
-Size: one class, the run's state machine (start, localize, attempt, end) over what a run
-carries (the fixed messages, the conversation, the live attempts' files, the test records);
-the trace events are the loop's, so `agent replay`, `--resume` and `agent undo` work alike.
+`PipelineRun` drives localize and the attempts over what a run carries (the fixed messages, the
+conversation, the live attempts' files); the repair one function at a time is
+agent/pipeline_steps.py's. The run's skeleton — start, end, report, commit, how each tool call
+and step is traced — is agent/run_base.py's, shared with the loop, so `agent replay`,
+`--resume` and `agent undo` work alike.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from indexer.config import Config
-from indexer.errors import RepoctxError
+from indexer import Config
 
-from .budget import StepPrompt, classify_tool_failure
+from .budget import StepPrompt
 from .edit_blocks import WorkspaceFiles, block_calls, scan_edit_blocks
 from .localize import localize
-from .model_calls import ModelCallFailed, ModelCalls
+from .model_calls import ModelCalls
 from .models.base import Message, ModelClient, ToolCall, Usage
-from .models.prompt_tokens import model_tokenizer
 from .outcome import asks_for_change
 from .pipeline_steps import (
     SAMPLE_TEMPERATURE,
     Location,
     LocationRepair,
-    PipelineEnded,
     locations,
     locations_data,
     locations_from,
@@ -64,20 +62,14 @@ from .pipeline_text import (
     resumed_state,
     shown_paths,
 )
-from .run_result import FileStat, RunOptions, RunReport, commit_run, diff_stats, git_stat
-from .tools import ToolContext, ToolRegistry, ToolResult, default_registry, run_originals
+from .run_base import BaseRun, RunEnded
+from .run_result import RunOptions, RunReport
+from .tools import ToolRegistry, run_originals
 from .tools.testing import Failure, is_test_file, pytest_argv
 from .trace import (
-    TRACE_FORMAT,
-    TestRecord,
     TraceError,
-    TraceWriter,
-    checkpoint_files,
     clip,
-    message_to_dict,
     read_trace,
-    record_tests,
-    resolve_run,
     tests_from,
     trace_path,
 )
@@ -99,28 +91,16 @@ class _Attempt:
     detail: str = ""
 
 
-class PipelineRun:
-    def __init__(
-        self,
-        config: Config,
-        task: str,
-        model: ModelClient,
-        options: RunOptions,
-        registry: ToolRegistry | None = None,
-    ) -> None:
-        self.config, self.task, self.model, self.opts = config, task, model, options
-        self.limits = options.limits
-        self.registry = registry or default_registry()
-        self.tokens = options.tokenizer or model_tokenizer(
-            model,
-            config.extra.get("model_tokenizer"),
-            fallback=config.extra.get("tokenizer"),
-            probe=False,
-        )
+class PipelineRun(BaseRun):
+    """Localize once, then attempts: each one reply of SEARCH/REPLACE blocks, applied and tested."""
+
+    strategy = "pipeline"
+
+    def _setup(self) -> None:
+        options = self.opts
         self.attempts = options.attempts or ATTEMPTS
         self.fixed: list[Message] = []  # system, example exchange, task with code: never change
         self.convo: list[Message] = []  # the replies and feedback kept after them
-        self.tests: list[TestRecord] = []
         self.named_tests: list[str] = []
         self.failing_before: list[str] = []
         #: (path, name) of the functions whose interface the task changes (named in it).
@@ -132,36 +112,18 @@ class PipelineRun:
         self.live_steps: list[int] = []  # steps whose edits are in the tree
         self.test_failures = 0  # attempts whose tests failed
         self.attempts_made = 0  # the first two build the conversation, the rest are samples
-        self._keep = True  # the current attempt extends the conversation (else: a sample)
-        self.next_step, self.prior_s, self.history = 1, 0.0, []
-        resumed, run_id = (Usage(), 0), options.run_id
-        if options.resume:
-            run_id = resolve_run(config.index_path, options.resume)
-            resumed = self._load(run_id)
-        offered = set(options.granted) | ({"write", "execute"} if options.confirm else set())
-        self.can_write = "write" in offered
-        self.ctx = ToolContext.create(
-            config, granted=options.granted, confirm=options.confirm, run_id=run_id
-        )
-        self.run_id = self.ctx.run_id
-        self.trace = TraceWriter(trace_path(config.index_path, self.run_id))
+        self.keep = True  # the current attempt extends the conversation (else: a sample)
+        run_id, resumed = self._resume()
+        self._open(run_id)
         limits = replace(
             self.limits, completion_tokens=min(self.limits.completion_tokens, REPLY_TOKENS)
         )
-        self.sampling = Sampling(model)
-        self.calls = ModelCalls(
-            self.sampling, limits, self.tokens, [], self.emit, options.sleep, 1
-        )
+        self.sampling = Sampling(self.model)
+        self.calls = ModelCalls(self.sampling, limits, self.tokens, [], self.emit, options.sleep, 1)
         self.first_attempt = self.next_step if self.fixed else self.next_step + 1
         self.calls.usage, self.calls.count = resumed
 
-    # -- trace -----------------------------------------------------------------------------------
-
-    def emit(self, type: str, **fields: Any) -> dict[str, Any]:
-        event = self.trace.write(type, **fields)
-        if self.opts.on_event is not None:
-            self.opts.on_event(event)
-        return event
+    # -- resume ----------------------------------------------------------------------------------
 
     def _load(self, run_id: str) -> tuple[Usage, int]:
         """A pipeline run's state from its trace (agent/pipeline_text.py `resumed_state`)."""
@@ -178,84 +140,40 @@ class PipelineRun:
 
     # -- the run ---------------------------------------------------------------------------------
 
-    def run(self) -> RunReport:
-        t0 = self.opts.clock()
-        try:
-            try:
-                self._start()
-                if not self.fixed:
-                    self._localize(self.next_step)
-                state = _Attempt()
-                if self.locations:  # a change across functions: one function per request
-                    repair = LocationRepair(self, self.locations)
-                    state = _Attempt(*repair.drive(t0, self.loc_next, self.swept))
-                for _ in range(0 if self.locations else self.attempts):
-                    self._check_limits(t0)
-                    state = self._attempt(self.next_step)
-                raise self._after_attempts(state)
-            except KeyboardInterrupt:
-                self.emit("interrupted", next_step=self.next_step)
-                raise PipelineEnded(
-                    "interrupted",
-                    f"Interrupted before step {self.next_step}; continue with `repoctx agent "
-                    f"run --resume {self.run_id}` or undo with `repoctx agent undo {self.run_id}`.",
-                    "interrupted",
-                ) from None
-            except ModelCallFailed as exc:
-                raise PipelineEnded(exc.reason, exc.message, "failed") from exc.__cause__
-            except RepoctxError as exc:
-                raise PipelineEnded("error", str(exc), "failed") from exc
-        except PipelineEnded as end:
-            return self._finish(end, t0)
+    def _drive(self, t0: float) -> None:
+        if not self.fixed:
+            self._localize(self.next_step)
+        state = _Attempt()
+        if self.locations:  # a change across functions: one function per request
+            repair = LocationRepair(self, self.locations)
+            state = _Attempt(*repair.drive(t0, self.loc_next, self.swept))
+        for _ in range(0 if self.locations else self.attempts):
+            self.check_limits(t0)
+            state = self._attempt(self.next_step)
+        raise self._after_attempts(state)
 
-    def _start(self) -> None:
-        if self.opts.resume:
-            self.emit("resume", next_step=self.next_step, run_id=self.run_id)
-        else:
-            self.emit(
-                "header",
-                format=TRACE_FORMAT,
-                run_id=self.run_id,
-                task=self.task,
-                model=self.model.name,
-                root=str(self.config.root),
-                granted=sorted(self.opts.granted),
-                limits=asdict(self.limits),
-                tools=["edit", "create_file", "run_tests"],
-                tool_format="text",
-                strategy="pipeline",
-            )
+    def _header(self) -> dict[str, Any]:
+        return {
+            "tools": ["edit", "create_file", "run_tests"],
+            "tool_format": "text",
+            "strategy": "pipeline",
+        }
+
+    def _announce(self) -> None:
         self.emit(
             "notice",
             kind="strategy",
             strategy="pipeline",
             message=f"pipeline: {self.opts.strategy_why or 'asked for'}",
         )
-        done = self.ctx.session.reindex(self.config)
-        self.emit(
-            "notice",
-            kind="index",
-            message=f"index refreshed in {done.seconds:.2f} s ({done.files_parsed} files parsed)",
-        )
+
+    def _ready(self) -> None:
         if not self.can_write and asks_for_change(self.task):
-            raise PipelineEnded(
+            raise RunEnded(
                 "read_only",
                 "The pipeline changes files by its edits, and this run may not write — rerun "
                 "with --yes, or use --strategy loop for a read-only run.",
                 "failed",
-            )
-
-    def _check_limits(self, t0: float) -> None:
-        again = f"continue with `repoctx agent run --resume {self.run_id}`"
-        if self.opts.clock() - t0 >= self.limits.timeout_s:
-            raise PipelineEnded(
-                "timeout", f"Reached the time limit ({self.limits.timeout_s:g} s) — {again}."
-            )
-        if self.calls.usage.total_tokens >= self.limits.max_tokens:
-            raise PipelineEnded(
-                "max_tokens",
-                f"Used {self.calls.usage.total_tokens:,} tokens of {self.limits.max_tokens:,} "
-                f"— {again} --max-tokens N.",
             )
 
     # -- step 1: localize ------------------------------------------------------------------------
@@ -269,7 +187,7 @@ class PipelineRun:
         failures: list[Failure] = []
         tests = self.named_tests or reaching_tests(conn, loc0, self.ctx.agent.test_select_hops)
         if tests and ("execute" in self.opts.granted or self.opts.confirm):
-            result = self._call(
+            result = self.call(
                 step, ToolCall.from_raw("localize-tests", "run_tests", {"tests": tests})
             )
             for run in result.data.get("runs") or ():
@@ -279,7 +197,7 @@ class PipelineRun:
         # holds describes the bug: "add(1, 2) returns -1"): checked after the tests pass.
         checks = example_checks(self.task, lambda name: module_of(conn, name))
         if checks and ("execute" in self.opts.granted or self.opts.confirm):
-            self.examples = self._examples(step, checks)[0]
+            self.examples = self.failing_examples(step, checks)[0]
         searcher = self._searcher()
         loc = localize(
             conn,
@@ -315,7 +233,7 @@ class PipelineRun:
         summary = f"step {step}: localized {len(loc.spans)} spans" + (
             f", {len(failures)} failing test(s) before any change" if failures else ""
         )
-        self._end_step(
+        self.end_step(
             step,
             self.fixed,
             summary,
@@ -338,27 +256,27 @@ class PipelineRun:
         # the fixed messages alone (all of them in the server's cache): in tries with
         # Qwen2.5-Coder-1.5B a model that failed twice repeated itself or undid its own change,
         # while fresh samples of the first prompt found the fix one time in four.
-        self._keep = self.attempts_made < 2
+        self.keep = self.attempts_made < 2
         self.attempts_made += 1
-        messages = [*self.fixed, *self.convo] if self._keep else list(self.fixed)
+        messages = [*self.fixed, *self.convo] if self.keep else list(self.fixed)
         temperature = 0.0 if step == self.first_attempt else SAMPLE_TEMPERATURE
-        reply = self._reply(step, messages, temperature)
+        reply = self.reply(step, messages, temperature)
         text = reply.content
         scanned = scan_edit_blocks(text)
         if not scanned.blocks and not scanned.problems:
             if not asks_for_change(self.task):
-                self._end_step(step, [reply], f"step {step}: answered in text")
-                raise PipelineEnded("answered", text.strip(), "done")
+                self.end_step(step, [reply], f"step {step}: answered in text")
+                raise RunEnded("answered", text.strip(), "done")
             if declined(text):
                 self._rollback(step)
-                self._end_step(step, [reply], f"step {step}: the model said it cannot")
-                raise PipelineEnded(
+                self.end_step(step, [reply], f"step {step}: the model said it cannot")
+                raise RunEnded(
                     "declined",
                     f'The model said it cannot do the task: "{clip(text, 200)}" Nothing was '
                     "changed; try a stronger model or a more specific task.",
                     "blocked",
                 )
-            self._end_step(
+            self.end_step(
                 step,
                 [reply, Message.user(NO_BLOCKS)],
                 f"step {step}: no SEARCH/REPLACE block",
@@ -367,14 +285,14 @@ class PipelineRun:
             return _Attempt("no_blocks", clip(text, 200))
         if not asks_for_change(self.task):
             # A question is answered, never edited: its blocks are suggestions for the user.
-            self._end_step(step, [reply], f"step {step}: answered; suggested edits not applied")
-            raise PipelineEnded("answered", text.strip() + UNAPPLIED, "done")
+            self.end_step(step, [reply], f"step {step}: answered; suggested edits not applied")
+            raise RunEnded("answered", text.strip() + UNAPPLIED, "done")
         if self.test_failures and not self.interface:
             # A fix the tests refuted is wrong as a whole: it goes before the next is applied.
             # A change across an interface (a parameter through its callers) is kept: its
             # pieces are the def and each caller, and the next reply's blocks replace theirs.
             self._rollback(step)
-        applied, corrections = self._apply(step, scanned)
+        applied, corrections = self.apply(step, scanned)
         if not corrections:
             corrections = missing_parameters(self.task, self.interface, self.files().read)
         if corrections:
@@ -385,7 +303,7 @@ class PipelineRun:
                 + "\nSend the blocks for the whole change again, copying SEARCH exactly from "
                 "the code shown at the start."
             )
-            self._end_step(
+            self.end_step(
                 step,
                 [reply, Message.user(feedback)],
                 f"step {step}: {len(applied)} block(s) applied, {len(corrections)} not",
@@ -394,7 +312,7 @@ class PipelineRun:
             return _Attempt("unplaced", clip(corrections[0], 300))
         return self._test(step, reply)
 
-    def _reply(self, step: int, messages: list[Message], temperature: float) -> Message:
+    def reply(self, step: int, messages: list[Message], temperature: float) -> Message:
         """The model's reply; an empty or cut-short one is asked again (nothing appended keeps
         the prefix): llama-cpp-python's server ends a streamed reply at once when another
         client's request arrives, and a real reply comes back the same."""
@@ -408,8 +326,8 @@ class PipelineRun:
             self.opts.sleep(2.0 * n)
         if reply.content.strip():
             return reply
-        self._end_step(step, [], f"step {step}: empty replies", failed=True)
-        raise PipelineEnded(
+        self.end_step(step, [], f"step {step}: empty replies", failed=True)
+        raise RunEnded(
             "empty_answer",
             f"The model sent {EMPTY_TRIES} empty replies in a row — is another client using "
             "the same server (llama.cpp's server cuts a streamed reply short when another "
@@ -417,7 +335,7 @@ class PipelineRun:
             "failed",
         )
 
-    def _apply(self, step: int, scanned: Any) -> tuple[list[str], list[str]]:
+    def apply(self, step: int, scanned: Any) -> tuple[list[str], list[str]]:
         """A reply's blocks as `edit`/`create_file` calls through the registry: the paths
         changed, and a correction for each block that could not be placed or applied."""
         corrections = list(scanned.problems)
@@ -433,7 +351,7 @@ class PipelineRun:
         corrections += unplaced
         applied: list[str] = []
         for call in calls:
-            result = self._call(step, call)
+            result = self.call(step, call)
             if result.ok:
                 applied.append(str((call.arguments or {}).get("path", "")))
             else:
@@ -462,16 +380,16 @@ class PipelineRun:
         kept, restore = rebase(blocks, files.read, lambda p: originals.get(str(root / p)))
         for path, text in restore.items():  # the later block replaces the earlier edits
             args = {"path": path, "content": text, "overwrite": True}
-            self._call(step, ToolCall.from_raw(f"rebase-{step}", "create_file", args))
+            self.call(step, ToolCall.from_raw(f"rebase-{step}", "create_file", args))
         return kept
 
-    def _examples(self, step: int, scripts: list[str]) -> tuple[list[str], str]:
+    def failing_examples(self, step: int, scripts: list[str]) -> tuple[list[str], str]:
         """The example checks that fail now, and what the first of them says."""
         failing, said = [], ""
         for n, script in enumerate(scripts):
             # -B: a __pycache__ entry (same size, same second) hid a later edit from the tests
             argv = {"command": [pytest_argv(self.ctx)[0], "-B", "-c", script]}
-            res = self._call(step, ToolCall.from_raw(f"example-{step}-{n}", "run_command", argv))
+            res = self.call(step, ToolCall.from_raw(f"example-{step}-{n}", "run_command", argv))
             if not (res.ok and res.data.get("exit_code") == 0):
                 failing.append(script)
                 said = said or example_failure(res.text())
@@ -493,7 +411,7 @@ class PipelineRun:
     def _test(self, step: int, reply: Message) -> _Attempt:
         verdict, why = verify(self, step, reply)
         if verdict == "unchanged":
-            self._end_step(
+            self.end_step(
                 step,
                 [reply, Message.user(NO_BLOCKS)],
                 f"step {step}: the blocks changed nothing",
@@ -503,8 +421,8 @@ class PipelineRun:
         self.test_failures += 1
         if verdict == "example":
             feedback = f"The tests pass, but {why} Send corrected SEARCH/REPLACE blocks."
-            obs = [reply, Message.user(feedback)] if self._keep else [reply]
-            self._end_step(step, obs, f"step {step}: an example fails", True, tests_failed=True)
+            obs = [reply, Message.user(feedback)] if self.keep else [reply]
+            self.end_step(step, obs, f"step {step}: an example fails", True, tests_failed=True)
             return _Attempt("tests_failed", why)
         undone = (
             "That change is undone: the code is again as shown at the start."
@@ -515,47 +433,23 @@ class PipelineRun:
             f"The edit was applied, then these tests failed:\n{why}\n{undone} Send corrected "
             "SEARCH/REPLACE blocks for the whole change."
         )
-        obs = [reply, Message.user(feedback)] if self._keep else [reply]
-        self._end_step(
+        obs = [reply, Message.user(feedback)] if self.keep else [reply]
+        self.end_step(
             step, obs, f"step {step}: changed; tests fail", failed=True, tests_failed=True
         )
         return _Attempt("tests_failed", why)
 
-    def _after_attempts(self, state: _Attempt) -> PipelineEnded:
+    def _after_attempts(self, state: _Attempt) -> RunEnded:
         reason, message, status = after_attempts(
             state.state,
             state.detail,
-            bool(self._changed()),
+            bool(self.changed()),
             self.attempts_made if self.locations else self.attempts,
             self.run_id,
         )
-        return PipelineEnded(reason, message, status)
+        return RunEnded(reason, message, status)
 
     # -- tools, steps, rollback ------------------------------------------------------------------
-
-    def _call(self, step: int, call: ToolCall) -> ToolResult:
-        t0 = time.perf_counter()
-        result = self.registry.call_tool(call, replace(self.ctx, step=step))
-        extra: dict[str, Any] = {}
-        if call.name == "run_tests" and "passed" in result.data:
-            record = record_tests(step, result.output, result.data)
-            self.tests.append(record)
-            extra = {"tests_summary": record.summary, "failing": list(record.failures)}
-        self.emit(
-            "tool_call",
-            step=step,
-            id=call.id,
-            name=call.name,
-            arguments=call.raw_arguments,
-            ok=result.ok,
-            error=result.error,
-            kind=None if result.ok else classify_tool_failure(result.error, result.data),
-            output=result.output,
-            seconds=round(time.perf_counter() - t0, 4),
-            **extra,
-            data={k: v for k, v in result.data.items() if k != "diff"},
-        )
-        return result
 
     def _rollback(self, step: int) -> None:
         """Put back the files of the attempts still in the tree (newest first)."""
@@ -574,87 +468,19 @@ class PipelineRun:
         self.live_steps = []
         self.ctx.session.reindex(self.config)
 
-    def _end_step(
+    def end_step(
         self, step: int, obs: list[Message], summary: str, failed: bool = False, **extra: Any
     ) -> None:
         if not extra.get("localized"):
-            extra["kept"] = self._keep
-            if self._keep:
+            extra["kept"] = self.keep
+            if self.keep:
                 self.convo += obs
-        self.next_step = step + 1
-        self.history.append(summary)
-        store = self.ctx.checkpoints
-        files = checkpoint_files(store.dir, self.run_id, step) if store else []
-        if files:
-            self.emit("checkpoint", step=step, files=files)
-        self.emit(
-            "step",
-            step=step,
-            summary=summary,
-            failed=failed,
-            observation=[message_to_dict(m) for m in obs],
-            **extra,
-        )
-
-    def _changed(self) -> list[FileStat]:
-        store = self.ctx.checkpoints
-        return diff_stats(self.config.root, run_originals(store, self.run_id)) if store else []
+        self._record_step(step, obs, summary, failed, **extra)
 
     # -- the end ---------------------------------------------------------------------------------
 
-    def _finish(self, end: PipelineEnded, t0: float) -> RunReport:
-        elapsed = round(self.prior_s + self.opts.clock() - t0, 3)
-        changed = self._changed()
-        paths = [c.path for c in changed]
-        stat = git_stat(self.config.root, paths)
-        final = end.message if end.status == "done" else ""
-        summary = {
-            "final": final,
-            "changed": [asdict(c) for c in changed],
-            "git_stat": stat,
-            "tests": [asdict(t) for t in self.tests],
-            "usage": asdict(self.calls.usage),
-            "model_calls": self.calls.count,
-            "steps": self.next_step - 1,
-            "elapsed_s": elapsed,
-            "strategy": "pipeline",
-        }
-        self.emit(
-            "end",
-            status=end.status,
-            reason=end.reason,
-            message=end.message,
-            summary=summary,
-            plan={},
-        )
-        branch = sha = None
-        if self.opts.commit and paths and end.status == "done":
-            result = commit_run(self.config.root, self.run_id, self.task, final, paths, self.tests)
-            branch, sha = result.branch, result.commit
-            self.emit("commit", branch=branch, commit=sha)
-        self.trace.close()
-        self.ctx.session.close()
-        return RunReport(
-            self.run_id,
-            end.status,
-            end.reason,
-            end.message,
-            final,
-            self.next_step - 1,
-            self.calls.usage,
-            self.calls.count,
-            elapsed,
-            tuple(changed),
-            stat,
-            tuple(self.tests),
-            str(self.trace.path),
-            {},
-            branch,
-            sha,
-            "text" if self.calls.count else "",
-            strategy="pipeline",
-            strategy_why=self.opts.strategy_why,
-        )
+    def _format_used(self) -> str:
+        return "text" if self.calls.count else ""
 
 
 def run_pipeline(

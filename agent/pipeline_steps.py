@@ -8,7 +8,7 @@ The run's fixed messages (system, example, the task with all the code) stay firs
 unchanged; the first of them already asks for the first function. Each later request appends
 the reply and one user message: "now this function: <its code as it is after the earlier
 edits>", so the server reuses everything before. Each reply's blocks are applied through the
-same path as any attempt (agent/pipeline.py `_apply`: gate, sandbox, checkpoints, trace).
+same path as any attempt (agent/pipeline.py `apply`: gate, sandbox, checkpoints, trace).
 Each request asks for the function written out whole (a fence is read as one block replacing
 the function as it is now; a SEARCH/REPLACE block is taken too); each function's reply is
 checked on its own (a parameter the task adds: taken and used) and asked again once. When
@@ -25,9 +25,11 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .edit_blocks import EditBlock, ScannedBlocks, scan_edit_blocks
+from indexer import Config
+
+from .edit_blocks import EditBlock, ScannedBlocks, WorkspaceFiles, scan_edit_blocks
 from .localize import Localization
 from .models.base import Message, ToolCall
 from .pipeline_text import (
@@ -37,21 +39,50 @@ from .pipeline_text import (
     missing_parameters,
     new_parameters,
 )
+from .run_base import RunEnded
+from .run_result import FileStat
+from .tools import ToolContext, ToolResult
 from .tools.changes import ChangedSymbol, changed_ranges, changed_symbols
 from .tools.testing import Failure, is_test_file, select_tests
 from .trace import clip
 
-if TYPE_CHECKING:  # the run drives this module and this module calls back into the run
-    from .pipeline import PipelineRun
+
+class RepairRun(Protocol):
+    """What the repair and `verify` use of the run that drives them (agent/pipeline.py
+    `PipelineRun`): its task, its state, and its steps' building blocks."""
+
+    config: Config
+    ctx: ToolContext
+    run_id: str
+    task: str
+    #: (path, name) of the functions whose interface the task changes.
+    interface: list[tuple[str, str]]
+    attempts: int
+    attempts_made: int
+    next_step: int
+    #: The current request extends the conversation (else it is a fresh sample).
+    keep: bool
+    fixed: list[Message]
+    convo: list[Message]
+    named_tests: list[str]
+    failing_before: list[str]
+    examples: list[str]
+
+    def files(self) -> WorkspaceFiles: ...
+    def original(self, path: str) -> str | None: ...
+    def check_limits(self, t0: float) -> None: ...
+    def reply(self, step: int, messages: list[Message], temperature: float) -> Message: ...
+    def apply(self, step: int, scanned: ScannedBlocks) -> tuple[list[str], list[str]]: ...
+    def changed(self) -> list[FileStat]: ...
+    def call(self, step: int, call: ToolCall) -> ToolResult: ...
+    def failing_examples(self, step: int, scripts: list[str]) -> tuple[list[str], str]: ...
+    def end_step(
+        self, step: int, obs: list[Message], summary: str, failed: bool = False, **extra: Any
+    ) -> None: ...
+
 
 #: Temperature of every request after the first (which is greedy): a retry needs a new reply.
 SAMPLE_TEMPERATURE = 0.8
-
-
-class PipelineEnded(Exception):  # noqa: N818 - control flow, not an error
-    def __init__(self, reason: str, message: str, status: str = "stopped") -> None:
-        super().__init__(message)
-        self.reason, self.message, self.status = reason, message, status
 
 
 #: What each request asks for: the function written out whole (Aider's "whole" form, for one
@@ -201,9 +232,9 @@ def route(text: str, locs: list[Location]) -> int:
 
 class LocationRepair:
     """The requests of a run that repairs ``locs`` one at a time (agent/pipeline.py drives it
-    after localization: `PipelineRun.run`)."""
+    after localization: `PipelineRun._drive`)."""
 
-    def __init__(self, run: PipelineRun, locs: list[Location]) -> None:
+    def __init__(self, run: RepairRun, locs: list[Location]) -> None:
         self.run, self.locs = run, locs
         self.lang = "python"
 
@@ -262,29 +293,29 @@ class LocationRepair:
     def drive(self, t0: float, at: int = 0, swept: bool = False) -> tuple[str, str]:
         """Ask for each location from ``at`` (``swept``: every one has had its turn, so each
         reply is checked), then send failures back; returns what the last request left
-        (state, detail) when the budget is spent. Raises PipelineEnded when the run ends."""
+        (state, detail) when the budget is spent. Raises RunEnded when the run ends."""
         run = self.run
         tries, state, detail = 0, "no_blocks", ""
         start = run.attempts_made  # a resumed run gets the budget again
         while run.attempts_made - start < self.budget():
-            run._check_limits(t0)
+            run.check_limits(t0)
             step = run.next_step
-            run._keep = True
+            run.keep = True
             run.attempts_made += 1
             # Greedy for a function's first turn; a request asked again samples (greedy, the
             # 1.5B model sent the same reply three times).
             temperature = 0.0 if tries == 0 and not swept else SAMPLE_TEMPERATURE
-            reply = run._reply(step, [*run.fixed, *run.convo], temperature)
+            reply = run.reply(step, [*run.fixed, *run.convo], temperature)
             x = self.locs[at]
             now = function_text(run.files().read(x.path) or "", x.qualname)
             scanned = function_reply(scan_edit_blocks(reply.content), x, now)
             applied: list[str] = []
             corrections: list[str] = []
             if scanned.blocks or scanned.problems:
-                applied, corrections = run._apply(step, scanned)
-            elif declined(reply.content) and not run._changed():
-                run._end_step(step, [reply], f"step {step}: the model said it cannot")
-                raise PipelineEnded(
+                applied, corrections = run.apply(step, scanned)
+            elif declined(reply.content) and not run.changed():
+                run.end_step(step, [reply], f"step {step}: the model said it cannot")
+                raise RunEnded(
                     "declined",
                     f'The model said it cannot do the task: "{clip(reply.content, 200)}" '
                     "Nothing was changed; try a stronger model or a more specific task.",
@@ -347,7 +378,7 @@ class LocationRepair:
         self, step: int, reply: Message, at: int, swept: bool, ask: str, summary: str = "",
         failed: bool = False, **extra: Any,
     ) -> None:  # fmt: skip
-        self.run._end_step(
+        self.run.end_step(
             step,
             [reply, Message.user(ask)],
             summary or f"step {step}: `{self.locs[at].name}` asked again",
@@ -375,10 +406,10 @@ def locations_data(locs: list[Location]) -> list[dict[str, str]]:
     return [asdict(x) for x in locs]
 
 
-def verify(run: PipelineRun, step: int, reply: Message) -> tuple[str, str]:
+def verify(run: RepairRun, step: int, reply: Message) -> tuple[str, str]:
     """Run the tests that reach the change, then the task's examples: the run ends when
     they pass (or nothing tests the change); else (unchanged | example | tests, why)."""
-    if not run._changed():
+    if not run.changed():
         return "unchanged", ""
     conn = run.ctx.session.conn(run.config)
     ranges, _ = changed_ranges(run.ctx)
@@ -386,10 +417,10 @@ def verify(run: PipelineRun, step: int, reply: Message) -> tuple[str, str]:
         conn, changed_symbols(conn, ranges), run.ctx.agent.test_select_hops
     )
     tests = list(dict.fromkeys([*run.named_tests, *run.failing_before, *selected]))
-    changed = ", ".join(c.path for c in run._changed())
+    changed = ", ".join(c.path for c in run.changed())
     if not tests and not total:
-        run._end_step(step, [reply], f"step {step}: changed; the repository has no tests")
-        raise PipelineEnded(
+        run.end_step(step, [reply], f"step {step}: changed; the repository has no tests")
+        raise RunEnded(
             "untested",
             f"Changed {changed}; the index holds no test, so it is not verified — review it "
             f"(`git diff`), or undo it with `repoctx agent undo {run.run_id}`.",
@@ -399,8 +430,8 @@ def verify(run: PipelineRun, step: int, reply: Message) -> tuple[str, str]:
     # all. A deleted function or a half-done rename breaks tests the graph cannot link to the
     # edit (both were called done, untested, on the benchmark).
     args = {"tests": tests} if tests else {"scope": "full"}
-    result = run._call(step, ToolCall.from_raw(f"tests-{step}", "run_tests", args))
-    if result.data.get("passed") and (wrong := run._examples(step, run.examples)[1]):
+    result = run.call(step, ToolCall.from_raw(f"tests-{step}", "run_tests", args))
+    if result.data.get("passed") and (wrong := run.failing_examples(step, run.examples)[1]):
         # The tests may never pass the new behaviour: the task's own examples are checked.
         return "example", wrong
     if result.data.get("passed"):
@@ -411,8 +442,8 @@ def verify(run: PipelineRun, step: int, reply: Message) -> tuple[str, str]:
             "suite passes"
         )
         passed = f"{len(tests)} test(s) pass" if tests else "the whole test suite passes"
-        run._end_step(step, [reply], f"step {step}: changed; {passed}")
-        raise PipelineEnded("tests_passed", f"Changed {changed}; {which}.", "done")
+        run.end_step(step, [reply], f"step {step}: changed; {passed}")
+        raise RunEnded("tests_passed", f"Changed {changed}; {which}.", "done")
     failures = [Failure(**f) for r in result.data.get("runs") or () for f in r["failures"]]
     return "tests", failures_text(failures) or clip(result.error or result.output, FAILURE_CHARS)
 
