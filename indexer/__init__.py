@@ -42,8 +42,6 @@ _EXPORTS: dict[str, str] = {
     "FileFilter": "indexer.graph.records",
     "NamedDefinition": "indexer.graph.records",
     "RefRow": "indexer.graph.records",
-    "BUILD_PHASE": "indexer.graph.records",
-    "PHASES": "indexer.graph.records",
     "GraphReads": "indexer.graph.reads",
     "LexicalReads": "indexer.graph.lexical_reads",
     "HistoryReader": "indexer.history.reads",
@@ -74,18 +72,12 @@ _EXPORTS: dict[str, str] = {
     "looser_sandbox": "indexer.config_trust",
     "turns_on": "indexer.config_trust",
     "is_config_path": "indexer.config_files",
-    "locate_vectors": "indexer.locations",
     "storage_options": "indexer.locations",
-    "vectors_uri": "indexer.locations",
     # builds, status and operations
     "index_exists": "indexer.build",
     "stats_dict": "indexer.build",
-    "unmatched": "indexer.changes",
-    "discover": "indexer.parse.discovery",
     "history_status": "indexer.history.store",
-    "STAMP_META": "indexer.phases.semantic",
     "table_damage": "indexer.vectors.table",
-    "table_missing": "indexer.vectors.table",
     "create_embedder": "indexer.vectors.embed",
     "WriteLock": "indexer.lock",
     "verify": "indexer.ops.verify",
@@ -146,7 +138,6 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from indexer.atomic import write_atomic
     from indexer.build import index_exists, stats_dict
-    from indexer.changes import unmatched
     from indexer.config import DEFAULT_EMBED_MODEL, INDEX_SETTINGS, Config, load_config
     from indexer.config_files import is_config_path
     from indexer.config_trust import adds, drops, looser_sandbox, turns_on
@@ -165,11 +156,11 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     )
     from indexer.graph.lexical_reads import LexicalReads, fts_stems, fts_tables
     from indexer.graph.reads import GraphReads
-    from indexer.graph.records import BUILD_PHASE, PHASES, FileFilter, NamedDefinition, RefRow
+    from indexer.graph.records import FileFilter, NamedDefinition, RefRow
     from indexer.history.reads import HistoryReader
     from indexer.history.store import history_status
     from indexer.index import Index
-    from indexer.locations import locate_vectors, storage_options, vectors_uri
+    from indexer.locations import storage_options
     from indexer.lock import WriteLock
     from indexer.models import (
         CLASS_KINDS,
@@ -181,7 +172,6 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     )
     from indexer.ops.snapshot import list_snapshots, pull, push, snapshot_uri
     from indexer.ops.verify import repair, verify
-    from indexer.parse.discovery import discover
     from indexer.parse.languages import (
         KINDS,
         is_text_format,
@@ -194,7 +184,6 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     )
     from indexer.parse.terms import STOPWORDS, split_identifier
     from indexer.parse.testpaths import is_test_path
-    from indexer.phases.semantic import STAMP_META
     from indexer.safety.denylist import DEFAULT_DENY, denied_by_default, deny_spec
     from indexer.safety.gitsafe import GitConfigError, git_env
     from indexer.safety.index_dir_guard import check_index_dir
@@ -208,4 +197,4 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from indexer.settings import Setting, Settings, env_name
     from indexer.vectors.embed import create_embedder
     from indexer.vectors.reader import VectorReader
-    from indexer.vectors.table import table_damage, table_missing
+    from indexer.vectors.table import table_damage
