@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from indexer.display import shown
-from indexer.safety.nofollow import READ_FLAGS, open_beneath, openat2_available, plain_relative
+from indexer import (
+    READ_FLAGS,
+    atomic_writer,
+    open_beneath,
+    openat2_available,
+    plain_relative,
+    shown,
+)
 
 from .errors import LinkInPathError, NotAFileError, PathEscapeError, PathNotFoundError
 
@@ -222,10 +227,11 @@ class Beneath:
         mtime_ns: int | None = None,
         create_parents: bool = True,
     ) -> list[str]:
-        """Replace ``rel`` with ``data`` atomically: a temporary file in the same directory
-        descriptor, fsync, then ``rename`` over the name (a link at the name is replaced, never
-        written through; a hard link is split off, never written through either). Keeps the
-        old file's permission bits unless ``mode`` is given. Returns the directories made."""
+        """Replace ``rel`` with ``data`` atomically (`indexer.atomic_writer`, relative to the
+        directory descriptor: a temporary file beside the name, fsync, ``rename`` over the name,
+        fsync of the directory; a link at the name is replaced, never written through; a hard
+        link is split off, never written through either). Keeps the old file's permission bits
+        unless ``mode`` is given. Returns the directories made."""
         made = self.makedirs(rel.rpartition("/")[0]) if create_parents and "/" in rel else []
         try:
             with self.parent(rel) as (dfd, name):
@@ -237,33 +243,16 @@ class Beneath:
                     raise NotAFileError(f"{shown(rel)} is a directory — pass a file path.")
                 if mode is None:
                     mode = stat.S_IMODE(old.st_mode) if old and stat.S_ISREG(old.st_mode) else None
-                tmp = f".{name[:64]}.repoctx-{secrets.token_hex(6)}"
-                fd = os.open(
-                    tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o666, dir_fd=dfd,
-                )
-                try:
-                    with os.fdopen(fd, "wb", closefd=False) as fh:
-                        fh.write(data)
-                    owner = (old.st_uid, old.st_gid) if old is not None else None
+                owner = (old.st_uid, old.st_gid) if old is not None else None
+                with atomic_writer(name, mode=mode, dir_fd=dfd) as fh:
+                    fh.write(data)
+                    fh.flush()  # before utime: a later flush would set the time again
                     if owner is not None and owner != (os.geteuid(), os.getegid()):
                         # Keep the owner where we may (as root); a user's own files are its own.
                         with suppress(PermissionError):
-                            os.fchown(fd, *owner)
-                    if mode is not None:
-                        os.fchmod(fd, mode)
+                            os.fchown(fh.fileno(), *owner)
                     if mtime_ns is not None:
-                        os.utime(fd, ns=(mtime_ns, mtime_ns))
-                    os.fsync(fd)
-                    os.close(fd)
-                    fd = -1
-                    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                except BaseException:
-                    if fd >= 0:
-                        os.close(fd)
-                    with suppress(FileNotFoundError):
-                        os.unlink(tmp, dir_fd=dfd)
-                    raise
+                        os.utime(fh.fileno(), ns=(mtime_ns, mtime_ns))
         except OSError as exc:
             raise self.error(exc, rel, "written") from exc
         return made

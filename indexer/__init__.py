@@ -116,6 +116,7 @@ _EXPORTS: dict[str, str] = {
     "deny_spec": "indexer.safety.denylist",
     "git_env": "indexer.safety.gitsafe",
     "check_index_dir": "indexer.safety.index_dir_guard",
+    "atomic_writer": "indexer.atomic",
     "write_atomic": "indexer.atomic",
 }
 
@@ -136,7 +137,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
-    from indexer.atomic import write_atomic
+    from indexer.atomic import atomic_writer, write_atomic
     from indexer.build import index_exists, stats_dict
     from indexer.config import DEFAULT_EMBED_MODEL, INDEX_SETTINGS, Config, load_config
     from indexer.config_files import is_config_path
