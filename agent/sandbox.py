@@ -60,6 +60,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from indexer import write_atomic
+
 from . import landlock, sandbox_env
 from . import sandbox_child as child
 from . import sandbox_grants as grants
@@ -406,11 +408,7 @@ def _empty_file() -> str:
             atexit.register(shutil.rmtree, base, True)
         path = os.path.join(base, "empty")
         if not _is_empty_file(path):
-            fresh = f"{path}.{os.getpid()}"
-            with open(fresh, "wb"):
-                pass
-            os.chmod(fresh, 0o444)
-            os.replace(fresh, path)
+            write_atomic(path, b"", mode=0o444)  # never a half-made file at the name
         _empty[:] = [path]
         return path
 
