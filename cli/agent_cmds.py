@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from agent.settings import TOOL_FORMATS
-from indexer.display import shown
+from indexer import shown
 
 from .common import (
     ModelSettings,

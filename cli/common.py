@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import re
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -23,8 +22,7 @@ from agent.settings import (
     DEFAULT_TIMEOUT_S,
     ModelSettings,
 )
-from indexer.config import Config
-from indexer.errors import RepoctxError
+from indexer import Config, DatabaseError, RepoctxError
 from retrieval.settings import RetrievalSettings
 
 from .settings import load_config
@@ -173,18 +171,26 @@ def config_for(root: Path, index_dir: Path | None) -> Config:
     return make_config(root, index_dir=index_dir)
 
 
-#: The index of the configuration a command loaded last: named when SQLite reports a damaged
-#: file in the middle of a query, where the error itself does not say which file.
-_index_dir: Path | None = None
+#: Where the index of the configuration this invocation loaded last is remembered (in
+#: ``ctx.meta``, like --trust-repo-config): named when SQLite reports a damaged file in the
+#: middle of a query, where the error itself does not say which file, and when a disk fills.
+_INDEX_DIR_KEY = "repoctx.index_dir"
+
+
+def _index_dir() -> Path | None:
+    """The index this invocation works on (None before it loaded a configuration)."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get(_INDEX_DIR_KEY)
 
 
 def make_config(root: Path | str, *, trust_repo: bool | None = None, **overrides: Any) -> Config:
     """load_config with this invocation's --trust-repo-config (``trust_repo``: decided already,
     for a reload made where the click context is not current)."""
-    global _index_dir
     trust = trusts_repo_config() if trust_repo is None else trust_repo
     config = load_config(root, trust_repo=trust, **overrides)
-    _index_dir = config.index_path
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[_INDEX_DIR_KEY] = config.index_path
     return config
 
 
@@ -199,11 +205,11 @@ def handle_errors(f: Callable) -> Callable:
         except RepoctxError as exc:
             full = _exhausted(exc)  # a disk filled up under a worker or a library's wrapper
             raise click.ClickException(full or str(exc)) from exc
-        except sqlite3.DatabaseError as exc:
-            from indexer.graph import store
+        except DatabaseError as exc:
+            from indexer import damaged, is_damage
 
-            if store.is_damage(exc):
-                raise click.ClickException(str(store.damaged(_index_dir, exc))) from exc
+            if is_damage(exc):
+                raise click.ClickException(str(damaged(_index_dir(), exc))) from exc
             full = _exhausted(exc)
             if full is None:
                 raise
@@ -244,9 +250,10 @@ def _exhausted(exc: BaseException) -> str | None:
         if what is not None:
             return f"{what} in {_where(cause)}: {_then()}"
         cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, sqlite3.OperationalError) and _disk_is_full():
-        # SQLite says "disk I/O error" when a reader cannot size its shared-memory file
-        return f"No space left on device in {_index_dir}: {_then()}"
+    if isinstance(exc, DatabaseError) and _disk_is_full():
+        # SQLite says "disk I/O error" (an OperationalError) when a reader cannot size its
+        # shared-memory file
+        return f"No space left on device in {_index_dir()}: {_then()}"
     return None
 
 
@@ -264,8 +271,9 @@ def _then() -> str:
 
 
 def _disk_is_full() -> bool:
+    index_dir = _index_dir()
     try:
-        return _index_dir is not None and os.statvfs(_index_dir).f_bavail == 0
+        return index_dir is not None and os.statvfs(index_dir).f_bavail == 0
     except OSError:
         return False
 
@@ -274,23 +282,25 @@ def _where(exc: BaseException) -> str:
     """The directory a failed write was in: the one the error names, else where the command
     writes (a snapshot's ``--to``), else the index's."""
     name = getattr(exc, "filename", None)
-    if name and (_index_dir is None or not str(name).startswith(str(_index_dir))):
+    index_dir = _index_dir()
+    if name and (index_dir is None or not str(name).startswith(str(index_dir))):
         return str(Path(name).parent)
     ctx = click.get_current_context(silent=True)
     target = ctx.params.get("to") if ctx is not None and not name else None
     if target:  # pyarrow's file systems name no file
         return str(target)
-    return str(_index_dir) if _index_dir is not None else "the index"
+    return str(index_dir) if index_dir is not None else "the index"
 
 
 def _kept() -> str:
-    from indexer.graph import store
+    from indexer import graph_file, readable_meta
 
-    if _index_dir is None or store.graph_file(_index_dir) is None:
+    index_dir = _index_dir()
+    if index_dir is None or graph_file(index_dir) is None:
         return "nothing was indexed yet"
     try:
-        gen = store.readable_meta(_index_dir).get("generation")
-    except (OSError, sqlite3.Error):
+        gen = readable_meta(index_dir).get("generation")
+    except (OSError, DatabaseError):
         gen = None
     at = f" (generation {gen})" if gen else ""
     return f"the index keeps what its last completed write left{at}"
@@ -310,7 +320,7 @@ def _default(obj: Any) -> Any:
 
 def echo_json(data: Any) -> None:
     # json_safe: a name's DEL, C1, U+2028 or bidi control leaves as an escape, not raw
-    from indexer.display import json_safe
+    from indexer import json_safe
 
     click.echo(json_safe(json.dumps(data, default=_default, indent=2, ensure_ascii=False)))
 

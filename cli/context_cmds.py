@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from indexer.display import content, place, shown
+from indexer import Index, content, place, shown
 from retrieval.settings import DEFAULT_BUDGET, RetrievalSettings
 
 from .common import ModelSettings, echo_json, model_options, open_model, open_tokenizer
-from .query_cmds import open_graph, read_options
+from .query_cmds import open_index, read_options
 
 
 def _context_options(f):
@@ -38,10 +38,10 @@ def _context_options(f):
     return f
 
 
-def _searcher(config, conn):
+def _searcher(index: Index):
     from retrieval.search import Searcher
 
-    return Searcher.from_config(conn, config)
+    return Searcher(index)
 
 
 def _budget(flag: int | None, config) -> int:
@@ -75,14 +75,14 @@ def context_cmd(
 
     from retrieval.context import PackPolicy, assemble_context
 
-    config, conn = open_graph(root, index_dir)
+    index = open_index(root, index_dir)
+    config = index.config
     pack = assemble_context(
-        conn,
-        config.root,
+        index,
         task,
         _budget(budget, config),
         focus=focus,
-        searcher=_searcher(config, conn),
+        searcher=_searcher(index),
         tokenizer=tokenizer or RetrievalSettings.from_config(config).tokenizer,
         policy=replace(PackPolicy(), line_numbers=line_numbers),
     )
@@ -174,7 +174,8 @@ def ask_cmd(
 
     if new_session and session_name is None:
         raise click.UsageError("--new-session needs --session NAME.")
-    config, conn = open_graph(root, index_dir)
+    index = open_index(root, index_dir)
+    config = index.config
     spec = model_spec(model_flag, config)
     model = tokens = session = None
     budget = _budget(budget, config)
@@ -194,23 +195,22 @@ def ask_cmd(
     elif session_name is not None:
         click.echo("--session needs a model: this retrieval-only answer is not kept.", err=True)
     answer = ask(
-        conn,
-        config.root,
+        index,
         question,
         model=model,
         budget_tokens=budget,
         focus=focus,
-        searcher=_searcher(config, conn),
+        searcher=_searcher(index),
         tokenizer=tokenizer or RetrievalSettings.from_config(config).tokenizer,
         max_tokens=max_tokens,
         is_secret=Workspace.from_config(config).is_hidden,  # `agent.deny`, links
-        index_dir=config.index_path,
+        history=True,
         model_tokenizer=tokens,
         session=session,
     )
     if answer.session is not None:
         from agent.ask_session import save_session
-        from indexer.errors import RepoctxError
+        from indexer import RepoctxError
 
         try:
             save_session(config.index_path, answer.session)

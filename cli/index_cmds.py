@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from indexer.display import shown
+from indexer import shown
 
 from .common import (
     ProgressLine,
@@ -55,7 +55,7 @@ def build_cmd(
 ) -> None:
     """Build or update the index of PATH (incremental unless --full): the symbol graph, the
     lexical index, then vectors for new chunks (resumable; reused by content hash)."""
-    from indexer.build import build, stats_dict
+    from indexer import Index, stats_dict
 
     config = make_config(path, index_dir=index_dir, jobs=jobs, max_file_bytes=max_file_bytes,
                          embed_model=embed_model, engine=engine, ray_address=ray_address,
@@ -69,8 +69,8 @@ def build_cmd(
         if not quiet:
             click.echo(line, err=True)
 
-    stats = build(config, full=full, progress=progress, wait_lock=wait_s, embed=not no_embed,
-                  reembed=reembed, notify=notify)
+    stats = Index(config).build(full=full, progress=progress, wait_lock=wait_s,
+                                embed=not no_embed, reembed=reembed, notify=notify)
     progress.finish()
     if as_json:
         echo_json({"index_dir": str(config.index_path), **stats_dict(stats), "notices": notices})
@@ -110,10 +110,9 @@ def build_cmd(
 @handle_errors
 def status_cmd(path: Path, index_dir: Path | None, as_json: bool) -> None:
     """Show what the index holds and what changed on disk since it was built."""
-    from retrieval.status import index_status
+    from indexer import Index
 
-    config = make_config(path, index_dir=index_dir)
-    st = index_status(config)
+    st = Index(make_config(path, index_dir=index_dir)).status()
     if as_json:
         echo_json(st)
         return

@@ -41,8 +41,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from indexer.display import json_safe
-from indexer.errors import RepoctxError
+from indexer import RepoctxError, json_safe
 
 from .mcp_server import RepoctxMCP
 

@@ -6,34 +6,25 @@ from pathlib import Path
 
 import click
 
-from indexer.display import content, place, shown
+from indexer import Index, content, place, shown
 
 from .common import config_for, echo_json, handle_errors, index_dir_option, json_option, root_option
 
 
-def generation(conn) -> int:
-    from retrieval.freshness import generation as gen
-
-    return gen(conn)
-
-
-def open_graph(root: Path, index_dir: Path | None):
-    from indexer.graph import store
-
-    config = config_for(root, index_dir)
-    return config, store.open_for_read(config.index_path).conn
+def open_index(root: Path, index_dir: Path | None) -> Index:
+    """The index that serves ``root``, connected: a missing or damaged one is said here, where
+    the command starts."""
+    return Index.open(config_for(root, index_dir))
 
 
 #: Phases of a running build during which each read may see part of the answer.
 _PARTIAL = {"symbol": ("parse",), "refs": ("parse", "resolve")}
 
 
-def building(config, conn, what: str) -> dict | None:
+def building(index: Index, what: str) -> dict | None:
     """A build running on this index in a phase where ``what`` may be incomplete: said once on
     stderr (results stay on stdout) and returned for --json."""
-    from retrieval.freshness import build_progress
-
-    b = build_progress(config.index_path, conn)
+    b = index.build_progress()
     if b is None or not b["running"] or b["phase"] not in _PARTIAL[what]:
         return None
     click.echo(f"Note: a build is running (phase {b['phase']}): {b['ready']} — results may be "
@@ -57,11 +48,12 @@ def symbol_cmd(name: str, kind: str | None, limit: int, root: Path, index_dir: P
     """Find definitions by qualified name, name or fuzzy prefix."""
     from retrieval.symbols import find_symbols
 
-    config, conn = open_graph(root, index_dir)
-    hits = find_symbols(conn, name, kind, limit)
-    build = building(config, conn, "symbol")
+    index = open_index(root, index_dir)
+    hits = find_symbols(index, name, kind, limit)
+    build = building(index, "symbol")
     if as_json:
-        echo_json({"generation": generation(conn), "symbols": hits, **({"build": build} if build else {})})
+        echo_json({"generation": index.graph.generation(), "symbols": hits,
+                   **({"build": build} if build else {})})
         return
     if not hits:
         raise click.ClickException(f"No symbol matches {name!r} — try a shorter prefix.")
@@ -81,11 +73,11 @@ def refs_cmd(name: str, limit: int, root: Path, index_dir: Path | None, as_json:
     """References to a definition, with enclosing symbol and confidence."""
     from retrieval.symbols import references_to
 
-    config, conn = open_graph(root, index_dir)
-    targets, refs = references_to(conn, name, limit=limit)
-    build = building(config, conn, "refs")
+    index = open_index(root, index_dir)
+    targets, refs = references_to(index, name, limit=limit)
+    build = building(index, "refs")
     if as_json:
-        echo_json({"generation": generation(conn), "targets": targets, "references": refs,
+        echo_json({"generation": index.graph.generation(), "targets": targets, "references": refs,
                    **({"build": build} if build else {})})
         return
     click.echo(f"{len(refs)} references to " + shown(", ".join(t.qualname for t in targets[:5]))
@@ -103,11 +95,11 @@ def _edge_command(name: str, doc: str, fn_name: str) -> click.Command:
     def command(symbol: str, limit: int, root: Path, index_dir: Path | None, as_json: bool) -> None:
         from retrieval import symbols
 
-        config, conn = open_graph(root, index_dir)
-        targets, edges = getattr(symbols, fn_name)(conn, symbol, limit)
-        build = building(config, conn, "refs")
+        index = open_index(root, index_dir)
+        targets, edges = getattr(symbols, fn_name)(index, symbol, limit)
+        build = building(index, "refs")
         if as_json:
-            echo_json({"generation": generation(conn), "targets": targets, "edges": edges,
+            echo_json({"generation": index.graph.generation(), "targets": targets, "edges": edges,
                        **({"build": build} if build else {})})
             return
         for e in edges:
@@ -135,7 +127,7 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
                kinds: tuple[str, ...], history: bool, root: Path, index_dir: Path | None,
                as_json: bool) -> None:
     """Search code, docs and configs by words or identifiers: lexical, semantic or both fused."""
-    from indexer.parse.languages import KINDS
+    from indexer import KINDS
     from retrieval.search import Searcher
 
     kinds = tuple(dict.fromkeys(kd.strip() for arg in kinds for kd in arg.split(",") if kd.strip()))
@@ -144,11 +136,11 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
         raise click.BadParameter(f"{', '.join(bad)} is not one of {', '.join(KINDS)}",
                                  param_hint="--kind")
 
-    config, conn = open_graph(root, index_dir)
+    index = open_index(root, index_dir)
     if history:
-        _history_search(config, conn, query, k, as_json)
+        _history_search(index, query, k, as_json)
         return
-    searcher = Searcher.from_config(conn, config)
+    searcher = Searcher(index)
     result = searcher.search(query, mode, k, lang=lang, path_glob=path_glob, kinds=kinds)
     for warning in result.warnings:  # also in --json, as "warnings"
         click.echo(f"warning: {warning}", err=True)
@@ -166,19 +158,19 @@ def search_cmd(query: str, mode: str, k: int, lang: str | None, path_glob: str |
         click.echo("No results.")
 
 
-def _history_search(config, conn, query: str, k: int, as_json: bool) -> None:
+def _history_search(index: Index, query: str, k: int, as_json: bool) -> None:
     """`search --history`: similar past commits (reachable from the indexed HEAD)."""
-    from indexer.history.store import history_status
+    from indexer import history_status
     from retrieval.history import similar_commits
     from retrieval.signals import SignalContext
 
-    status = history_status(config.index_path)
+    status = history_status(index.dir)
     if status["state"] != "ok":
         raise click.ClickException(
             f"No git history in the index ({status['state']}: {status['note'] or 'not built'}) — "
             "run `repoctx index build` in a git work tree with `history = true`."
         )
-    hits = similar_commits(SignalContext(conn, config.root, config.index_path), query, k)
+    hits = similar_commits(SignalContext(index), query, k)
     if as_json:
         echo_json({"query": query, "head": status["head"], "commits": hits})
         return

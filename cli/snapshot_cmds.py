@@ -53,7 +53,7 @@ def push_cmd(
     """Upload the index of PATH for its checked-out commit, so teammates and CI can
     `repoctx index pull` it instead of building. The index is brought up to date first;
     an earlier snapshot of the same commit is replaced."""
-    from indexer.ops.snapshot import push
+    from indexer import push
 
     config = make_config(path, index_dir=index_dir)
     progress = _Progress(quiet=quiet)
@@ -91,8 +91,7 @@ def pull_cmd(
     """Replace the index of PATH with the snapshot of its nearest ancestor commit, then
     update it: only files that differ from that commit are parsed, and only chunks without
     a vector are embedded."""
-    from indexer.locations import storage_options
-    from indexer.ops.snapshot import list_snapshots, pull, snapshot_uri
+    from indexer import list_snapshots, pull, snapshot_uri, storage_options
 
     config = make_config(path, index_dir=index_dir, embed_model=embed_model)
     if list_only:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from indexer.display import shown
+from indexer import shown
 
 from .common import (
     ProgressLine,
@@ -43,7 +43,7 @@ def verify_cmd(
 ) -> None:
     """Check the index against the tree and itself (files, references, lexical index, vectors).
     Exits with status 1 while problems remain."""
-    from indexer.ops.verify import repair, verify
+    from indexer import repair, verify
 
     config = make_config(path, index_dir=index_dir)
     if do_repair:

@@ -118,6 +118,24 @@ _EXPORTS: dict[str, str] = {
     "check_index_dir": "indexer.safety.index_dir_guard",
     "atomic_writer": "indexer.atomic",
     "write_atomic": "indexer.atomic",
+    # the CLI: damage met mid-read (the error a read of the graph raises when SQLite fails),
+    # what a full disk left, watching the tree
+    "DatabaseError": "sqlite3",
+    "damaged": "indexer.graph.store",
+    "is_damage": "indexer.graph.store",
+    "graph_file": "indexer.graph.store",
+    "readable_meta": "indexer.graph.store",
+    "CHECK": "indexer.ops.watch_filter",
+    "KEEP": "indexer.ops.watch_filter",
+    "RULE_FILES": "indexer.ops.watch_filter",
+    "ChangeFilter": "indexer.ops.watch_filter",
+    "event_filter": "indexer.ops.watch_filter",
+    "WatchSettings": "indexer.ops.watch",
+    "Watcher": "indexer.ops.watch",
+    "LOG_FILE": "indexer.ops.watch_daemon",
+    "start_detached": "indexer.ops.watch_daemon",
+    "stop_watcher": "indexer.ops.watch_daemon",
+    "watch_status": "indexer.ops.watch_daemon",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -137,6 +155,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from sqlite3 import DatabaseError
+
     from indexer.atomic import atomic_writer, write_atomic
     from indexer.build import index_exists, stats_dict
     from indexer.config import DEFAULT_EMBED_MODEL, INDEX_SETTINGS, Config, load_config
@@ -158,6 +178,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from indexer.graph.lexical_reads import LexicalReads, fts_stems, fts_tables
     from indexer.graph.reads import GraphReads
     from indexer.graph.records import FileFilter, NamedDefinition, RefRow
+    from indexer.graph.store import damaged, graph_file, is_damage, readable_meta
     from indexer.history.reads import HistoryReader
     from indexer.history.store import history_status
     from indexer.index import Index
@@ -173,6 +194,9 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     )
     from indexer.ops.snapshot import list_snapshots, pull, push, snapshot_uri
     from indexer.ops.verify import repair, verify
+    from indexer.ops.watch import Watcher, WatchSettings
+    from indexer.ops.watch_daemon import LOG_FILE, start_detached, stop_watcher, watch_status
+    from indexer.ops.watch_filter import CHECK, KEEP, RULE_FILES, ChangeFilter, event_filter
     from indexer.parse.languages import (
         KINDS,
         is_text_format,

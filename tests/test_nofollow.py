@@ -739,7 +739,7 @@ def test_the_parse_workers_read_refuses_what_was_swapped_in_after_discovery(tmp_
 
 def test_the_mcp_servers_sync_marker_never_writes_through_a_planted_link(repo, outside):
     from agent.tools.session import ToolSession
-    from cli.mcp_server import SYNC_PREFIX, LiveIndex, ServeOptions
+    from cli.mcp_live import SYNC_PREFIX, LiveIndex, ServeOptions
 
     config = load_config(repo, env={}, jobs=1)
     config.index_path.mkdir(parents=True, exist_ok=True)
