@@ -35,7 +35,7 @@ from agent.models.http import error_from_response
 from agent.models.prompt_tokens import EST_MARGIN, EXACT_MARGIN, QWEN_TEMPLATE
 from agent.trace import read_trace
 from cli.main import cli
-from indexer.config import load_config
+from cli.settings import load_config
 from indexer.graph import store
 from retrieval.tokens import get_tokenizer
 from tests.conftest import index, make_repo

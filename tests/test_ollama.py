@@ -24,7 +24,7 @@ from agent.models import (
     model_tokenizer,
 )
 from agent.models.ollama import ollama_base_url
-from indexer.config import load_config
+from cli.settings import load_config
 from tests.conftest import make_repo
 from tests.model_server import ModelServer, Reply, Seen
 from tests.test_agent_loop import FILES, FIX, PLAN

@@ -20,7 +20,7 @@ from agent.errors import BudgetTooSmallError
 from agent.loop import RunOptions, run_agent
 from agent.prompts import COMPACT_TOOLS
 from agent.trace import read_trace
-from indexer.config import load_config
+from cli.settings import load_config
 from tests import test_prefix_stable as stable
 from tests.conftest import make_repo
 from tests.test_prefix_stable import ALL, FIX, LlamaCpp, client, script
