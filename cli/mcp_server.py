@@ -99,7 +99,7 @@ class RepoctxMCP:
                 return  # the first call meets the same problem and reports it
         try:
             detectors()  # detect-secrets, which redacts every answer (~0.2 s to import)
-            from indexer import table_damage  # noqa: F401  (imports lancedb)
+            from indexer import VectorReader  # noqa: F401  (the vector table: numpy, pyarrow)
             from retrieval.tokens import get_tokenizer
 
             get_tokenizer(None)
