@@ -22,7 +22,6 @@ from typing import Any
 
 from indexer import Config
 from retrieval.context import ContextPack, assemble_context
-from retrieval.freshness import generation
 
 from .budget import StepPrompt
 from .call_reading import CallReader, observation
@@ -229,14 +228,14 @@ class AgentRun(BaseRun):
 
     def _retrieve(self, query: str, budget: int) -> ContextPack:
         session, cfg = self.ctx.session, self.config
-        conn = session.conn(cfg)
+        index = session.index(cfg)
         # The same query on the same index generation gives the same pack: steps that stay on
         # one plan step with similar results skip the search (a write bumps the generation).
-        key = (query, budget, generation(conn))
+        key = (query, budget, index.graph.generation())
         if key not in self._packs:
             searcher = session.searcher(cfg, semantic=session.embed_model(cfg) is not None)
             pack = assemble_context(
-                conn, cfg.root, query, budget, searcher=searcher, tokenizer=self.counter
+                index, query, budget, searcher=searcher, tokenizer=self.counter
             )
             # The pack enters the prompt directly, not through the tools: the same deny list
             # and the same redaction as every tool result.
