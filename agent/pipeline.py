@@ -38,6 +38,7 @@ from .pipeline_steps import (
     SAMPLE_TEMPERATURE,
     Location,
     LocationRepair,
+    declined_end,
     locations,
     locations_data,
     locations_from,
@@ -270,12 +271,7 @@ class PipelineRun(BaseRun):
             if declined(text):
                 self._rollback(step)
                 self.end_step(step, [reply], f"step {step}: the model said it cannot")
-                raise RunEnded(
-                    "declined",
-                    f'The model said it cannot do the task: "{clip(text, 200)}" Nothing was '
-                    "changed; try a stronger model or a more specific task.",
-                    "blocked",
-                )
+                raise declined_end(text)
             self.end_step(
                 step,
                 [reply, Message.user(NO_BLOCKS)],

@@ -315,12 +315,7 @@ class LocationRepair:
                 applied, corrections = run.apply(step, scanned)
             elif declined(reply.content) and not run.changed():
                 run.end_step(step, [reply], f"step {step}: the model said it cannot")
-                raise RunEnded(
-                    "declined",
-                    f'The model said it cannot do the task: "{clip(reply.content, 200)}" '
-                    "Nothing was changed; try a stronger model or a more specific task.",
-                    "blocked",
-                )
+                raise declined_end(reply.content)
             own = [] if corrections or not scanned.blocks else self._own(x)
             if not scanned.blocks or corrections or own:
                 if state != "tests_failed":  # else the last check's failure still holds
@@ -396,6 +391,16 @@ class LocationRepair:
         if verdict == "unchanged":
             return "The blocks so far changed nothing."
         return f"These tests fail now:\n{why}"
+
+
+def declined_end(text: str) -> RunEnded:
+    """The end of a run whose model said it cannot do the task (``text``, its reply)."""
+    return RunEnded(
+        "declined",
+        f'The model said it cannot do the task: "{clip(text, 200)}" '
+        "Nothing was changed; try a stronger model or a more specific task.",
+        "blocked",
+    )
 
 
 def locations_from(data: list[dict[str, str]]) -> list[Location]:
