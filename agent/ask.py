@@ -15,11 +15,10 @@ reused of it is reported (by the server, or estimated from the shared prefix).
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
+from indexer import Index
 from retrieval.context import FULL, ContextPack, PackPolicy, assemble_context
 from retrieval.settings import DEFAULT_BUDGET
 from retrieval.tokens import TokenCounter, get_tokenizer
@@ -179,8 +178,7 @@ def _session_dict(session: AskSession | None) -> dict | None:
 
 
 def ask(
-    conn: sqlite3.Connection,
-    root: str | Path,
+    index: Index,
     question: str,
     *,
     model: ModelClient | None = None,
@@ -188,7 +186,7 @@ def ask(
     focus: Sequence[str] = (),
     searcher=None,
     tokenizer=None,
-    index_dir: str | Path | None = None,
+    history: bool = False,
     max_tokens: int = 1024,
     is_secret: Callable[[str], bool] | None = None,
     model_tokenizer: PromptCounter | None = None,
@@ -197,6 +195,8 @@ def ask(
 ) -> Answer:
     """Answer ``question``: with ``model``, from the assembled context with checked
     citations; without, the ranked locations of that context and a hint to configure one.
+    With ``history`` the past commits whose messages resemble the question are shown beside
+    the code, and ``commit <sha>`` citations are checked against the history index.
 
     With a model the context is counted in the model's tokens (``model_tokenizer``, default:
     its family's tokenizer, else ``tokenizer``) and keeps that counter's safety margin free;
@@ -211,9 +211,9 @@ def ask(
     Files ``is_secret`` names (default: the agent's built-in deny list; pass
     ``Workspace.from_config(config).is_hidden`` to add `agent.deny`) are left out of the
     context, and tokens and keys in the rest are redacted, as in every tool result."""
-    root = Path(root)
+    root = index.root
     policy = replace(PackPolicy(), line_numbers=model is not None)
-    commits = past_commits(conn, root, question, index_dir)
+    commits = past_commits(index if history else None, question)
     hidden = is_secret or Workspace(root).is_hidden
     limit = budget_tokens + PROMPT_ALLOWANCE if session_tokens is None else session_tokens
     tokens = None
@@ -233,15 +233,14 @@ def ask(
         if history_text:  # the commits come out of the same budget
             budget = max(1, budget - counter.count(history_text + "\n\n"))
         pack = assemble_context(
-            conn,
-            root,
+            index,
             question,
             budget,
             focus=focus,
             searcher=searcher,
             tokenizer=counter,
-            index_dir=index_dir,
             policy=policy,
+            history=history or None,  # None: when a searcher is given, as without ``history``
         )
         # The pack goes into the model's prompt directly, not through the tools.
         return redact_pack(pack, hidden), history_text, shas
@@ -339,13 +338,13 @@ def ask(
         question,
         text,
         model.name,
-        verify_citations(text, root, checked, conn),
+        verify_citations(text, root, checked, index),
         tuple(_location(item) for item in pack.items),
         pack,
         usage=usage,
         latency_s=completion.latency_s,
         commits=commits,
-        commit_citations=verify_commit_citations(text, root, index_dir, commits),
+        commit_citations=verify_commit_citations(text, index if history else None, commits),
         tokenizer=tokens.describe(),
         prompt_tokens_est=estimate,
         notes=tuple(notes),
@@ -394,20 +393,18 @@ def overflow_budget(
     return smaller if smaller >= MIN_RETRY_CONTEXT else None
 
 
-def past_commits(
-    conn: sqlite3.Connection, root: Path, question: str, index_dir: str | Path | None
-) -> tuple[PastCommit, ...]:
+def past_commits(index: Index | None, question: str) -> tuple[PastCommit, ...]:
     """Past commits whose messages resemble the question (the history signal's own search);
-    none without a history index."""
-    if index_dir is None:
+    none without an index to read or a history index."""
+    if index is None:
         return ()
-    from indexer.parse.terms import split_identifier
+    from indexer import split_identifier
     from retrieval.history import similar_commits
     from retrieval.query import parse_query
     from retrieval.signals import SignalContext
 
     words = set(parse_query(question).terms)
-    hits = similar_commits(SignalContext(conn, root, Path(index_dir)), question, MAX_COMMITS * 3)
+    hits = similar_commits(SignalContext(index), question, MAX_COMMITS * 3)
     out = []
     for h in hits:
         subject = {p for w in re.findall(r"\w+", h.subject) for p in split_identifier(w)}
@@ -430,9 +427,10 @@ def render_commits(commits: Sequence[PastCommit]) -> str:
 
 
 def verify_commit_citations(
-    text: str, root: Path, index_dir: str | Path | None, shown: Sequence[PastCommit]
+    text: str, index: Index | None, shown: Sequence[PastCommit]
 ) -> tuple[CommitCitation, ...]:
-    """Every ``commit <sha>`` in ``text``, checked against the history of HEAD."""
+    """Every ``commit <sha>`` in ``text``, checked against the history of HEAD (none is
+    found without ``index``)."""
     from retrieval.history import lookup_commit
 
     out: list[CommitCitation] = []
@@ -442,7 +440,7 @@ def verify_commit_citations(
         if prefix in seen:
             continue
         seen.add(prefix)
-        found = lookup_commit(Path(index_dir), prefix) if index_dir is not None else None
+        found = lookup_commit(index, prefix) if index is not None else None
         was_shown = any(c.sha.startswith(prefix) for c in shown)
         out.append(
             CommitCitation(

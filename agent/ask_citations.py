@@ -16,11 +16,10 @@ come with the word line(s) or ``L`` in the same clause as its path, and version 
 from __future__ import annotations
 
 import re
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.graph.reads import GraphReads
+from indexer import Index, StoreError
 from retrieval.context import ContextPack
 
 _PATH = r"(?P<path>(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9_+]*)"
@@ -113,16 +112,16 @@ def verify_citations(
     text: str,
     root: Path,
     pack: ContextPack | None = None,
-    conn: sqlite3.Connection | None = None,
+    index: Index | None = None,
 ) -> tuple[Citation, ...]:
     """Every place ``text`` cites, checked against the repository (and the pack). With
-    ``conn`` (the index), definitions cited by name and file are resolved to their lines."""
+    ``index``, definitions cited by name and file are resolved to their lines."""
     root = Path(root)
     out: list[Citation] = []
     seen: set[tuple[str, int, int]] = set()
     lines_of: dict[str, int | None] = {}
     shown_paths = {i.path for i in pack.items} if pack is not None else set()
-    for found in _found(text, root, pack, conn, shown_paths):
+    for found in _found(text, root, pack, index, shown_paths):
         path, start, end = found.path, found.first, found.last
         if (path, start, end) in seen:
             continue
@@ -150,7 +149,7 @@ def _found(
     text: str,
     root: Path,
     pack: ContextPack | None,
-    conn: sqlite3.Connection | None,
+    index: Index | None,
     shown_paths: set[str],
 ) -> list[_Found]:
     """The citations of ``text`` in the order they appear: ``path:line`` forms first, then the
@@ -166,11 +165,11 @@ def _found(
         for m in pattern.finditer(text):
             if free(*m.span()) and _prose_path(m):
                 taken.append(_lines_found(m, shown_paths))
-    if conn is not None:
+    if index is not None:
         for m in _SYMBOL_CITATION.finditer(text):
             if not (free(*m.span()) and _prose_path(m)):
                 continue
-            found = _symbol_found(m, root, pack, conn, shown_paths)
+            found = _symbol_found(m, root, pack, index, shown_paths)
             if found is not None:
                 taken.append(found)
     return sorted(taken, key=lambda f: f.start)
@@ -193,7 +192,7 @@ def _symbol_found(
     m: re.Match[str],
     root: Path,
     pack: ContextPack | None,
-    conn: sqlite3.Connection,
+    index: Index,
     shown_paths: set[str],
 ) -> _Found | None:
     """A definition cited by name: its lines from the index; ``start == 0`` when the file
@@ -201,7 +200,7 @@ def _symbol_found(
     symbol = next(m.group(g) for g in ("s1", "s2", "s3", "s4") if m.group(g))
     code = bool(m.group("q1") or m.group("s2") or m.group("q3") or m.group("p3"))
     path = _resolve(m.group("path").removeprefix("./"), shown_paths)
-    spans = _definition_spans(conn, path, symbol)
+    spans = _definition_spans(index, path, symbol)
     if spans:
         inside = [s for s in spans if pack is not None and _shown(pack, path, *s)]
         first, last = (inside or spans)[0]
@@ -220,13 +219,13 @@ def _symbol_found(
     return _Found(m.start(), m.end(), m.group(0), path, 0, 0, symbol)
 
 
-def _definition_spans(conn: sqlite3.Connection, path: str, symbol: str) -> list[tuple[int, int]]:
+def _definition_spans(index: Index, path: str, symbol: str) -> list[tuple[int, int]]:
     """Lines of the definitions of ``path`` that ``symbol`` names (``name``, ``Class.name``
     or a module-qualified name), in file order."""
     name = symbol.rpartition(".")[2]
     try:
-        rows = GraphReads(conn).definition_spans_in_file(path)
-    except sqlite3.Error:  # an index of another shape: the name cannot be resolved here
+        rows = index.graph.definition_spans_in_file(path)
+    except StoreError:  # an index of another shape: the name cannot be resolved here
         return []
     return sorted(
         (start, end)

@@ -41,8 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from indexer.display import place
-from indexer.safety.nofollow import plain_relative
+from indexer import place, plain_relative
 from retrieval.context import FULL, SKELETON, SKELETON_HEADER, ContextItem, ContextPack
 
 from .errors import AgentError, PathNotFoundError

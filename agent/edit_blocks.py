@@ -45,11 +45,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sqlite3
 from collections.abc import Callable, Iterable
 
-from indexer.errors import RepoctxError
-from indexer.graph.reads import GraphReads
+from indexer import RepoctxError, StoreError
 
 from .block_reading import (
     EditBlock,
@@ -451,8 +449,8 @@ class WorkspaceFiles:
 
     def paths(self) -> list[str]:
         try:
-            paths = GraphReads(self.ctx.session.conn(self.ctx.config)).all_paths()
-        except (RepoctxError, sqlite3.Error, OSError):
+            paths = self.ctx.index.graph.all_paths()
+        except (RepoctxError, StoreError, OSError):
             return []  # no index: blocks without a file line are placed in known files only
         ws = self.ctx.workspace
         return [p for p in paths if not ws.is_hidden(p)]

@@ -12,12 +12,11 @@ so no task's wording is needed.
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.graph.reads import GraphReads
+from indexer import Index
 from retrieval.context import FULL, assemble_context
 
 from .tools.testing import Failure, is_test_file
@@ -198,8 +197,8 @@ def frames(failures: Sequence[Failure]) -> list[tuple[str, int]]:
 class _Pool:
     """Candidates by definition id."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn, self.by_id = conn, {}
+    def __init__(self, index: Index) -> None:
+        self.index, self.by_id = index, {}
 
     def add(self, row: tuple, score: float, reason: str) -> Candidate | None:
         # row: graph.definition_details columns (id, path, name, qualname, kind, start, end, ...)
@@ -214,15 +213,14 @@ class _Pool:
     def innermost(self, path: str, line: int) -> tuple | None:
         rows = [
             r
-            for r in GraphReads(self.conn).definition_details_between(path, line, line)
+            for r in self.index.graph.definition_details_between(path, line, line)
             if r[4] in (*_FUNCS, "class")
         ]
         return rows[-1] if rows else None
 
 
 def localize(
-    conn: sqlite3.Connection,
-    root: Path,
+    index: Index,
     task: str,
     *,
     failures: Sequence[Failure] = (),
@@ -236,13 +234,14 @@ def localize(
 ) -> Localization:
     """The spans to show for ``task``: candidates from every signal, ranked, then packed whole
     (a small file whole, else each function) until ``budget`` tokens (``counter``)."""
-    paths = GraphReads(conn).all_paths()
+    root = index.root
+    paths = index.graph.all_paths()
     said = mentions(task, paths)
-    pool = _Pool(conn)
+    pool = _Pool(index)
     for name in said.names:
-        for r in GraphReads(conn).find_definitions(name, limit=8):
+        for r in index.graph.find_definitions(name, limit=8):
             if r.name == name.rsplit(".", 1)[-1] or r.qualname.endswith(name):
-                details = GraphReads(conn).definition_details([r.id])
+                details = index.graph.definition_details([r.id])
                 for d in details:
                     test = is_test_file(d[1])
                     pool.add(d, TEST_NAMED if test else NAMED, f"named in the task: {name}")
@@ -263,23 +262,23 @@ def localize(
         c.id for c in pool.by_id.values() if is_test_file(c.path)
     ]
     if test_ids:
-        targets = [t[0] for t in GraphReads(conn).calls_from(test_ids, 50)]
+        targets = [t[0] for t in index.graph.calls_from(test_ids, 50)]
         code = [
             d
-            for d in GraphReads(conn).definition_details(dict.fromkeys(targets))
+            for d in index.graph.definition_details(dict.fromkeys(targets))
             if not is_test_file(d[1])
         ]
         for d in code:
             pool.add(d, CALLEE, "called by the failing test")
         # One call further: what the code under test calls (the bug is often one level down).
-        inner = [t[0] for t in GraphReads(conn).calls_from([d[0] for d in code], 50)] if code else []
-        for d in GraphReads(conn).definition_details(dict.fromkeys(inner)):
+        inner = [t[0] for t in index.graph.calls_from([d[0] for d in code], 50)] if code else []
+        for d in index.graph.definition_details(dict.fromkeys(inner)):
             if not is_test_file(d[1]):
                 pool.add(d, CALLEE - 1, "called by code the failing test calls")
     # Retrieval: the task (and what the tests said) ranks files, then their functions.
     if retrieve:
         query = " ".join([task, *(f.message for f in failures[:3])])
-        _retrieved(pool, conn, root, query, searcher, retrieval_tokens)
+        _retrieved(pool, index, query, searcher, retrieval_tokens)
     for p in said.paths:  # a path the task names: its definitions rank a little higher
         for c in pool.by_id.values():
             if c.path == p:
@@ -294,7 +293,7 @@ def localize(
     signature = bool(_SIGNATURE.search(task))
     if signature:
         targets = [c for c in pool.by_id.values() if c.score >= NAMED and c.kind in _FUNCS]
-        _callers(pool, conn, targets)
+        _callers(pool, index, targets)
     ranked = sorted(pool.by_id.values(), key=lambda c: (-c.score, c.path, c.start))
     shown = [c for c in ranked if show_tests or not is_test_file(c.path)]
     spans, left_out = _pack(root, shown, counter, budget, whole_file_tokens)
@@ -302,15 +301,15 @@ def localize(
 
 
 def _retrieved(
-    pool: _Pool, conn: sqlite3.Connection, root: Path, query: str, searcher, budget: int
+    pool: _Pool, index: Index, query: str, searcher, budget: int
 ) -> None:
-    pack = assemble_context(conn, root, query, budget, searcher=searcher)
+    pack = assemble_context(index, query, budget, searcher=searcher)
     rank = 0
     for item in sorted(pack.items, key=lambda i: -i.score):
         # Tests come in as the task names them or as they fail; retrieval finds the code.
         if item.kind != FULL or is_test_file(item.path) or rank >= RETRIEVED_MOST:
             continue
-        rows = GraphReads(conn).definition_details_between(item.path, item.start_line, item.end_line)
+        rows = index.graph.definition_details_between(item.path, item.start_line, item.end_line)
         inside = [
             r for r in rows if r[4] in _FUNCS and r[5] >= item.start_line and r[6] <= item.end_line
         ] or [r for r in rows if r[4] in (*_FUNCS, "class")][-1:]
@@ -319,10 +318,10 @@ def _retrieved(
         rank += 1 if inside else 0
 
 
-def _callers(pool: _Pool, conn: sqlite3.Connection, targets: list[Candidate]) -> None:
+def _callers(pool: _Pool, index: Index, targets: list[Candidate]) -> None:
     for t in targets:
-        ids = GraphReads(conn).referrer_ids([t.id])
-        for d in GraphReads(conn).definition_details(ids):
+        ids = index.graph.referrer_ids([t.id])
+        for d in index.graph.definition_details(ids):
             if d[4] in _FUNCS and not is_test_file(d[1]):
                 pool.add(d, CALLER, f"calls {t.qualname.rsplit('.', 1)[-1]}")
 

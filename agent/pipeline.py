@@ -180,13 +180,11 @@ class PipelineRun(BaseRun):
     # -- step 1: localize ------------------------------------------------------------------------
 
     def _localize(self, step: int) -> None:
-        conn = self.ctx.session.conn(self.config)
-        loc0 = localize(
-            conn, self.config.root, self.task, counter=self.tokens.count, budget=0, retrieve=False
-        )
+        index = self.ctx.index
+        loc0 = localize(index, self.task, counter=self.tokens.count, budget=0, retrieve=False)
         self.named_tests = list(loc0.named_tests)
         failures: list[Failure] = []
-        tests = self.named_tests or reaching_tests(conn, loc0, self.ctx.agent.test_select_hops)
+        tests = self.named_tests or reaching_tests(index, loc0, self.ctx.agent.test_select_hops)
         if tests and ("execute" in self.opts.granted or self.opts.confirm):
             result = self.call(
                 step, ToolCall.from_raw("localize-tests", "run_tests", {"tests": tests})
@@ -196,13 +194,12 @@ class PipelineRun(BaseRun):
         self.failing_before = [f.test_id for f in failures]
         # Examples in the task that fail before any edit describe the change wanted (one that
         # holds describes the bug: "add(1, 2) returns -1"): checked after the tests pass.
-        checks = example_checks(self.task, lambda name: module_of(conn, name))
+        checks = example_checks(self.task, lambda name: module_of(index, name))
         if checks and ("execute" in self.opts.granted or self.opts.confirm):
             self.examples = self.failing_examples(step, checks)[0]
         searcher = self._searcher()
         loc = localize(
-            conn,
-            self.config.root,
+            index,
             self.task,
             failures=failures,
             searcher=searcher,

@@ -27,7 +27,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from indexer import Config
+from indexer import Config, Index
 
 from .edit_blocks import EditBlock, ScannedBlocks, WorkspaceFiles, scan_edit_blocks
 from .localize import Localization
@@ -416,10 +416,10 @@ def verify(run: RepairRun, step: int, reply: Message) -> tuple[str, str]:
     they pass (or nothing tests the change); else (unchanged | example | tests, why)."""
     if not run.changed():
         return "unchanged", ""
-    conn = run.ctx.session.conn(run.config)
+    index = run.ctx.index
     ranges, _ = changed_ranges(run.ctx)
     selected, total = select_tests(
-        conn, changed_symbols(conn, ranges), run.ctx.agent.test_select_hops
+        index, changed_symbols(index, ranges), run.ctx.agent.test_select_hops
     )
     tests = list(dict.fromkeys([*run.named_tests, *run.failing_before, *selected]))
     changed = ", ".join(c.path for c in run.changed())
@@ -453,7 +453,7 @@ def verify(run: RepairRun, step: int, reply: Message) -> tuple[str, str]:
     return "tests", failures_text(failures) or clip(result.error or result.output, FAILURE_CHARS)
 
 
-def reaching_tests(conn: Any, loc: Localization, hops: int) -> list[str]:
+def reaching_tests(index: Index, loc: Localization, hops: int) -> list[str]:
     """Tests that reach the task's named definitions through the graph (run before the
     edit when the task names no test)."""
 
@@ -463,5 +463,5 @@ def reaching_tests(conn: Any, loc: Localization, hops: int) -> list[str]:
         for c in named
         if not is_test_file(c.path)
     ]
-    selected, _ = select_tests(conn, changed, hops)
+    selected, _ = select_tests(index, changed, hops)
     return selected[:50]

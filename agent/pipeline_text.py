@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from indexer.graph.reads import GraphReads
+from indexer import Index
 
 from .edit_blocks import EditBlock, find_search
 from .localize import Localization
@@ -182,11 +182,11 @@ def example_checks(task: str, module_of: Callable[[str], str | None]) -> list[st
     return out
 
 
-def module_of(conn: Any, name: str) -> str | None:
+def module_of(index: Index, name: str) -> str | None:
     """The module defining the one function ``name`` outside the tests (None: none or many)."""
     rows = [
         r
-        for r in GraphReads(conn).find_definitions(name, limit=5)
+        for r in index.graph.find_definitions(name, limit=5)
         if r.name == name and not is_test_file(r.path)
     ]
     if len(rows) != 1 or not rows[0].path.endswith(".py"):

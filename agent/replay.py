@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from indexer.display import shown
+from indexer import shown
 
 from .trace import clip as _clip
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.safety.gitsafe import GitConfigError, git_env
+from indexer import GitConfigError, git_env
 
 from .budget import Limits
 from .errors import AgentError

@@ -29,7 +29,7 @@ import os
 import subprocess
 from collections.abc import Mapping
 
-from indexer.safety import gitsafe
+from indexer import git_env
 
 KEPT_GIT_VARS: tuple[str, ...] = ("GIT_AUTHOR_*", "GIT_COMMITTER_*")
 #: Dropped too: they make a shell (``bash -c`` runs string commands) or the loader run code.
@@ -57,7 +57,7 @@ def command_env(workspace: str, env: Mapping[str, str], *, git_writable: bool) -
         base[f"GIT_CONFIG_KEY_{i}"] = "safe.directory"
         base[f"GIT_CONFIG_VALUE_{i}"] = value
         base["GIT_CONFIG_COUNT"] = str(i + 1)
-    out = gitsafe.git_env(workspace, base=base, read_only=not git_writable)
+    out = git_env(workspace, base=base, read_only=not git_writable)
     out["GIT_CONFIG_GLOBAL"] = os.devnull
     out["GIT_CONFIG_SYSTEM"] = os.devnull
     if git_writable:
@@ -104,7 +104,7 @@ def _identity(workspace: str) -> dict[str, str]:
             proc = subprocess.run(
                 ["git", "config", "--get", key],
                 cwd=workspace,
-                env=gitsafe.git_env(workspace),
+                env=git_env(workspace),
                 capture_output=True,
                 text=True,
                 timeout=10,

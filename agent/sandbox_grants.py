@@ -15,7 +15,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from indexer.safety import gitsafe
+from indexer import find_git_dirs
 
 from . import home_policy, landlock
 from . import sandbox_child as child
@@ -285,7 +285,7 @@ def parts(path: str) -> list[str]:
 
 def external_git_dirs(workspace: str) -> list[str]:
     """A linked worktree's git directories when they lie outside the workspace."""
-    dirs = gitsafe.find_git_dirs(workspace)
+    dirs = find_git_dirs(workspace)
     if dirs is None:
         return []
     return sorted({str(d) for d in dirs if not within(str(d), workspace)})

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
-from indexer.config import Config
+from indexer import Config
 
 from .errors import AgentError
 from .models.base import ModelClient

@@ -12,10 +12,7 @@ from typing import Literal, Protocol
 
 import pathspec
 
-from indexer.config import Config
-from indexer.config_files import is_config_path
-from indexer.display import shown
-from indexer.safety.denylist import DEFAULT_DENY, deny_spec
+from indexer import DEFAULT_DENY, Config, deny_spec, is_config_path, shown
 
 from .errors import (
     BinaryFileError,

@@ -207,9 +207,9 @@ def main() -> None:
         for _ in range(n):
 
             def select() -> object:
-                conn = ctx.session.conn(cfg)
+                index = ctx.session.index(cfg)
                 ranges, _src = changed_ranges(ctx)
-                return select_tests(conn, changed_symbols(conn, ranges), 4)
+                return select_tests(index, changed_symbols(index, ranges), 4)
 
             select_s.append(timed(select)[0])
 

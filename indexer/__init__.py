@@ -57,6 +57,7 @@ _EXPORTS: dict[str, str] = {
     "SchemaError": "indexer.errors",
     "VectorTableDamagedError": "indexer.errors",
     "VectorsMissingError": "indexer.errors",
+    "StoreError": "indexer.errors",
     "GitConfigError": "indexer.safety.gitsafe",
     # configuration: the indexer's settings, the table's machinery (each layer above declares
     # its own section with it; cli composes them) and what a repository may not loosen
@@ -115,6 +116,7 @@ _EXPORTS: dict[str, str] = {
     "denied_by_default": "indexer.safety.denylist",
     "deny_spec": "indexer.safety.denylist",
     "git_env": "indexer.safety.gitsafe",
+    "find_git_dirs": "indexer.safety.gitsafe",
     "check_index_dir": "indexer.safety.index_dir_guard",
     "atomic_writer": "indexer.atomic",
     "write_atomic": "indexer.atomic",
@@ -172,6 +174,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         NoIndexError,
         RepoctxError,
         SchemaError,
+        StoreError,
         VectorsMissingError,
         VectorTableDamagedError,
     )
@@ -210,7 +213,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from indexer.parse.terms import STOPWORDS, split_identifier
     from indexer.parse.testpaths import is_test_path
     from indexer.safety.denylist import DEFAULT_DENY, denied_by_default, deny_spec
-    from indexer.safety.gitsafe import GitConfigError, git_env
+    from indexer.safety.gitsafe import GitConfigError, find_git_dirs, git_env
     from indexer.safety.index_dir_guard import check_index_dir
     from indexer.safety.nofollow import (
         READ_FLAGS,

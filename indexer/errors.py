@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
+
+#: What a read of the graph raises when SQLite itself fails (damaged, locked, out of disk): the
+#: layers above catch it by this name and never import sqlite3 (`is_damage` tells a damaged file).
+StoreError = sqlite3.Error
+
 
 class RepoctxError(Exception):
     """repoctx failed."""

@@ -13,7 +13,7 @@ from agent.models import ScriptedModel
 from agent.settings import model_spec
 from cli.main import cli
 from cli.settings import load_config
-from indexer.graph import store
+from indexer import Index
 from tests.conftest import index, make_repo
 from tests.model_server import Reply
 from tests.test_context import SHOP
@@ -30,16 +30,16 @@ ANSWER = (
 def shop(tmp_path_factory):
     root = make_repo(tmp_path_factory.mktemp("ask") / "shop", SHOP)
     cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield root, conn
-    conn.close()
+    idx = Index.open(cfg)
+    yield root, idx
+    idx.close()
 
 
 def test_ask_with_a_model_verifies_every_citation(shop):
-    root, conn = shop
+    root, idx = shop
     model = ScriptedModel([ANSWER])
     # a budget that holds every cited definition (the test is about verifying citations)
-    answer = ask(conn, root, QUESTION, model=model, budget_tokens=700, tokenizer="minilm")
+    answer = ask(idx, QUESTION, model=model, budget_tokens=700, tokenizer="minilm")
 
     assert answer.answer == ANSWER and answer.model == "scripted"
     by_text = {c.text: c for c in answer.citations}
@@ -73,8 +73,8 @@ def test_ask_with_a_model_verifies_every_citation(shop):
 
 
 def test_ask_without_a_model_gives_ranked_locations(shop):
-    root, conn = shop
-    answer = ask(conn, root, QUESTION, budget_tokens=600, tokenizer="minilm")
+    root, idx = shop
+    answer = ask(idx, QUESTION, budget_tokens=600, tokenizer="minilm")
     assert answer.answer == "" and answer.model == "" and answer.citations == ()
     assert answer.hint == MODEL_HINT and "--model openai:gpt-4o-mini" in answer.hint
     top = answer.locations[0]
@@ -109,8 +109,8 @@ def test_ask_without_a_model_gives_ranked_locations(shop):
     ],
 )
 def test_citation_forms(shop, text, expected):
-    root, conn = shop
-    pack = ask(conn, root, "compute tax", budget_tokens=2000, tokenizer="minilm").pack
+    root, idx = shop
+    pack = ask(idx, "compute tax", budget_tokens=2000, tokenizer="minilm").pack
     got = [(c.path, c.start_line, c.end_line, c.valid) for c in verify_citations(text, root, pack)]
     assert got == expected
 
@@ -226,21 +226,20 @@ def test_ask_shows_similar_past_commits_and_checks_commit_citations(tmp_path):
     write_files(root, {"README.md": "# shop\n\nDocs.\n"})
     git(root, "commit", "-qam", "Rewrite the readme")
     cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
+    idx = Index.open(cfg)
     try:
         text = f"See commit {real[:9]} and commit deadbeef00 for the mars region tax rate."
         model = ScriptedModel([text])
         answer = ask(
-            conn,
-            root,
+            idx,
             "Why does the tax rate lookup fail for the mars region?",
             model=model,
             budget_tokens=700,
             tokenizer="minilm",
-            index_dir=cfg.index_path,
+            history=True,
         )
     finally:
-        conn.close()
+        idx.close()
     assert [c.sha for c in answer.commits][:1] == [real]
     (call,) = model.calls
     user = call.messages[1].content

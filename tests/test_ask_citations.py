@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from agent.ask import ask, verify_citations
 from agent.models import ScriptedModel
 from cli.main import cli
-from indexer.graph import store
+from indexer import Index
 from tests.conftest import index, make_repo
 
 SHOP = {
@@ -68,10 +68,10 @@ SHOP = {
 def shop(tmp_path_factory):
     root = make_repo(tmp_path_factory.mktemp("cite") / "shop", SHOP)
     cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    pack = ask(conn, root, "apply a coupon discount", budget_tokens=3000, tokenizer="minilm").pack
-    yield root, conn, pack
-    conn.close()
+    idx = Index.open(cfg)
+    pack = ask(idx, "apply a coupon discount", budget_tokens=3000, tokenizer="minilm").pack
+    yield root, idx, pack
+    idx.close()
 
 
 def lines_of(root, path: str, needle: str) -> int:
@@ -131,10 +131,10 @@ POSITIVE = [
 
 @pytest.mark.parametrize("text,expected", POSITIVE, ids=[t for t, _ in POSITIVE])
 def test_prose_line_citations_are_read_and_checked(shop, text, expected):
-    root, conn, pack = shop
+    root, idx, pack = shop
     got = [
         (c.path, c.start_line, c.end_line, c.valid)
-        for c in verify_citations(text, root, pack, conn)
+        for c in verify_citations(text, root, pack, idx)
     ]
     assert got == expected
 
@@ -163,8 +163,8 @@ SYMBOLS = [
 
 @pytest.mark.parametrize("text", SYMBOLS)
 def test_a_definition_cited_with_its_file_is_resolved_through_the_index(shop, text):
-    root, conn, pack = shop
-    (c,) = verify_citations(f"The coupon is kept by {text}, then used.", root, pack, conn)
+    root, idx, pack = shop
+    (c,) = verify_citations(f"The coupon is kept by {text}, then used.", root, pack, idx)
     start, end = span_of(root, "shop/cart.py", "apply_coupon")
     assert (c.path, c.start_line, c.end_line, c.symbol) == (
         "shop/cart.py",
@@ -185,8 +185,8 @@ def test_a_definition_cited_with_its_file_is_resolved_through_the_index(shop, te
     ],
 )
 def test_a_definition_the_file_lacks_is_flagged(shop, text, problem):
-    root, conn, pack = shop
-    (c,) = verify_citations(text, root, pack, conn)
+    root, idx, pack = shop
+    (c,) = verify_citations(text, root, pack, idx)
     assert not c.valid and c.problem == problem
 
 
@@ -212,22 +212,21 @@ NOT_CITATIONS = [
 
 @pytest.mark.parametrize("text", NOT_CITATIONS)
 def test_prose_that_is_not_a_citation_is_left_alone(shop, text):
-    root, conn, pack = shop
-    assert verify_citations(text, root, pack, conn) == ()
+    root, idx, pack = shop
+    assert verify_citations(text, root, pack, idx) == ()
 
 
 def test_an_answer_in_prose_is_checked_end_to_end(shop):
     """A scripted answer as a 1.5B model writes it: every place it names is checked, the
     invented one is flagged, and the CLI marks them."""
-    root, conn, _ = shop
+    root, idx, _ = shop
     text = (
         "The discount is computed by `apply_discount` in shop/discount.py, which looks the "
         "code up on line 8 of shop/discount.py. The coupon is stored by the `apply_coupon` "
         "method (shop/cart.py). Rounding happens at line 40 of shop/discount.py."
     )
     answer = ask(
-        conn,
-        root,
+        idx,
         "How is a coupon applied?",
         model=ScriptedModel([text]),
         budget_tokens=3000,

@@ -36,7 +36,7 @@ from agent.models.prompt_tokens import EST_MARGIN, EXACT_MARGIN, QWEN_TEMPLATE
 from agent.trace import read_trace
 from cli.main import cli
 from cli.settings import load_config
-from indexer.graph import store
+from indexer import Index
 from retrieval.tokens import get_tokenizer
 from tests.conftest import index, make_repo
 from tests.model_server import Answer, ModelServer, Reply, Seen
@@ -232,9 +232,9 @@ def test_estimates_are_within_3_percent_of_the_servers_usage(path: Path) -> None
 def shop(tmp_path_factory):
     root = make_repo(tmp_path_factory.mktemp("tokens") / "shop", SHOP)
     cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
-    yield root, conn
-    conn.close()
+    idx = Index.open(cfg)
+    yield root, idx
+    idx.close()
 
 
 def overflow(window: int, prompt: int) -> tuple[int, Any]:
@@ -275,7 +275,7 @@ def test_an_empty_stream_is_asked_again_unstreamed_to_learn_why(serve) -> None:
 
 
 def test_ask_retries_once_with_a_smaller_context_after_an_overflow(serve, shop) -> None:
-    root, conn = shop
+    root, idx = shop
     state: dict[str, int] = {}
 
     def handle(path: str, body: dict[str, Any]) -> tuple[int, Any]:
@@ -290,7 +290,7 @@ def test_ask_retries_once_with_a_smaller_context_after_an_overflow(serve, shop) 
 
     srv = serve(handle)
     client = OpenAIClient("qwen2.5-coder", base_url=srv.base_url, retry=RetryPolicy(max_retries=0))
-    answer = ask(conn, root, "Where is the tax of a checkout computed?", model=client,
+    answer = ask(idx, "Where is the tax of a checkout computed?", model=client,
                  budget_tokens=2000, max_tokens=300)  # fmt: skip
     chats = [b for p, b in srv.requests if p.endswith("/chat/completions")]
     assert len(chats) == 2, "one retry"
@@ -306,7 +306,7 @@ def test_ask_retries_once_with_a_smaller_context_after_an_overflow(serve, shop) 
         lambda p, b: overflow(50, 900) if p.endswith("completions") else NOT_FOUND
     )
     with pytest.raises(ContextTooLongError):
-        ask(conn, root, "Where is the tax computed?", model=client, budget_tokens=2000)
+        ask(idx, "Where is the tax computed?", model=client, budget_tokens=2000)
 
 
 # -- the agent: the retry sized from the reported window, the budget's minimum ------------------

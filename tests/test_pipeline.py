@@ -24,7 +24,7 @@ from agent.strategy import choose, model_size_b, run_task
 from agent.trace import read_trace, trace_path
 from cli.main import cli
 from cli.settings import load_config
-from indexer.graph import store
+from indexer import Index
 from tests.conftest import index, make_repo
 from tests.model_server import ModelServer, Reply
 
@@ -244,9 +244,9 @@ def test_callers_are_shown_for_a_new_parameter(tmp_path: Path) -> None:
 
     root = make_repo(tmp_path / "report", REPOS["report"])
     cfg = index(root)
-    conn = store.open_for_read(cfg.index_path).conn
+    idx = Index.open(cfg)
     task = "Add a parameter `currency` (default None) to `format_amount` and update its callers."
-    loc = localize(conn, root, task, counter=lambda s: len(s) // 4)
+    loc = localize(idx, task, counter=lambda s: len(s) // 4)
     shown = {s.path for s in loc.spans}
     assert loc.signature_change
     assert {"report/format.py", "report/invoice.py", "report/summary.py"} <= shown
@@ -254,7 +254,7 @@ def test_callers_are_shown_for_a_new_parameter(tmp_path: Path) -> None:
     whys = {c.qualname.rsplit(".", 1)[-1]: c.reasons for c in loc.candidates}
     assert "calls format_amount" in whys["invoice_line"]
     # Without an interface change, callers are not pulled in.
-    plain = localize(conn, root, "Make `format_amount` round half up.",
+    plain = localize(idx, "Make `format_amount` round half up.",
                      counter=lambda s: len(s) // 4)
     assert not plain.signature_change
     assert "report/invoice.py" not in {s.path for s in plain.spans}
@@ -600,8 +600,7 @@ def test_locations_are_the_definition_then_its_callers_never_for_a_rename(
     def locs(name: str) -> list:
         task = TASKS_BY_NAME[name]
         root = make_repo(tmp_path / name, REPOS[task.repo])
-        conn = store.open_for_read(index(root).index_path).conn
-        loc = localize(conn, root, task.prompt, counter=lambda s: len(s) // 4)
+        loc = localize(Index.open(index(root)), task.prompt, counter=lambda s: len(s) // 4)
         return locations(loc, False, task.prompt)
 
     found = locs("add_delimiter")

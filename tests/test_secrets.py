@@ -333,18 +333,18 @@ def test_ask_prompt_pack_is_redacted_and_skips_secret_files(repo):
     same deny list and the same redaction apply (before: `secrets.py` and the raw token went
     to the model)."""
     from agent.ask import ask
-    from indexer.graph import store
+    from indexer import Index
 
     (repo / "secrets.py").write_text(f"ADMIN_TOKEN = 'leakmarker-sa'  # {TOKEN}\n")
     cfg = load_config(repo, env={}, jobs=1, embed_model="hashing")
     build(cfg, embed=True)
-    db = store.open_for_read(cfg.index_path)
+    index = Index.open(cfg)
     model = ScriptedModel(["GITHUB_TOKEN is set at pkg/settings.py:3."])
     try:
-        answer = ask(db.conn, repo, "Where are GITHUB_TOKEN and ADMIN_TOKEN set?", model=model,
+        answer = ask(index, "Where are GITHUB_TOKEN and ADMIN_TOKEN set?", model=model,
                      budget_tokens=2000, focus=("secrets.py", "pkg/settings.py"))
     finally:
-        db.conn.close()
+        index.close()
     prompt = "\n".join(m.content for c in model.calls for m in c.messages)
     assert "[REDACTED:GitHub Token]" in prompt  # pkg/settings.py came in the pack, redacted
     assert not leaked(prompt) and "ADMIN_TOKEN =" not in prompt

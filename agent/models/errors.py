@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from indexer.errors import RepoctxError
+from indexer import RepoctxError
 
 
 class ModelError(RepoctxError):

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import difflib
 import re
-import sqlite3
 from dataclasses import dataclass
 
-from indexer.errors import RepoctxError
-from indexer.graph.reads import GraphReads
+from indexer import Index, RepoctxError
 
 from ..checkpoints import CheckpointStore
 from ..runner import run_command
@@ -118,14 +116,14 @@ def _git_ranges(ctx: ToolContext) -> Ranges:
     return ranges
 
 
-def changed_symbols(conn: sqlite3.Connection, ranges: Ranges) -> list[ChangedSymbol]:
+def changed_symbols(index: Index, ranges: Ranges) -> list[ChangedSymbol]:
     """The innermost definitions overlapping each range; a range inside no definition means
     the module itself changed."""
     out: dict[int, ChangedSymbol] = {}
     for path, spans in ranges.items():
         rows = [
             ChangedSymbol(*row)
-            for row in GraphReads(conn).definitions_in_file(path)
+            for row in index.graph.definitions_in_file(path)
         ]
         module = next((r for r in rows if r.kind == "module"), None)
         defs = [r for r in rows if r.kind != "module"]

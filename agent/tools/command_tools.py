@@ -8,7 +8,7 @@ import re
 import shlex
 from typing import Any, cast
 
-from indexer.errors import RepoctxError
+from indexer import RepoctxError
 
 from ..command_policy import plan_command, refused_git_option
 from ..errors import CommandNotAllowedError, InvalidCommandError, NotAFileError

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import sqlite3
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -13,9 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from indexer.config import Config
-from indexer.errors import RepoctxError
-from indexer.graph import store
+from indexer import Config, Index, RepoctxError, StoreError, damaged, is_damage
 
 from ..checkpoints import CheckpointStore
 from ..errors import AgentError, CheckpointError
@@ -81,7 +78,7 @@ class Tool:
 @dataclass(frozen=True)
 class ToolContext:
     """Everything a tool call may use. Make one per step with ``dataclasses.replace(ctx, step=n)``;
-    the ``session`` (index connection, embedder) is carried over."""
+    the ``session`` (the index, embedder) is carried over."""
 
     workspace: Workspace
     config: Config
@@ -129,6 +126,11 @@ class ToolContext:
             run_id or new_run_id(),
             step,
         )
+
+    @property
+    def index(self) -> Index:
+        """The repository's index, reading its current generation (the session's handle)."""
+        return self.session.index(self.config)
 
     @property
     def agent(self) -> AgentSettings:
@@ -267,10 +269,10 @@ class ToolRegistry:
             return refused
         try:
             return tool.handler(ctx, args)
-        except (RepoctxError, OSError, sqlite3.Error, UnicodeError) as exc:
-            if isinstance(exc, sqlite3.DatabaseError) and store.is_damage(exc):
+        except (RepoctxError, OSError, StoreError, UnicodeError) as exc:
+            if is_damage(exc):
                 # SQLite's "database disk image is malformed" names no way out: say the repair.
-                exc = store.damaged(ctx.config.index_path, exc)
+                exc = damaged(ctx.config.index_path, exc)
             return fail(error_message(exc), exception=type(exc).__name__)
 
 

@@ -7,7 +7,7 @@ import difflib
 import re
 from typing import Any
 
-from indexer.display import shown
+from indexer import shown
 
 from .. import redact
 from .core import Tool, ToolContext, ToolResult, fail, ok

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from indexer.display import place, shown
-from indexer.errors import RepoctxError
+from indexer import RepoctxError, place, shown
 from retrieval.symbols import find_symbols, references_to
 
 from .core import Tool, ToolContext, ToolResult, fail, ok
@@ -120,10 +119,9 @@ SEARCH_CODE = Tool(
 
 
 def find_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    conn = ctx.session.conn(ctx.config)
     hits = [
         s
-        for s in find_symbols(conn, args["name"], args.get("kind"), args["limit"])
+        for s in find_symbols(ctx.index, args["name"], args.get("kind"), args["limit"])
         if s.kind != "module" or args.get("kind") == "module"
     ]
     hits = [s for s in hits if not ctx.workspace.is_hidden(s.path)]
@@ -181,9 +179,8 @@ FIND_SYMBOL = Tool(
 
 
 def find_references(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    conn = ctx.session.conn(ctx.config)
     kinds = tuple(args["kinds"]) if args.get("kinds") else None
-    targets, refs = references_to(conn, args["name"], kinds=kinds, limit=args["limit"])
+    targets, refs = references_to(ctx.index, args["name"], kinds=kinds, limit=args["limit"])
     refs = [r for r in refs if not ctx.workspace.is_hidden(r.path)]
     names = ", ".join(f"{shown(t.qualname)} ({place(t.path, t.start_line)})" for t in targets[:5])
     if not refs:

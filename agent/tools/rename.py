@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import keyword
 import re
-import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.display import shown
-from indexer.errors import RepoctxError
-from indexer.graph.reads import GraphReads
-from indexer.parse.languages import is_text_format, language_for_path, ts_parser
+from indexer import Index, RepoctxError, is_text_format, language_for_path, shown, ts_parser
 from retrieval.symbols import find_symbols
 
 from .core import Tool, ToolContext, ToolResult, fail, ok
@@ -114,14 +110,14 @@ def _is_word_at(data: bytes, offset: int, word: bytes) -> bool:
 
 
 def _mentions(
-    ctx: ToolContext, conn: sqlite3.Connection, old: str, written: dict[str, bytes]
+    ctx: ToolContext, index: Index, old: str, written: dict[str, bytes]
 ) -> list[str]:
     """``path:line: text`` for every whole-word use of ``old`` left in the renamed files and in
     the files the lexical index says mention it."""
     term = old.lower().strip("_")
     candidates = dict.fromkeys(written)
     if term:
-        candidates.update(dict.fromkeys(GraphReads(conn).files_with_phrase(term)))
+        candidates.update(dict.fromkeys(index.graph.files_with_phrase(term)))
     pattern = re.compile(rb"(?<![A-Za-z0-9_$])" + re.escape(old.encode()) + rb"(?![A-Za-z0-9_$])")
     out: list[str] = []
     for path in candidates:
@@ -139,10 +135,10 @@ def _mentions(
     return out
 
 
-def _pick(ctx: ToolContext, conn, name: str, kind: str | None):
+def _pick(ctx: ToolContext, index: Index, name: str, kind: str | None):
     hits = [
         s
-        for s in find_symbols(conn, name, kind, 50)
+        for s in find_symbols(index, name, kind, 50)
         if s.kind != "module" and not ctx.workspace.is_hidden(s.path)
     ]
     exact = [
@@ -161,24 +157,24 @@ class _Edits:
 def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     """Pick the one definition, find its sites through the graph, edit them in memory, gate
     the syntax, write, re-index, verify (undoing everything if verification fails), report."""
-    conn = ctx.session.conn(ctx.config)
+    index = ctx.index  # one handle throughout: the checks read the re-indexed rows
     new_name = args["new_name"]
-    sym = _target(ctx, conn, args["symbol"].strip(), args.get("kind"), new_name)
+    sym = _target(ctx, index, args["symbol"].strip(), args.get("kind"), new_name)
     if isinstance(sym, ToolResult):
         return sym
-    found = GraphReads(conn).references_to([sym.id])
+    found = index.graph.references_to([sym.id])
     ambiguous = sorted((r.path, r.line, r.kind) for r in found if r.ambiguous)
-    edits = _edits(ctx, conn, sym, new_name, found)
+    edits = _edits(ctx, index, sym, new_name, found)
     if isinstance(edits, ToolResult):
         return edits
     rejected = gate(edits.changes)
     if rejected is not None:
         return rejected
     paths = [c.path for c in edits.changes]
-    dangling_before = GraphReads(conn).unresolved_named(sym.name, paths)
+    dangling_before = index.graph.unresolved_named(sym.name, paths)
     outcome = commit(ctx, edits.changes)
     new_qualname = sym.qualname[: len(sym.qualname) - len(sym.name)] + new_name
-    problems, resolved_new = _verify(conn, sym, new_qualname, paths, dangling_before, outcome)
+    problems, resolved_new = _verify(index, sym, new_qualname, paths, dangling_before, outcome)
     if problems:
         for ch in edits.changes:
             ctx.write_bytes(ch.path, ch.old if ch.old is not None else b"")
@@ -190,13 +186,13 @@ def rename_symbol(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             verified=False,
             problems=problems,
         )
-    return _report(ctx, conn, sym, new_qualname, edits, ambiguous, resolved_new, outcome)
+    return _report(ctx, index, sym, new_qualname, edits, ambiguous, resolved_new, outcome)
 
 
-def _target(ctx: ToolContext, conn, name: str, kind: str | None, new_name: str):
+def _target(ctx: ToolContext, index: Index, name: str, kind: str | None, new_name: str):
     """The one definition ``name`` names, if ``new_name`` can replace its name; else the
     ToolResult that says why not."""
-    exact, hits = _pick(ctx, conn, name, kind)
+    exact, hits = _pick(ctx, index, name, kind)
     if not exact:
         like = ", ".join(s.qualname for s in hits[:8])
         return fail(
@@ -221,7 +217,7 @@ def _target(ctx: ToolContext, conn, name: str, kind: str | None, new_name: str):
         return fail(f"{new_name!r} is not a valid identifier — choose another name.")
     if new_name == old:
         return fail(f"{sym.qualname} is already called {new_name!r}.")
-    clash = GraphReads(conn).sibling_named(new_name, sym.id, sym.parent_id)
+    clash = index.graph.sibling_named(new_name, sym.id, sym.parent_id)
     if clash:
         return fail(
             f"{clash} already exists in the same scope — renaming {sym.qualname} to "
@@ -230,11 +226,11 @@ def _target(ctx: ToolContext, conn, name: str, kind: str | None, new_name: str):
     return sym
 
 
-def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolResult:
+def _edits(ctx: ToolContext, index: Index, sym, new_name: str, found) -> _Edits | ToolResult:
     """The new bytes of every file to touch: the definition and each resolved reference site
     found by the reference graph (an alias keeps its local name), checked against the text."""
     old = sym.name
-    start_byte, end_byte = GraphReads(conn).definition_bytes(sym.id)
+    start_byte, end_byte = index.graph.definition_bytes(sym.id)
     refs = sorted((r.path, r.line, r.col, r.kind, r.name) for r in found if not r.ambiguous)
     old_b, new_b = old.encode(), new_name.encode()
     by_file: dict[str, list[tuple[int, str, int]]] = defaultdict(list)  # path -> (line, kind, col)
@@ -292,39 +288,39 @@ def _edits(ctx: ToolContext, conn, sym, new_name: str, found) -> _Edits | ToolRe
     return edits
 
 
-def _verify(conn, sym, new_qualname: str, paths: list[str], dangling_before, outcome):
+def _verify(index: Index, sym, new_qualname: str, paths: list[str], dangling_before, outcome):
     """After writing and re-indexing: (problems, references resolving to the new name)."""
     problems: list[str] = []
     resolved_new = 0
     if outcome.reindex is None:
         problems.append(f"the index could not be updated ({outcome.reindex_error})")
         return problems, resolved_new
-    new_id = GraphReads(conn).definition_id(new_qualname, sym.kind)
+    new_id = index.graph.definition_id(new_qualname, sym.kind)
     if new_id is None:
         problems.append(f"{new_qualname} is not defined after the rename")
-    dangling = sorted(GraphReads(conn).unresolved_named(sym.name, paths) - dangling_before)
+    dangling = sorted(index.graph.unresolved_named(sym.name, paths) - dangling_before)
     if dangling:
         problems.append(
             f"{len(dangling)} reference(s) to {sym.name!r} no longer resolve: "
             + ", ".join(f"{shown(p)}:{ln}" for p, ln, _ in dangling[:10])
         )
     if new_id is not None:
-        resolved_new = GraphReads(conn).resolved_reference_count(new_id)
+        resolved_new = index.graph.resolved_reference_count(new_id)
     return problems, resolved_new
 
 
-def _report(ctx, conn, sym, new_qualname, edits: _Edits, ambiguous, resolved_new, outcome):
+def _report(ctx, index: Index, sym, new_qualname, edits: _Edits, ambiguous, resolved_new, outcome):
     old = sym.name
     changes, skipped, ref_sites = edits.changes, edits.skipped, edits.ref_sites
     paths = [c.path for c in changes]
-    leftovers = _mentions(ctx, conn, old, {c.path: c.new for c in changes})
+    leftovers = _mentions(ctx, index, old, {c.path: c.new for c in changes})
     elsewhere = [m for m in leftovers if m.split(":", 1)[0] not in paths]
     leftovers = [m for m in leftovers if m.split(":", 1)[0] in paths]
     same_named = []
     if sym.kind == "method":
         same_named = [
             f"{q} ({shown(p)}:{ln})"
-            for q, p, ln in GraphReads(conn).definitions_named(old, "method", limit=10)
+            for q, p, ln in index.graph.definitions_named(old, "method", limit=10)
         ]
     lines = [
         f"Renamed {sym.qualname} -> {new_qualname}: {ref_sites + 1} site(s) in "

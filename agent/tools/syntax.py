@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from indexer.parse.languages import is_text_format, language_for_content, ts_parser
+from indexer import is_text_format, language_for_content, ts_parser
 
 #: Errors reported per file; the first one is usually the cause of the rest.
 MAX_REPORTED = 5

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
@@ -14,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from indexer.graph.reads import GraphReads
+from indexer import Index
 
 from ..errors import AgentError
 from ..runner import CommandResult, run_command
@@ -56,16 +55,16 @@ def node_id(sym: _Sym) -> str:
     return f"{sym.path}::{local.replace('.', '::')}"
 
 
-def _load(conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, _Sym]:
-    return {row[0]: _Sym(*row) for row in GraphReads(conn).symbol_rows(ids)}
+def _load(index: Index, ids: Iterable[int]) -> dict[int, _Sym]:
+    return {row[0]: _Sym(*row) for row in index.graph.symbol_rows(ids)}
 
 
-def _all_tests(conn: sqlite3.Connection) -> dict[int, _Sym]:
+def _all_tests(index: Index) -> dict[int, _Sym]:
     """Every pytest-style test function of the index: test_* functions at module level or in
     Test* classes of test_*.py / *_test.py files."""
-    rows = GraphReads(conn).python_functions_named_test()
+    rows = index.graph.python_functions_named_test()
     syms = [_Sym(*r) for r in rows if is_test_file(r[5])]
-    parents = _load(conn, {s.parent_id for s in syms if s.parent_id is not None})
+    parents = _load(index, {s.parent_id for s in syms if s.parent_id is not None})
     tests = {}
     for s in syms:
         parent = parents.get(s.parent_id) if s.parent_id is not None else None
@@ -87,11 +86,11 @@ class Selection:
 
 
 def select_tests(
-    conn: sqlite3.Connection, changed: Sequence[ChangedSymbol], hops: int
+    index: Index, changed: Sequence[ChangedSymbol], hops: int
 ) -> tuple[list[str], int]:
     """Test node ids whose callees, followed up to ``hops`` references back from the changed
     symbols, include a changed symbol; and how many tests the index knows."""
-    tests = _all_tests(conn)
+    tests = _all_tests(index)
     frontier = {c.id for c in changed}
     # A changed method is reached through its class too: calls on instances rarely resolve.
     frontier |= {c.parent_id for c in changed if c.kind == "method" and c.parent_id}
@@ -99,12 +98,12 @@ def select_tests(
     for _ in range(hops):
         if not frontier:
             break
-        fresh = GraphReads(conn).referrer_ids(frontier) - seen
+        fresh = index.graph.referrer_ids(frontier) - seen
         seen |= fresh
         # A module-level use (an import) reaches everything in the module: stop there.
-        kinds = _load(conn, fresh)
+        kinds = _load(index, fresh)
         frontier = {i for i in fresh if i in kinds and kinds[i].kind != "module"}
-    reached = _load(conn, seen)
+    reached = _load(index, seen)
     selected = {i for i in seen if i in tests}
     # A reached Test* class (it inherits or uses a changed name) runs all its tests.
     classes = {i for i, s in reached.items() if s.kind == "class"}
@@ -365,10 +364,10 @@ def run_tests(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     else:
         selected: list[str] = []
         if scope != "full":
-            conn = ctx.session.conn(ctx.config)
+            index = ctx.index
             ranges, source = changed_ranges(ctx)
-            changed = changed_symbols(conn, ranges)
-            selected, total = select_tests(conn, changed, ctx.agent.test_select_hops)
+            changed = changed_symbols(index, ranges)
+            selected, total = select_tests(index, changed, ctx.agent.test_select_hops)
             names = ", ".join(c.qualname for c in changed[:8]) or "none"
             more = f" (+{len(changed) - 8})" if len(changed) > 8 else ""
             lines.append(f"Changed since the run started ({source}): {names}{more}")

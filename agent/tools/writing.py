@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.display import shown
-from indexer.errors import RepoctxError
+from indexer import RepoctxError, shown
 
 from ..errors import BinaryFileError, NotAFileError, PathNotFoundError
 from .core import ToolContext, ToolResult, error_message, fail
