@@ -13,9 +13,10 @@ Inside, the indexer is five packages and a driver:
 - ``vectors/``  embedding models, their tokenizers, the LanceDB table of chunk vectors
 - ``graph/``    the SQLite graph: schema and generations, writes, resolution, reads, lexical index
 - ``history/``  the git-history index
-- ``phases/``   the build's phases after parsing (the embedding phase)
+- ``phases/``   the build's phases over one change set: graph (and lexical), history, vectors
 - ``ops/``      what runs beside or after builds: watch, verify and repair, snapshots
 - ``safety/``   what an untrusted tree may not do to the process indexing it
+- ``state.py``  the index's state, decided once before a build (missing, damaged, schema, current)
 - ``build.py``  the build: decides the index's state, then runs the phases
 
 Names load lazily (PEP 562): ``import indexer`` costs nothing, so a parse worker or a one-shot
@@ -76,7 +77,7 @@ _EXPORTS: dict[str, str] = {
     "storage_options": "indexer.locations",
     # builds, status and operations
     "index_exists": "indexer.build",
-    "stats_dict": "indexer.build",
+    "stats_dict": "indexer.phases.graph",
     "history_status": "indexer.history.store",
     "table_damage": "indexer.vectors.table",
     "create_embedder": "indexer.vectors.embed",
@@ -160,7 +161,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from sqlite3 import DatabaseError
 
     from indexer.atomic import atomic_writer, write_atomic
-    from indexer.build import index_exists, stats_dict
+    from indexer.build import index_exists
     from indexer.config import DEFAULT_EMBED_MODEL, INDEX_SETTINGS, Config, load_config
     from indexer.config_files import is_config_path
     from indexer.config_trust import adds, drops, looser_sandbox, turns_on
@@ -212,6 +213,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     )
     from indexer.parse.terms import STOPWORDS, split_identifier
     from indexer.parse.testpaths import is_test_path
+    from indexer.phases.graph import stats_dict
     from indexer.safety.denylist import DEFAULT_DENY, denied_by_default, deny_spec
     from indexer.safety.gitsafe import GitConfigError, find_git_dirs, git_env
     from indexer.safety.index_dir_guard import check_index_dir

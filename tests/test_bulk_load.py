@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from indexer import build as build_mod
 from indexer.build import build
 from indexer.config import load_config
 from indexer.errors import IndexDamagedError
-from indexer.graph import store
+from indexer.graph import recovery, store
+from indexer.phases import graph as build_mod
 from tests.conftest import dump_graph, make_repo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ def repo(tmp_path):
 
 
 def marker(cfg) -> Path:
-    return cfg.index_path / store.BULK_MARKER
+    return cfg.index_path / recovery.BULK_MARKER
 
 
 def test_a_bulk_load_marks_the_file_until_it_is_synced(repo, monkeypatch):
@@ -80,7 +80,7 @@ def test_a_bulk_load_killed_before_its_end_is_checked_and_resumed(repo, monkeypa
     cfg = config(repo)
     script = (
         "import sys; from indexer import build as b; from indexer.config import load_config\n"
-        "b.BULK_MIN = 0\n"
+        "from indexer.phases import graph; graph.BULK_MIN = 0\n"
         "root = sys.argv[1]\n"
         "b.build(load_config(root, env={}, jobs=1, embed_model='hashing:64', index_dir=sys.argv[2]))\n"
     )
@@ -118,7 +118,7 @@ def test_a_damaged_file_a_bulk_load_left_is_reported_then_set_aside(repo):
     build(cfg)
     path = store.graph_file(cfg.index_path)
     damage_middle(path)
-    (cfg.index_path / store.BULK_MARKER).write_text(path.name)
+    (cfg.index_path / recovery.BULK_MARKER).write_text(path.name)
     kept = path.read_bytes()
     with pytest.raises(IndexDamagedError, match="index build --full"):
         build(cfg)

@@ -123,11 +123,11 @@ def test_package_boundary_removed_again_and_edits_beside_deletions(repo_factory,
 def test_unchanged_package_set_computes_no_module_names(repo_factory, monkeypatch):
     root = repo_factory(BASE)
     cfg = index(root)
-    import indexer.build as build_mod
+    import indexer.changes as changes_mod
 
     seen = []
-    real = build_mod.module_name
-    monkeypatch.setattr(build_mod, "module_name", lambda p, *a: seen.append(p) or real(p, *a))
+    real = changes_mod.module_name
+    monkeypatch.setattr(changes_mod, "module_name", lambda p, *a: seen.append(p) or real(p, *a))
     write_files(root, {"pkg/a.py": "def alpha():\n    return 0\n"})
     build(cfg)
     assert seen == ["pkg/a.py"]  # only the edited file's
@@ -140,19 +140,19 @@ def test_unchanged_package_set_computes_no_module_names(repo_factory, monkeypatc
 def test_unchanged_files_are_not_named_again_unless_the_name_tables_changed(repo_factory, monkeypatch, tmp_path):
     root = repo_factory({**BASE, "notes.txt": "alpha beta\n"})
     cfg = index(root)
-    import indexer.build as build_mod
+    import indexer.changes as changes_mod
 
     seen = []
-    real = build_mod.language_for_file
-    monkeypatch.setattr(build_mod, "language_for_file", lambda p, a: seen.append(p) or real(p, a))
+    real = changes_mod.language_for_file
+    monkeypatch.setattr(changes_mod, "language_for_file", lambda p, a: seen.append(p) or real(p, a))
     write_files(root, {"pkg/a.py": "def alpha():\n    return 0\n"})
     build(cfg)
     assert seen == ["pkg/a.py"]  # only the edited file is named again
     # A repoctx whose tables no longer take .txt: every file is named again, and notes.txt,
     # unchanged on disk, leaves the index as a clean build would leave it out.
     seen.clear()
-    monkeypatch.setattr(build_mod, "formats_key", lambda: "other tables")
-    monkeypatch.setattr(build_mod, "language_for_file",
+    monkeypatch.setattr(changes_mod, "formats_key", lambda: "other tables")
+    monkeypatch.setattr(changes_mod, "language_for_file",
                         lambda p, a: seen.append(p) or (None if p.endswith(".txt") else real(p, a)))
     stats = build(cfg)
     assert sorted(seen) == sorted([*BASE, "notes.txt"])

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from indexer import build as build_mod
-from indexer.build import HELPER_THRESHOLD, POOL_THRESHOLD, build
+from indexer.build import build
 from indexer.config import load_config
 from indexer.parse import helper as parse_helper
+from indexer.phases import parsing as build_mod
+from indexer.phases.parsing import HELPER_THRESHOLD, POOL_THRESHOLD
 from indexer.vectors import token_counts
 from tests.conftest import dump_graph, make_repo, write_files
 

@@ -86,8 +86,9 @@ def test_a_damaged_or_stale_cache_costs_only_the_tokenizer_load(tmp_path, damage
 
 
 def test_a_pool_build_keeps_its_workers_counts(tmp_path, monkeypatch):
-    from indexer.build import POOL_THRESHOLD, build
+    from indexer.build import build
     from indexer.config import load_config
+    from indexer.phases.parsing import POOL_THRESHOLD
 
     files = {f"m{i}.py": f"def f{i}(x):\n    return x * {i}  # step {i}\n" for i in range(POOL_THRESHOLD)}
     repo = make_repo(tmp_path / "r", files)

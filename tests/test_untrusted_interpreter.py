@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from indexer.build import HELPER_THRESHOLD, POOL_THRESHOLD, build
+from indexer.build import build
 from indexer.config import load_config
+from indexer.phases.parsing import HELPER_THRESHOLD, POOL_THRESHOLD
 from tests.conftest import make_repo
 
 ROOT = Path(__file__).resolve().parent.parent

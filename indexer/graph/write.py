@@ -1,8 +1,8 @@
-"""Writes to the graph, beside the schema in `store.py`: a parsed file's rows (symbols,
+"""Writes to the graph, beside the schema in `schema.py`: a parsed file's rows (symbols,
 references, imports, chunks and their lexical rows, prepared by the parse worker in `rows.py`),
 the deletion of a file, the names whose references must be re-resolved, and the resolutions
-themselves. The build's driver (`build.py`) decides what to write and when; every write
-statement of a build is here.
+themselves. The build's graph phase (`indexer.phases.graph`) decides what to write and when;
+every write statement of a build is here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from pathlib import Path
 
-from indexer.graph import store
+from indexer.graph import schema, store
 from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table, index_files
 from indexer.graph.records import BUILD_PHASE
 from indexer.graph.resolve import SymbolTable, resolution_rows, resolve_refs
@@ -179,7 +179,7 @@ def _insert_rows(conn, fid: int, rows: FileRows) -> None:
         "INSERT INTO imports(module, name, alias, line, level, file_id) VALUES (?,?,?,?,?,?)",
         [(*i, fid) for i in rows.imports],
     )
-    store.count_inserts(conn, len(rows.refs), sum(s[3] != "module" for s in rows.symbols))
+    schema.count_inserts(conn, len(rows.refs), sum(s[3] != "module" for s in rows.symbols))
 
 
 def _replace_chunks(conn, fid: int, rows: FileRows | None, documents: dict[str, list[tuple]]) -> None:
@@ -247,7 +247,7 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
     this process would have computed (the same table, the same resolver). ``tree`` (the
     indexed tree) is kept off the workers' path (`indexer.safety.isolation`)."""
     conn = db.conn
-    total = store.counts(db).get("refs") or conn.execute("SELECT count(*) FROM refs").fetchone()[0]
+    total = schema.counts(db).get("refs") or conn.execute("SELECT count(*) FROM refs").fetchone()[0]
     cols = "SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs"
     # Two indexed lookups (new references; references to changed names), not one scan.
     select = (

@@ -33,12 +33,11 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from indexer.config import Config
 from indexer.errors import RepoctxError
-from indexer.models import BuildStats, Progress
+from indexer.models import Progress
 from indexer.parse.terms import index_terms
 from indexer.safety import gitsafe
 
@@ -657,24 +656,8 @@ def disable_history(index_dir: Path) -> None:
     _remove(history_path(index_dir))
 
 
-def build_phase(config: Config, stats: BuildStats, progress: Callable[[Progress], None] | None = None) -> BuildStats:
-    """The history step of `indexer.build.build` (after the graph, before embedding): its
-    seconds go to ``stats.phases["history"]``. A history failure is recorded in the store's
-    meta (``index status`` shows it) and does not fail the graph build."""
-    t0 = time.perf_counter()
-    if not config.history:
-        disable_history(config.index_path)
-        return stats
-    try:
-        update_history(config.root, config.index_path,
-                       max_commits=config.history_max_commits,
-                       progress=progress)
-    except (HistoryError, gitsafe.GitConfigError) as exc:
-        _record_error(config.index_path, str(exc))
-    return replace(stats, phases={**stats.phases, "history": round(time.perf_counter() - t0, 3)})
-
-
-def _record_error(index_dir: Path, message: str) -> None:
+def record_error(index_dir: Path, message: str) -> None:
+    """Say in the store's meta that the last update failed, and why (``index status`` shows it)."""
     conn = open_history(index_dir)
     try:
         with conn:

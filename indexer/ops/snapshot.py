@@ -41,6 +41,7 @@ from indexer.build import build
 from indexer.config import Config
 from indexer.errors import RepoctxError
 from indexer.graph import store
+from indexer.graph.generations import install
 from indexer.locations import (
     check_uri,
     filesystem,
@@ -599,7 +600,7 @@ def _swap_graph(new_db: Path, index_dir: Path) -> None:
     """Put ``new_db`` in as the index's next generation file, swapped in atomically like a full
     rebuild: readers of the old graph finish on it, and nothing of it (a WAL that could be
     replayed into the new file, a damaged page) is read or reused."""
-    store.install(index_dir, new_db)
+    install(index_dir, new_db)
 
 
 def adopt(conn: sqlite3.Connection, root: Path, progress: ProgressFn | None = None) -> int:

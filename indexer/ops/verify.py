@@ -31,16 +31,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from indexer.build import build, vector_table_model
+from indexer.build import build
 from indexer.config import Config
 from indexer.errors import IndexDamagedError, VectorTableDamagedError
 from indexer.graph import store
+from indexer.graph.generations import unpublished_chunk_ids
 from indexer.graph.lexical import CHUNK_TABLES
 from indexer.lock import WriteLock
 from indexer.models import BuildStats
 from indexer.parse.discovery import discover
 from indexer.parse.languages import language_for_file
 from indexer.parse.modules import module_name, package_dirs
+from indexer.state import vector_table_model
 
 MAX_EXAMPLES = 5
 _IN = 500  # ids per `IN (...)`
@@ -314,7 +316,7 @@ def _check_vectors(config: Config, db, found: _Findings, checked: dict) -> bool:
     orphans = [i for i in counts if not i.isdigit() or int(i) not in all_chunks]
     # A full rebuild embeds its new chunks before it swaps its graph in (or was killed after
     # that): their vectors are not orphans, the next build uses them.
-    rebuilding = store.unpublished_chunk_ids(config.index_path) if orphans else set()
+    rebuilding = unpublished_chunk_ids(config.index_path) if orphans else set()
     found.add("rebuild_vectors", [i for i in orphans if i.isdigit() and int(i) in rebuilding],
               note=True)
     orphans = [i for i in orphans if not i.isdigit() or int(i) not in rebuilding]

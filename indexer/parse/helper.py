@@ -1,6 +1,6 @@
 """Parse beside the writer: one spawned helper process for builds of a few dozen files.
 
-A build that changes a few dozen files is too small for a pool (`indexer.build.POOL_THRESHOLD`):
+A build that changes a few dozen files is too small for a pool (`phases.parsing.POOL_THRESHOLD`):
 starting a worker costs ~0.2 s, about what it would save. But the second core is idle while the
 build parses and then writes in one process. So the build keeps parsing from the front of its
 list as before, and starts one helper beside it; a feeder thread hands the helper batches from

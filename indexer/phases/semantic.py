@@ -7,14 +7,16 @@ lexical index are committed (they are usable while vectors fill in), commits per
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,9 +25,13 @@ from indexer.errors import ModelMismatchError
 from indexer.graph import store
 from indexer.graph.reads import GraphReads
 from indexer.graph.store import WriteDB
-from indexer.models import Progress
+from indexer.models import BuildStats, Progress
 from indexer.parse.chunking import chunk_hash
 from indexer.parse.testpaths import sql_is_test_path
+
+if TYPE_CHECKING:
+    from indexer.changes import ChangeSet
+    from indexer.phases import BuildRun
 
 #: Chunks fetched, reused or embedded, and committed together.
 BATCH = 256
@@ -399,3 +405,34 @@ def canonical_model_name(model: str) -> str:
     from indexer.vectors.tokenizer import load_tokenizer
 
     return load_tokenizer(model).name
+
+
+class EmbedPhase:
+    """The vector phase: vectors for chunks that lack them, after the graph is committed (it is
+    usable meanwhile). Its failure leaves the graph complete (`keeps_graph`): a model that
+    cannot load costs the vectors, not the rebuild."""
+
+    name = "embed"
+    keeps_graph = True
+
+    def __init__(self, embedder=None, reembed: bool = False) -> None:
+        self.embedder = embedder
+        self.reembed = reembed
+
+    def check(self, config: Config, db: WriteDB) -> None:
+        """Refuse, before any phase writes, a model other than the one the index was embedded
+        with (`check_model`)."""
+        name = self.embedder.name if self.embedder else canonical_model_name(config.embed_model)
+        check_model(db, name, self.reembed)
+
+    def run(self, build: BuildRun, changes: ChangeSet, stats: BuildStats | None) -> BuildStats:
+        from indexer.phases.graph import stats_dict  # the graph phase's JSON of the stats
+
+        assert stats is not None  # the graph phase runs first
+        es = embed_pending(build.config, build.db, embedder=self.embedder, reembed=self.reembed,
+                           progress=build.progress, engine=build.engine, notify=build.notify)
+        stats = replace(stats, embedding=asdict(es), seconds=time.perf_counter() - build.started,
+                        phases={**stats.phases, "embed": round(es.seconds, 3)})
+        with build.db.conn:
+            store.set_meta(build.db, "last_build", json.dumps(stats_dict(stats)))
+        return stats
