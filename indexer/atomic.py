@@ -19,6 +19,11 @@ The temporary file is created new (``O_EXCL | O_NOFOLLOW``: a link planted at it
 never followed) and renamed over the name, so a link or hard link at the name is replaced,
 never written through. With ``dir_fd`` every step is relative to that directory descriptor and
 ``name`` is a single component, for callers that reached the directory with no link followed.
+
+A directory is not replaced through this module: rename(2) replaces only an empty one, so a
+directory swap (a model's exported cache in `indexer.vectors.embed`, a pulled vector table in
+`indexer.ops.snapshot`) is two renames with the name missing between them, and what is inside
+was written by LanceDB or the model converter, not here.
 """
 
 from __future__ import annotations
