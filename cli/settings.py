@@ -4,8 +4,9 @@ handed to config loading.
 The indexer declares its settings (indexer/config.py), retrieval its own
 (retrieval/settings.py), the agent the model's and the `[agent]` table (agent/settings.py);
 every command loads its configuration with :func:`load_config` here, so a key of any layer is
-known, checked and read from every source. A library caller of the indexer alone gets the
-indexer's section (`indexer.load_config`)."""
+known, checked and read from every source, and an unknown one is an error. A library caller
+of the indexer alone gets the indexer's section (`indexer.load_config`), which leaves the other
+layers' keys unread."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from retrieval.settings import RETRIEVAL_SETTINGS
 
 __all__ = ["SETTINGS", "load_config"]
 
-SETTINGS = INDEX_SETTINGS + RETRIEVAL_SETTINGS + AGENT_SETTINGS
+SETTINGS = (INDEX_SETTINGS + RETRIEVAL_SETTINGS + AGENT_SETTINGS).whole()
 
 
 def load_config(root: str | Path, env: Mapping[str, str] | None = None, *,

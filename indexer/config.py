@@ -161,8 +161,9 @@ def _from_tables(table: Settings, data: Mapping[str, Any], label: str,
                     f"`{key}` {where} is not a table — write its settings under [{prefix}{key}].")
             sub = f"in {label.split(' [')[0]} [{prefix}{key}]"
             for k, v in value.items():
-                out[f"{key}.{k}"] = table.check(f"{key}.{k}", v, sub)
-        else:
+                if table.declares(f"{key}.{k}"):
+                    out[f"{key}.{k}"] = table.check(f"{key}.{k}", v, sub)
+        elif table.declares(key):
             out[key] = table.check(key, value, where)
     return out
 

@@ -284,10 +284,17 @@ def show(s: Setting, value: Any) -> str:
 
 class Settings(Mapping[str, Setting]):
     """A validation table: :class:`Setting` records by key. ``a + b`` is the table of both (a key
-    may be declared once: a second, different record for it is a programming error)."""
+    may be declared once: a second, different record for it is a programming error).
 
-    def __init__(self, table: Mapping[str, Setting]) -> None:
+    A layer's own table is partial: a configuration file read with it may hold other layers'
+    keys, which it leaves to them (they are not read, so nothing unchecked gets through). The
+    table of every layer (`whole`, composed in cli/settings.py) knows every key, so there an
+    unknown one is an error naming the closest known key."""
+
+    def __init__(self, table: Mapping[str, Setting], *, complete: bool = False) -> None:
         self._table = dict(table)
+        #: Every layer's keys: an unknown key is a mistake, not another layer's setting.
+        self.complete = complete
         #: Top-level keys that hold a table of settings (``agent``).
         self.sections = tuple(dict.fromkeys(k.partition(".")[0] for k in table if "." in k))
 
@@ -305,6 +312,14 @@ class Settings(Mapping[str, Setting]):
         if twice:
             raise ValueError(f"settings declared twice: {', '.join(twice)}")
         return Settings({**self._table, **other})
+
+    def whole(self) -> Settings:
+        """This table as every layer's: unknown keys are errors."""
+        return Settings(self._table, complete=True)
+
+    def declares(self, key: str) -> bool:
+        """Whether ``key`` is read through this table (a partial table skips the others)."""
+        return self.complete or key in self._table
 
     def check(self, key: str, value: Any, where: str, *, text: bool = False) -> Any:
         """``value`` of setting ``key`` in its canonical type (tuples for lists), or a

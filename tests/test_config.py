@@ -246,6 +246,28 @@ def test_unknown_keys_are_errors_with_a_suggestion(repo):
     assert not (repo / ".repoctx").exists()
 
 
+def test_the_indexer_alone_leaves_other_layers_keys_unread(repo):
+    """A library caller of the indexer (indexer.load_config, Index.open) reads a repository the
+    CLI accepts, [agent] and model keys included, and gets none of them: the agent's keys are
+    only read, and trust-checked, through every layer's table."""
+    from indexer import Index
+    from indexer import load_config as index_load_config
+
+    (repo / ".repoctx.toml").write_text(
+        'model = "openai:gpt-4o-mini"\ncontext_budget = 4000\nmax_file_bytes = 5000\n'
+        "[agent]\nnetwork = true\nmax_read_lines = 5\n")
+    mine = index_load_config(repo, env={})
+    assert mine.max_file_bytes == 5000
+    assert "network" not in mine.extra.get("agent", {}) and "model" not in mine.extra
+    with pytest.raises(ConfigError, match="agent.network"):  # the whole table: trust applies
+        load_config(repo, env={})
+    (repo / ".repoctx.toml").write_text("[agent]\nmax_read_lines = 5\n")
+    assert load_config(repo, env={}).extra["agent"]["max_read_lines"] == 5
+    Index(index_load_config(repo, env={}, jobs=1)).build()
+    with Index.open(repo) as index:
+        assert index.graph.generation() == 1
+
+
 def test_good_config_keeps_working(repo):
     """Every kind of setting, from the file, with flags over file over environment."""
     (repo / ".repoctx.toml").write_text(
