@@ -15,6 +15,8 @@ first read or for `build`.
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
@@ -37,7 +39,8 @@ class Index:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._db: ReadDB | None = None
-        self._history: HistoryReader | None | bool = False  # False: not looked for yet
+        self._history: HistoryReader | None = None
+        self._history_file: tuple[int, int] | None = None  # (device, inode) it reads
 
     @classmethod
     def open(cls, where: Config | Path | str, *, index_dir: Path | str | None = None,
@@ -105,12 +108,26 @@ class Index:
 
     @property
     def history(self) -> HistoryReader | None:
-        """The commit history, or None (not a git tree, not built yet, disabled or damaged)."""
-        if self._history is False:
-            from indexer.history.reads import HistoryReader
+        """The commit history, or None (not a git tree, not built yet, disabled, damaged, or an
+        update under way). Looked at on every access, since builds change the history index
+        apart from the graph's generations (updated in place, a damaged one replaced): the open
+        reader is kept while its file is the same and says it is complete, else opened anew."""
+        from indexer.history.reads import HistoryReader
+        from indexer.history.store import DB_NAME
 
-            self._history = HistoryReader.open(self.dir)
-        return self._history  # type: ignore[return-value]
+        try:
+            st = os.stat(self.dir / DB_NAME)
+            file: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            file = None
+        reader = self._history
+        if reader is not None and (file != self._history_file or not _complete(reader)):
+            # not closed: a search in progress may still read it (closed when it is let go)
+            reader = self._history = None
+        if reader is None and file is not None:
+            reader = self._history = HistoryReader.open(self.dir)
+            self._history_file = file
+        return reader
 
     def vectors_uri(self) -> str:
         """Where the vector table is: configured, else recorded at build time, else beside
@@ -190,9 +207,9 @@ class Index:
         if self._db is not None:
             self._db.conn.close()
             self._db = None
-        if self._history not in (False, None):
-            self._history.conn.close()  # type: ignore[union-attr]
-        self._history = False
+        if self._history is not None:
+            self._history.close()
+        self._history = None
         self.__dict__.pop("graph", None)
         self.__dict__.pop("lexical", None)
 
@@ -204,3 +221,13 @@ class Index:
 
     def __repr__(self) -> str:
         return f"Index({str(self.root)!r}, dir={str(self.dir)!r})"
+
+
+def _complete(reader: HistoryReader) -> bool:
+    """Whether the history index ``reader`` reads says it is complete (no update under way
+    or left half done), as `HistoryReader.open` requires."""
+    try:
+        row = reader.conn.execute("SELECT value FROM meta WHERE key = 'state'").fetchone()
+    except sqlite3.DatabaseError:
+        return False
+    return bool(row) and row[0] == "ok"

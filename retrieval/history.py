@@ -91,7 +91,7 @@ class _Sim:
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 
-def _terms(hconn: HistoryReader, q: Query, p: HistoryParams) -> str:
+def _terms(reader: HistoryReader, q: Query, p: HistoryParams) -> str:
     """The FTS5 MATCH for ``q``: issue numbers (``#123``), then its rarest terms in the commit
     messages (IDF, as BM25 weighs them) up to ``p.max_terms``; terms no message has, or more
     than ``p.max_df`` of them have, are dropped. A pasted issue has hundreds of words: every
@@ -100,10 +100,10 @@ def _terms(hconn: HistoryReader, q: Query, p: HistoryParams) -> str:
     words = [t for t in dict.fromkeys([*refs, *q.terms]) if _TOKEN.fullmatch(t)]
     if not words:
         return ""
-    stems = hconn.stems(words)
+    stems = reader.stems(words)
     uniq = sorted({s for s in stems if s})
-    df = hconn.doc_counts(uniq)
-    n = max(hconn.commit_count(), 1)
+    df = reader.doc_counts(uniq)
+    n = max(reader.commit_count(), 1)
     picked: dict[str, tuple[float, str]] = {}
     for word, stem in zip(words, stems, strict=True):
         d = df.get(stem)
@@ -122,33 +122,33 @@ def _similar(ctx: SignalContext, q: Query, p: HistoryParams, which: str = "votes
     if key in ctx.cache:
         return ctx.cache[key]
     # None: not built, not a git tree, disabled or damaged; or this search leaves it out
-    hconn = ctx.index.history if ctx.history else None
-    out = _query(hconn, q, p, which) if hconn is not None else []
+    reader = ctx.index.history if ctx.history else None
+    out = _query(reader, q, p, which) if reader is not None else []
     ctx.cache[key] = out
     return out
 
 
-def _query(hconn: HistoryReader, q: Query, p: HistoryParams, which: str) -> list[_Sim]:
-    match = _terms(hconn, q, p)
+def _query(reader: HistoryReader, q: Query, p: HistoryParams, which: str) -> list[_Sim]:
+    match = _terms(reader, q, p)
     if not match:
         return []
-    rows = hconn.similar(match, p.weights, depth=p.depth, which=which, huge=p.huge, window=p.window)
+    rows = reader.similar(match, p.weights, depth=p.depth, which=which, huge=p.huge, window=p.window)
     sims = [_Sim(*r[:7], bm25=-r[7]) for r in rows]
     if not sims:
         return []
     best = max(s.bm25 for s in sims) or 1.0
     head_time = 0
     if p.decay_days > 0:
-        head_time = hconn.head_time()
+        head_time = reader.head_time()
     by_id = {s.id: s for s in sims}
     for s in sims:
         s.weight = s.bm25 / best
         if head_time:
             days = max(0, head_time - s.commit_time) / 86_400
             s.weight *= math.exp(-days / p.decay_days)
-    for cid, path in hconn.changed_paths(list(by_id)):
+    for cid, path in reader.changed_paths(list(by_id)):
         by_id[cid].files.append(path)
-    for cid, path, name, parent in hconn.changed_definitions(list(by_id)):
+    for cid, path, name, parent in reader.changed_definitions(list(by_id)):
         by_id[cid].defs.append((path, name, parent))
     return sims
 
@@ -161,6 +161,7 @@ class _Paths:
         self.known: dict[str, str | None] = {}  # path -> language ('' unknown), None: absent
         self.allowed: dict[str, bool] = {}  # existing path -> within the scope
         self.renames: dict[str, list[tuple[str, int]]] = {}
+        self._reader: HistoryReader | None | bool = False  # False: not asked for yet
 
     def load(self, paths: set[str]) -> None:
         todo = [p for p in paths if p not in self.known]
@@ -192,8 +193,10 @@ class _Paths:
     def _renamed(self, path: str, since: int) -> tuple[str, int] | None:
         """The first rename of ``path`` at or after ``since``: (new path, its commit time)."""
         if path not in self.renames:
-            hconn = self.ctx.index.history
-            self.renames[path] = [] if hconn is None else hconn.renames_of(path)
+            if self._reader is False:
+                self._reader = self.ctx.index.history
+            reader = self._reader
+            self.renames[path] = [] if reader is None else reader.renames_of(path)  # type: ignore[union-attr]
         return next(((p, t) for p, t in self.renames[path] if t >= since), None)
 
 
@@ -327,8 +330,8 @@ def lookup_commit(index: Index, prefix: str) -> tuple[str, str] | None:
     or None (unknown, ambiguous, or no history index)."""
     if not re.fullmatch(r"[0-9a-f]{4,40}", prefix):
         return None
-    hconn = index.history
-    if hconn is None:
+    reader = index.history
+    if reader is None:
         return None
-    rows = hconn.commits_with_prefix(prefix)
+    rows = reader.commits_with_prefix(prefix)
     return (rows[0][0], rows[0][1]) if len(rows) == 1 else None

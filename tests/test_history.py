@@ -174,6 +174,26 @@ def test_head_moved_back_forgets_later_commits(repo):
     assert later in shas(cfg)
 
 
+def test_a_long_lived_index_reads_the_history_later_builds_write(repo):
+    """An Index held across builds (the agent's session, the MCP server) sees the history as
+    a reader opened per search would: one built after it opened, one replaced, an update."""
+    cfg = index(repo, history=False)
+    held = Index.open(cfg)
+    try:
+        assert held.history is None and similar_commits(SignalContext(held), "circle area") == []
+        first = commit(repo, "Approximate pi in circle area for speed",
+                       {"pkg/shapes.py": SHAPES["pkg/shapes.py"].replace("math.pi", "3.14159")})
+        index(repo)  # with the history now
+        assert [c.sha for c in similar_commits(SignalContext(held), "approximate pi", 5)] == [first]
+        (cfg.index_path / "history.db").unlink()  # set aside: the next build writes a new one
+        second = commit(repo, "Clamp the circle radius before squaring it")
+        index(repo)
+        got = [c.sha for c in similar_commits(SignalContext(held), "clamp circle radius", 5)]
+        assert got[:1] == [second]
+    finally:
+        held.close()
+
+
 def test_task_commit_is_never_indexed_at_its_parent(repo):
     """A commit-message task indexes the parent of the commit whose message is the query."""
     edit_circle_area(repo, "return abs(math.pi * self.radius ** 2)")
