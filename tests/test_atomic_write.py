@@ -213,3 +213,17 @@ def test_replace_durably_syncs_the_directory(tmp_path, monkeypatch):
     replace_durably(tmp_path / ".graph.db.1.tmp", tmp_path / "graph.db")
     assert events == [("replace", "graph.db"), ("fsync", str(tmp_path))]
     assert os.readlink(tmp_path / "graph.db") == "graph.1.db"
+
+
+def test_times_and_mode_set_in_the_block_survive(tmp_path):
+    """What `agent.safe_fs` relies on to restore a checkpoint: an mtime set through ``fileno()``
+    after the data is flushed, and the mode given, are the replaced file's."""
+    target = tmp_path / "data.bin"
+    target.write_bytes(OLD)
+    when = 1_600_000_000_000_000_000
+    with atomic_writer(target, mode=0o751) as fh:
+        fh.write(NEW)
+        fh.flush()
+        os.utime(fh.fileno(), ns=(when, when))
+    st = target.stat()
+    assert (target.read_bytes(), stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (NEW, 0o751, when)
