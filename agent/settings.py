@@ -150,7 +150,7 @@ class AgentSettings:
     #: Extra paths commands may read / read and write (`~` expanded, relative to the root).
     sandbox_read: tuple[str, ...] = _default("agent.sandbox_read")
     sandbox_write: tuple[str, ...] = _default("agent.sandbox_write")
-    #: Extra `$HOME`-relative secrets commands may not read (added to sandbox.HOME_SECRETS).
+    #: Extra `$HOME`-relative secrets commands may not read (added to home_policy.HOME_SECRETS).
     sandbox_deny_read: tuple[str, ...] = _default("agent.sandbox_deny_read")
     #: Files the tools neither show nor change, and files they may read but not change, on top
     #: of the built-in lists (agent/workspace.py).
