@@ -21,7 +21,6 @@ from dataclasses import replace
 from typing import Any
 
 from indexer import Config
-from retrieval.context import ContextPack, assemble_context
 
 from .budget import StepPrompt
 from .call_reading import CallReader, observation
@@ -42,11 +41,12 @@ from .plan import (
     quote_call,
 )
 from .prompts import NUDGE_EMPTY, NUDGE_NO_CHANGE, NUDGE_TEXT
-from .redact import redact, redact_pack
+from .redact import redact
 from .run_base import BaseRun, RunEnded, offered
 from .run_prompts import PLAN_REQUEST, RunPrompts
 from .run_result import RunOptions, RunReport
 from .settings import TOOL_FORMATS, AgentSettings
+from .step_code import StepCode
 from .tools import (
     ToolRegistry,
     ToolResult,
@@ -132,7 +132,8 @@ class AgentRun(BaseRun):
         )
         self.reader = CallReader(self.tool_format, self.names, self.emit, lambda: self.ctx)
         self._open(run_id)
-        self._packs: dict[tuple[str, int, int], ContextPack] = {}
+        # The code each step shows (agent/step_code.py).
+        self.code = StepCode(config, self.ctx, self.counter)
 
     def _load(self, run_id: str) -> tuple[Usage, int]:
         """Restore a run's state from its trace; returns its usage and model calls so far."""
@@ -221,26 +222,10 @@ class AgentRun(BaseRun):
             plan=self.book.plan,
             observation=self.observation,
             step=self.next_step if step is None else step,
-            retrieve=self._retrieve,
+            retrieve=self.code,
             closing=closing,
             code_share=code_share,
         )
-
-    def _retrieve(self, query: str, budget: int) -> ContextPack:
-        session, cfg = self.ctx.session, self.config
-        index = session.index(cfg)
-        # The same query on the same index generation gives the same pack: steps that stay on
-        # one plan step with similar results skip the search (a write bumps the generation).
-        key = (query, budget, index.graph.generation())
-        if key not in self._packs:
-            searcher = session.searcher(cfg, semantic=session.embed_model(cfg) is not None)
-            pack = assemble_context(
-                index, query, budget, searcher=searcher, tokenizer=self.counter
-            )
-            # The pack enters the prompt directly, not through the tools: the same deny list
-            # and the same redaction as every tool result.
-            self._packs = {key: redact_pack(pack, self.ctx.workspace.is_hidden)}
-        return self._packs[key]
 
     # -- one step --------------------------------------------------------------------------------
 
