@@ -4,15 +4,15 @@ ask the model, run its tool calls, and stop on `finish` or a limit — every eve
     report = run_agent(load_config("."), "fix the failing test", create_model("openai:gpt-4o"),
                        RunOptions(granted={"read", "write", "execute"}))
 
-The run's skeleton — start, the end, its report and commit, how each tool call and step is
-traced — is agent/run_base.py's, shared with the pipeline; the plan, the memory and the loop's own
-tools that keep them are agent/loop_plan.py's; the code each step shows is agent/step_code.py's.
-`AgentRun` sets the run up (tools, conversation, prompts, resume) and drives its steps: one
-model call, its tool calls through the guard, the observation and the step's ending. Helpers: budget.py (prompt budget, limits), guard.py
-(misbehaviour), plan.py, memory.py, trace.py, model_calls.py (one model call with retries),
-call_reading.py (native or text tool calls), run_prompts.py and prompts.py (the prompt frame,
-nudges), outcome.py (how a run ends), run_result.py (options, report, what changed). See
-docs/agent.md.
+The run's skeleton — start, the end, its report and commit, how each tool call and step is traced —
+is agent/run_base.py's, shared with the pipeline; the plan, the memory and the loop's own tools
+that keep them are agent/loop_plan.py's; the code each step shows is agent/step_code.py's.
+`AgentRun` sets the run up (tools, conversation, prompts, resume) and drives its steps: one model
+call, its tool calls through the guard, the observation and the step's ending. Helpers: budget.py
+(prompt budget, limits), guard.py (misbehaviour), plan.py, memory.py, trace.py, model_calls.py (one
+model call with retries), call_reading.py (native or text tool calls), run_prompts.py and
+prompts.py (the prompt frame, nudges), outcome.py (how a run ends), run_result.py (options, report,
+what changed). See docs/agent.md.
 """
 
 from __future__ import annotations
