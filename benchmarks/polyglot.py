@@ -35,6 +35,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and the proj
     __package__ = "benchmarks"
 
 import indexer.build as build_mod  # noqa: E402
+import indexer.changes as changes_mod  # noqa: E402
 from benchmarks._common import bench_tmpdir, git_revision, log  # noqa: E402
 from indexer.config import load_config  # noqa: E402
 from indexer.graph import store
@@ -126,17 +127,17 @@ def _query_exists(spec: langs.LanguageSpec) -> bool:
 @contextmanager
 def only_languages(available: set[str]) -> Iterator[None]:
     """Builds see files of unavailable languages as files of no language (``no_grammar``)."""
-    real = build_mod.language_for_file
+    real = changes_mod.language_for_file  # the change set names each file's language
 
     def gated(path: str, abs_path: str) -> str | None:
         lang = real(path, abs_path)
         return lang if lang in available else None
 
-    build_mod.language_for_file = gated
+    changes_mod.language_for_file = gated
     try:
         yield
     finally:
-        build_mod.language_for_file = real
+        changes_mod.language_for_file = real
 
 
 # --------------------------------------------------------------------------- one tree

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.atomic import write_atomic
-from indexer.graph import store
 from indexer.graph.store import (
     DAMAGED_PREFIX,
     SIDECARS,
@@ -24,6 +23,7 @@ from indexer.graph.store import (
     link,
     new_generation,
     read_meta,
+    remove_unpublished,
 )
 
 
@@ -48,7 +48,7 @@ def bulk_load(db: WriteDB, index_dir: Path) -> Iterator[None]:
     of log): 3–6 % of a full build. A killed process loses nothing committed either way; a
     machine that stops in the middle may leave the file damaged, so a marker naming it is
     written (and synced) first and removed once the file is synced at the end: the next build
-    checks a file the marker still names before it uses it (`check_bulk_load`). An exception
+    checks a file the marker still names before it uses it (`interrupted_bulk_load`). An exception
     leaves the marker, and the check, to the next build."""
     if db.file is None:
         yield
@@ -66,25 +66,24 @@ def bulk_load(db: WriteDB, index_dir: Path) -> Iterator[None]:
         marker.unlink(missing_ok=True)
 
 
-def check_bulk_load(index_dir: Path) -> None:
-    """IndexDamagedError when a bulk load that did not end (`bulk_load`) left the current
-    file damaged (`quick_check`); the marker is removed once the file is found sound, or
-    when it names a file that is no longer current. Under the write lock only."""
-    marker = Path(index_dir) / BULK_MARKER
+def interrupted_bulk_load(index_dir: Path) -> bool | None:
+    """Whether a bulk load that did not end (`bulk_load`) left its marker naming the current
+    file, which must then be checked (`quick_check`) before it is used again: None without a
+    marker; False when it names a file that is no longer current (dropped unchecked). The
+    marker stays until `clear_bulk_load`."""
     try:
-        name = marker.read_text(encoding="utf-8")
+        name = (Path(index_dir) / BULK_MARKER).read_text(encoding="utf-8")
     except FileNotFoundError:
-        return
+        return None
     except (OSError, UnicodeError):
         name = ""  # unreadable: check whatever is current
     current = graph_file(index_dir)
-    if current is not None and current.exists() and name in ("", current.name):
-        db = store.open_for_read(index_dir, check_version=False)
-        try:
-            store.quick_check(db, index_dir)
-        finally:
-            db.conn.close()
-    marker.unlink(missing_ok=True)
+    return current is not None and current.exists() and name in ("", current.name)
+
+
+def clear_bulk_load(index_dir: Path) -> None:
+    """Drop the marker: its file was found sound, or is no longer current. Under the write lock."""
+    (Path(index_dir) / BULK_MARKER).unlink(missing_ok=True)
 
 
 def set_aside(index_dir: Path, reason: str) -> tuple[SetAside, WriteDB]:
@@ -92,6 +91,7 @@ def set_aside(index_dir: Path, reason: str) -> tuple[SetAside, WriteDB]:
     -shm) and link an empty, migrated generation in its place that carries the meta still
     readable (embedding model, vectors location, generation counter). Returns what was moved
     and the writer of the new generation, for a build from scratch. Under the write lock only."""
+    remove_unpublished(index_dir)  # what a crashed full rebuild left, as every build does first
     bad = graph_file(index_dir)
     try:
         meta = read_meta(bad) if bad is not None and bad.exists() else {}

@@ -9,7 +9,7 @@ shipped `write.lock → ~/.bashrc` was truncated by the lock, `graph.db`, `histo
 `sqlite3`, so instead of opening each file without following, every writer first checks the
 directory it is about to write: it must be a real directory, and nothing beneath it a link or
 a special file, except the one link repoctx makes itself — `graph.db` naming a generation file
-beside it (`store._link`). The check is made from directory descriptors with no link followed
+beside it (`store.link`). The check is made from directory descriptors with no link followed
 (`lstat` relative to an `O_NOFOLLOW` descriptor), so it sees what is on disk, not what a link
 points at.
 
@@ -32,7 +32,7 @@ from indexer.locations import VECTORS_DIR
 __all__ = ["check_index_dir"]
 
 #: The only links repoctx makes in an index directory: `graph.db` and the temporary name it is
-#: made under before the atomic rename (`store._link`), each naming a generation file.
+#: made under before the atomic rename (`store.link`), each naming a generation file.
 _OWN_LINKS = re.compile(r"graph\.db|\.graph\.db\.\d+\.tmp")
 _GENERATION = re.compile(r"graph\.\d+\.db")
 _VECTORS_ASIDE = f"{VECTORS_DIR}.damaged-"
