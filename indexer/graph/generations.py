@@ -5,10 +5,8 @@ vectors of chunks it carries over, and what a failed rebuild leaves (nothing).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -82,19 +80,21 @@ def discard(index_dir: Path, db: WriteDB) -> None:
     unlink_all(Path(f"{db.file}{s}") for s in ("", *SIDECARS))
 
 
-@contextlib.contextmanager
-def _previous_attached(db: WriteDB) -> Iterator[bool]:
-    """The previous generation attached read-only as ``prev`` (False: none to read)."""
+def _with_previous(db: WriteDB, sql: str) -> int:
+    """Run ``sql`` with the previous generation attached read-only as ``prev``; the rows it
+    changed (0 when there is no previous generation with vectors to carry)."""
     prev = db.previous
     if prev is None or not prev.exists():
-        yield False
-        return
+        return 0
     db.conn.execute("ATTACH DATABASE ? AS prev", [f"file:{quote(str(prev))}?mode=ro"])
     try:
         tables = db.conn.execute(
             "SELECT count(*) FROM prev.sqlite_master WHERE name IN ('chunks', 'vector_tombstones')"
         ).fetchone()[0]
-        yield tables == 2  # an index from before chunks has no vectors to carry
+        if tables != 2:  # an index from before chunks has no vectors to carry
+            return 0
+        with db.conn:
+            return db.conn.execute(sql).rowcount
     finally:
         db.conn.execute("DETACH DATABASE prev")
 
@@ -103,14 +103,11 @@ def inherit_embedded(db: WriteDB) -> int:
     """Mark embedded the chunks of a new generation whose vector the previous one had: chunk
     ids are stable (path, span and content) and the vector table is shared, so a full rebuild
     embeds only chunks that are new. Returns how many were marked."""
-    with _previous_attached(db) as ok:
-        if not ok:
-            return 0
-        with db.conn:
-            return db.conn.execute(
-                "UPDATE main.chunks SET embedded = 1 WHERE embedded = 0 "
-                "AND id IN (SELECT id FROM prev.chunks WHERE embedded = 1)"
-            ).rowcount
+    return _with_previous(
+        db,
+        "UPDATE main.chunks SET embedded = 1 WHERE embedded = 0 "
+        "AND id IN (SELECT id FROM prev.chunks WHERE embedded = 1)",
+    )
 
 
 def inherit_tombstones(db: WriteDB) -> int:
@@ -118,16 +115,13 @@ def inherit_tombstones(db: WriteDB) -> int:
     those the previous one still had to remove). Run after the rebuild's own embedding phase,
     just before `publish`: the next build deletes them, so readers still on the previous
     generation keep their vectors meanwhile. Returns how many."""
-    with _previous_attached(db) as ok:
-        if not ok:
-            return 0
-        with db.conn:
-            return db.conn.execute(
-                "INSERT OR IGNORE INTO main.vector_tombstones(chunk_id) "
-                "SELECT id FROM prev.chunks WHERE id NOT IN (SELECT id FROM main.chunks) UNION "
-                "SELECT chunk_id FROM prev.vector_tombstones "
-                "WHERE chunk_id NOT IN (SELECT id FROM main.chunks)"
-            ).rowcount
+    return _with_previous(
+        db,
+        "INSERT OR IGNORE INTO main.vector_tombstones(chunk_id) "
+        "SELECT id FROM prev.chunks WHERE id NOT IN (SELECT id FROM main.chunks) UNION "
+        "SELECT chunk_id FROM prev.vector_tombstones "
+        "WHERE chunk_id NOT IN (SELECT id FROM main.chunks)",
+    )
 
 
 def unpublished_chunk_ids(index_dir: Path) -> set[int]:
