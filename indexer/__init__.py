@@ -76,12 +76,9 @@ _EXPORTS: dict[str, str] = {
     "is_config_path": "indexer.config_files",
     "storage_options": "indexer.locations",
     # builds, status and operations
-    "index_exists": "indexer.build",
     "stats_dict": "indexer.phases.graph",
     "history_status": "indexer.history.store",
-    "table_damage": "indexer.vectors.table",
     "create_embedder": "indexer.vectors.embed",
-    "WriteLock": "indexer.lock",
     "verify": "indexer.ops.verify",
     "repair": "indexer.ops.verify",
     "list_snapshots": "indexer.ops.snapshot",
@@ -93,7 +90,6 @@ _EXPORTS: dict[str, str] = {
     "is_text_format": "indexer.parse.languages",
     "kind_of": "indexer.parse.languages",
     "language_for_content": "indexer.parse.languages",
-    "language_for_file": "indexer.parse.languages",
     "language_for_path": "indexer.parse.languages",
     "languages_of_kind": "indexer.parse.languages",
     "ts_parser": "indexer.parse.languages",
@@ -161,7 +157,6 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from sqlite3 import DatabaseError
 
     from indexer.atomic import atomic_writer, write_atomic
-    from indexer.build import index_exists
     from indexer.config import DEFAULT_EMBED_MODEL, INDEX_SETTINGS, Config, load_config
     from indexer.config_files import is_config_path
     from indexer.config_trust import adds, drops, looser_sandbox, turns_on
@@ -187,7 +182,6 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from indexer.history.store import history_status
     from indexer.index import Index
     from indexer.locations import storage_options
-    from indexer.lock import WriteLock
     from indexer.models import (
         CLASS_KINDS,
         FUNCTION_KINDS,
@@ -206,7 +200,6 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         is_text_format,
         kind_of,
         language_for_content,
-        language_for_file,
         language_for_path,
         languages_of_kind,
         ts_parser,
@@ -227,4 +220,3 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from indexer.settings import Setting, Settings, env_name
     from indexer.vectors.embed import create_embedder
     from indexer.vectors.reader import VectorReader
-    from indexer.vectors.table import table_damage
