@@ -10,7 +10,8 @@ with timings taken out.
 
 `--code DIR` runs another checkout's CLI (its `cli.main`), so the old code needs no copy of this
 script. The corpus (four standard-library packages and a small git history) is made once at
-`--corpus`, with fixed commit dates, and indexed afresh (`--full`) by the code under test.
+`--corpus`, with fixed commit dates, and indexed afresh (its old index removed) by the code
+under test.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ QUESTIONS = ("Where is the status line of an HTTP response parsed?",
              "How does the logging module find a logger by name?")
 # keys whose values are clocks, not behaviour
 TIMING = re.compile(r"(^|_)(time|times|timings|elapsed|seconds|ms|s|took|latency|duration|"
-                    r"started|finished|age|files_per_s|rate|eta)($|_)")
+                    r"started|finished|age|files_per_s|rate|eta|phases)($|_)")
 TABLES = ("files", "symbols", "refs", "imports", "chunks")
 
 
@@ -108,6 +109,7 @@ def graph_rows(corpus: Path) -> dict:
 
 
 def snapshot(code: Path, corpus: Path) -> dict:
+    shutil.rmtree(corpus / ".repoctx", ignore_errors=True)  # every snapshot indexes afresh
     build = run_cli(code, corpus, "index", "build", ".", "--full", "-q")
     out: dict = {"build_rc": build["rc"], "build_err": build["err"], "graph": graph_rows(corpus),
                  "status": run_cli(code, corpus, "index", "status", ".", "--json")}
