@@ -12,6 +12,7 @@ a traceback frame, a definition a past commit changed); ``chunk`` hits name an i
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from indexer import Index
 
     from .query import Query
-    from .search import Searcher
 
 Level = Literal["file", "symbol", "chunk"]
 
@@ -80,6 +80,18 @@ class Scope:
         return FileFilter(self.lang, self.glob, self.exclude_tests, langs)
 
 
+class VectorSearch(Protocol):
+    """What the semantic signals ask of a searcher (`retrieval.search.Searcher`, which owns the
+    embedder and the vector table): a Protocol, so the signals need not import the search that
+    runs them."""
+
+    def semantic_coverage(self) -> float: ...
+
+    def semantic(self, query: str, k: int = ..., *, lang: str | None = None,
+                 path_glob: str | None = None, exclude_tests: bool = False,
+                 paths: Sequence[str] | None = None, kinds: Sequence[str] = ()) -> list: ...
+
+
 @dataclass
 class SignalContext:
     """What signals read: the index (its graph, lexical index and history), the filters, and
@@ -88,7 +100,7 @@ class SignalContext:
     index: Index
     scope: Scope = field(default_factory=Scope)
     #: When vectors may be used: the searcher owns the embedder and the vector table.
-    searcher: Searcher | None = None
+    searcher: VectorSearch | None = None
     #: False: past commits do not vote (the history signals answer nothing).
     history: bool = True
     #: Per-search cache for signals that share work (e.g. the parsed history query).

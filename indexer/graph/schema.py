@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported by writers only: it costs ~130 ms, more than a whole `symbol` query
     import sqlite_utils
 
-    from indexer.graph.store import ReadDB, WriteDB
+    from indexer.graph.connection import ReadDB, WriteDB
 
 SCHEMA_VERSION = 5
 
