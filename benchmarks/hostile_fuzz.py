@@ -361,7 +361,7 @@ def run_registry(lab: Lab, n: int, ws: Path, outside: Path, secrets: dict[str, s
     the catalogue's business), with the workspace's own config."""
     from agent.tools import default_registry
     from agent.tools.core import ToolContext
-    from indexer.config import load_config
+    from cli.settings import load_config
 
     reg = default_registry()
     names = [s.name for s in reg.specs() if s.name not in ("run_command", "run_tests")]

@@ -215,9 +215,9 @@ def load_models(spec: str):
 
 
 def run(args) -> dict:
+    from cli.settings import load_config
     from indexer import Index
     from indexer.build import build
-    from indexer.config import load_config
     from retrieval.context import assemble_context
     from retrieval.fusion import FusionModel, fuse
     from retrieval.pipeline import default_signals, run_signals

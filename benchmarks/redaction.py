@@ -138,8 +138,8 @@ def tool_results(runs: int) -> dict:
     from agent.tools.core import redacted
     from agent.tools.schema import with_defaults
     from cli.mcp_server import GET_CONTEXT
+    from cli.settings import load_config
     from indexer.build import build
-    from indexer.config import load_config
 
     tmp = bench_tmpdir("redaction")
     try:

@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cli.settings import load_config  # noqa: E402
 from indexer import Index  # noqa: E402
 from indexer.build import build  # noqa: E402
-from indexer.config import load_config  # noqa: E402
 from indexer.graph import store
 from indexer.phases.semantic import embed_pending  # noqa: E402
 from indexer.vectors.embed import create_embedder  # noqa: E402

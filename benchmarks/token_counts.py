@@ -86,7 +86,8 @@ PACK_TASKS = (
 
 def packs() -> list[tuple[str, str, str]]:
     """Context packs for a few tasks, from the repository's own index (none without one)."""
-    from indexer import Index, load_config
+    from cli.settings import load_config
+    from indexer import Index
     from retrieval.context import PackPolicy, assemble_context
 
     config = load_config(REPO)

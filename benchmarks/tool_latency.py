@@ -31,8 +31,8 @@ from _common import STDLIB_ROOT, bench_tmpdir, git_revision, log
 from agent.tools import ToolContext, default_registry
 from agent.tools.changes import changed_ranges, changed_symbols
 from agent.tools.testing import select_tests
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 
 #: Targets from the issue, in milliseconds.
 TARGET_READ_MS = 100.0

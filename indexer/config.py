@@ -101,6 +101,10 @@ class Config:
     #: table), by key (a table's as a dict), checked by load_config; each layer reads its own
     #: back through its section (retrieval/settings.py, agent/settings.py).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The keys load_config read the sources with (None: made in code). A layer reading back a
+    #: key this table did not hold gets an error, not its default: the indexer alone leaves
+    #: other layers' keys unread, and a tightening the user wrote must not be dropped unseen.
+    read_keys: frozenset[str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def index_path(self) -> Path:
@@ -242,4 +246,4 @@ def load_config(root: str | Path, env: Mapping[str, str] | None = None, *,
     if "index_dir" in kwargs:
         idx = kwargs["index_dir"].expanduser()
         kwargs["index_dir"] = idx if idx.is_absolute() else root_path / idx
-    return Config(root=root_path, **kwargs, extra=extra)
+    return Config(root=root_path, **kwargs, extra=extra, read_keys=frozenset(settings))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -357,6 +357,7 @@ class Settings(Mapping[str, Setting]):
         """The checked value of ``key`` as ``config.extra`` holds it (a dotted key in its
         section's table), else the default. load_config checked it already, with where it came
         from; this checks a Config made in code the same way."""
+        self._read_by(config, (key,))
         holder = config.extra if isinstance(config.extra, Mapping) else {}
         section, dot, name = key.rpartition(".")
         if dot:
@@ -370,7 +371,21 @@ class Settings(Mapping[str, Setting]):
     def section(self, config: Any, section: str) -> dict[str, Any]:
         """The checked settings of table ``section`` (``agent``) in ``config.extra``, by key
         without the prefix; only the keys that are set, each known to this table."""
+        self._read_by(config, [k for k in self._table if k.startswith(section + ".")])
         raw = config.extra.get(section, {}) if isinstance(config.extra, Mapping) else {}
         if not isinstance(raw, Mapping):
             raise ConfigError(f"`{section}` in Config.extra is not a table — pass a dict.")
         return {k: self.check(f"{section}.{k}", v, "in Config.extra") for k, v in raw.items()}
+
+    @staticmethod
+    def _read_by(config: Any, keys: Iterable[str]) -> None:
+        """Refuse to read back keys the configuration was loaded without (the indexer's own
+        table leaves other layers' keys unread): their defaults would stand in for what the
+        user wrote, a tightening of the sandbox included."""
+        read = getattr(config, "read_keys", None)
+        unread = [k for k in keys if read is not None and k not in read]
+        if unread:
+            raise ConfigError(
+                f"This configuration was loaded without the `{unread[0]}` setting (the "
+                "indexer's load_config reads the indexer's keys only) — load it with "
+                "cli.settings.load_config, which reads every layer's.")

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from agent.tools.session import ToolSession
+from cli.settings import load_config
 from indexer import Index
 from indexer.build import build
-from indexer.config import load_config
 from indexer.errors import ModelMismatchError, RepoctxError
 from indexer.graph import store
 from indexer.ops.verify import verify

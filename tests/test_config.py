@@ -26,6 +26,7 @@ from indexer.credentials import redact_uri, uri_credentials
 from indexer.errors import ConfigError
 from indexer.locations import record_vectors_uri
 from indexer.settings import env_name
+from retrieval.settings import RetrievalSettings
 from tests.conftest import make_repo
 
 FILES = {
@@ -259,6 +260,11 @@ def test_the_indexer_alone_leaves_other_layers_keys_unread(repo):
     mine = index_load_config(repo, env={})
     assert mine.max_file_bytes == 5000
     assert "network" not in mine.extra.get("agent", {}) and "model" not in mine.extra
+    # what the indexer left unread is never stood in for by a default
+    with pytest.raises(ConfigError, match="loaded without the `agent.*cli.settings.load_config"):
+        AgentSettings.from_config(mine)
+    with pytest.raises(ConfigError, match="loaded without the `tokenizer`"):
+        RetrievalSettings.from_config(mine)
     with pytest.raises(ConfigError, match="agent.network"):  # the whole table: trust applies
         load_config(repo, env={})
     (repo / ".repoctx.toml").write_text("[agent]\nmax_read_lines = 5\n")
@@ -326,7 +332,7 @@ def test_agent_settings_from_a_config_made_in_code_are_checked(tmp_path):
 def test_the_table_covers_every_setting():
     """A field added to Config or AgentSettings needs its type and range in the table, and the
     typed settings start from the table's defaults."""
-    config_fields = {f.name for f in dataclasses.fields(Config)} - {"root", "extra"}
+    config_fields = {f.name for f in dataclasses.fields(Config)} - {"root", "extra", "read_keys"}
     assert config_fields <= set(SETTINGS)
     for f in dataclasses.fields(AgentSettings):
         assert f"agent.{f.name}" in SETTINGS, f"agent.{f.name} is not in the settings table"

@@ -689,8 +689,8 @@ def test_cli_context_errors(shop, tmp_path):
 
 
 def test_semantic_hits_seed_when_the_index_has_vectors(tmp_path, shop):
+    from cli.settings import load_config
     from indexer.build import build
-    from indexer.config import load_config
     from indexer.vectors.embed import create_embedder
     from retrieval.search import Searcher
 

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from agent.tools import default_registry
 from agent.tools.core import ToolContext
 from cli.main import cli
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from tests.conftest import git, make_repo
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

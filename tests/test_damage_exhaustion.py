@@ -27,8 +27,8 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from cli.mcp_server import RepoctxMCP, ServeOptions
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from tests.conftest import make_repo
 from tests.test_index_damage import FILES
 

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from agent.tools import ToolContext, default_registry
 from cli.main import cli
 from cli.mcp_server import RepoctxMCP, ServeOptions
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from indexer.errors import IndexDamagedError
 from indexer.graph import store
 from indexer.ops.verify import repair

@@ -17,7 +17,7 @@ from agent.plan import UPDATE_PLAN
 from agent.prompts import SYSTEM_PROMPT
 from agent.tools import default_registry
 from agent.trace import read_trace
-from indexer.config import load_config
+from cli.settings import load_config
 from tests.conftest import make_repo
 from tests.model_server import ModelServer, recorded
 

@@ -17,8 +17,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from cli.main import cli
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from indexer.lock import WriteLock
 from tests.conftest import make_repo
 

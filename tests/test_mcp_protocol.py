@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from indexer.lock import WriteLock
 from tests.conftest import make_repo
 

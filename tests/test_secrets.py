@@ -21,8 +21,8 @@ from agent.loop import RunOptions, run_agent
 from agent.models import ScriptedModel
 from agent.tools import ALL_TOOLS, Tool, ToolContext, ToolRegistry, fail, ok
 from cli.mcp_server import GET_CONTEXT
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from tests.conftest import git, make_repo
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

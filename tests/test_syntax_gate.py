@@ -12,8 +12,8 @@ import pytest
 
 from agent.tools import ToolContext, default_registry
 from agent.tools.syntax import compile_error, describe_issues, introduced_issues
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from tests.conftest import make_repo
 
 CALC = '''\

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.settings import load_config
 from indexer.build import build
-from indexer.config import load_config
 from indexer.phases.parsing import HELPER_THRESHOLD, POOL_THRESHOLD
 from tests.conftest import make_repo
 
@@ -145,7 +145,7 @@ import multiprocessing, multiprocessing.popen_spawn_posix, concurrent.futures.pr
 import indexer.safety.lifetime, indexer.vectors.token_counts
 from indexer.graph import write as graph_write
 from indexer.build import build
-from indexer.config import load_config
+from cli.settings import load_config
 
 if __name__ == "__main__":
     tree, index, jobs, resolve_min, on_path = sys.argv[1:6]

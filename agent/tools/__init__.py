@@ -3,7 +3,7 @@
     from agent.tools import ToolContext, default_registry
 
     registry = default_registry()
-    ctx = ToolContext.create(load_config("."), granted={"read", "write"})
+    ctx = ToolContext.create(load_config("."), granted={"read", "write"})  # cli.settings'
     result = registry.call("find_symbol", {"name": "Searcher"}, ctx)
 
 See docs/tools.md.
