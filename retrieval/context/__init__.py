@@ -98,7 +98,7 @@ def assemble_context(
     ``searcher`` (a `retrieval.search.Searcher` of the same index) supplies semantic hits when
     the index has vectors. ``history``: whether past commits vote (the history signals; by
     default when a searcher is given, so a bare call ranks by the code alone, lexical and
-    exact). ``focus`` entries are paths relative to the index's root (files or directories,
+    exact); ``history=True`` without a searcher makes one, so vectors vote too. ``focus`` entries are paths relative to the index's root (files or directories,
     with an optional ``:line`` or ``:start-end``). ``ranking`` (a `retrieval.fusion.Ranking` of
     this task, e.g. from an earlier call's ``pack.ranking``) skips ranking again."""
     t0 = time.perf_counter()
@@ -113,6 +113,10 @@ def assemble_context(
     seeds.add_focus(focus, counter, budget_tokens)
     if history is None:
         history = searcher is not None
+    elif history and searcher is None:  # past commits and vectors come together, as they did
+        from ..search import Searcher
+
+        searcher = Searcher(index)
     seeds.add_task(task, searcher, warnings, ranking, history)
     timings["seeds"] = _ms(t0)
 
