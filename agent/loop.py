@@ -4,6 +4,8 @@ ask the model, run its tool calls, and stop on `finish` or a limit — every eve
     report = run_agent(load_config("."), "fix the failing test", create_model("openai:gpt-4o"),
                        RunOptions(granted={"read", "write", "execute"}))
 
+(``load_config`` of cli/settings.py: every layer's settings, the agent's included.)
+
 The run's skeleton — start, the end, its report and commit, how each tool call and step is traced —
 is agent/run_base.py's, shared with the pipeline; the plan, the memory and the loop's own tools
 that keep them are agent/loop_plan.py's; the code each step shows is agent/step_code.py's.
@@ -75,17 +77,10 @@ class AgentRun(BaseRun):
         config, options = self.config, self.opts
         settings = AgentSettings.from_config(config)
         self.guard = Guard(options.limits)
-        window = settings.context_window
+        window = settings.context_window  # `agent.context_window`, an int the table checked
         if self.limits.context_window is None and window:
-            # `agent.context_window` (checked by agent/strategy.py): the prompt and the reply
-            # are sized to fit it up front.
-            try:
-                tokens = int(window)
-            except (TypeError, ValueError):
-                raise AgentError(
-                    f"agent.context_window must be a number of tokens, got {window!r}."
-                ) from None
-            self.limits = replace(self.limits, context_window=tokens)
+            # the prompt and the reply are sized to fit it up front
+            self.limits = replace(self.limits, context_window=window)
         base = self.registry
         # The plan, the memory and the loop's own tools that keep them (agent/loop_plan.py).
         self.book = PlanKeeper(self, ProjectMemory.for_index(config.index_path))

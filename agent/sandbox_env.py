@@ -31,6 +31,7 @@ from collections.abc import Mapping
 
 from indexer import git_env
 
+#: Kept among the ``GIT_*`` variables: they name no program, file or repository.
 KEPT_GIT_VARS: tuple[str, ...] = ("GIT_AUTHOR_*", "GIT_COMMITTER_*")
 #: Dropped too: they make a shell (``bash -c`` runs string commands) or the loader run code.
 CODE_VARS: frozenset[str] = frozenset({"BASH_ENV", "ENV", "LD_PRELOAD", "LD_AUDIT"})

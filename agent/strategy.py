@@ -91,13 +91,7 @@ def configured(config: Config, flag: str | None) -> str:
 
 def context_window(config: Config) -> int | None:
     """The model's context window when the configuration states it (`agent.context_window`)."""
-    value = AgentSettings.from_config(config).context_window
-    try:
-        return int(value) if value else None
-    except (TypeError, ValueError):
-        raise AgentError(
-            f"agent.context_window must be a number of tokens, got {value!r}."
-        ) from None
+    return AgentSettings.from_config(config).context_window or None  # an int the table checked
 
 
 def resumed(config: Config, run_ref: str) -> str:

@@ -22,7 +22,7 @@ from agent.settings import (
     DEFAULT_TIMEOUT_S,
     ModelSettings,
 )
-from indexer import Config, DatabaseError, RepoctxError
+from indexer import Config, DatabaseError, OperationalError, RepoctxError
 from retrieval.settings import RetrievalSettings
 
 from .settings import load_config
@@ -250,7 +250,7 @@ def _exhausted(exc: BaseException) -> str | None:
         if what is not None:
             return f"{what} in {_where(cause)}: {_then()}"
         cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, DatabaseError) and _disk_is_full():
+    if isinstance(exc, OperationalError) and _disk_is_full():
         # SQLite says "disk I/O error" (an OperationalError) when a reader cannot size its
         # shared-memory file
         return f"No space left on device in {_index_dir()}: {_then()}"

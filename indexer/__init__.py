@@ -119,7 +119,8 @@ _EXPORTS: dict[str, str] = {
     "write_atomic": "indexer.atomic",
     # the CLI: damage met mid-read (the error a read of the graph raises when SQLite fails),
     # what a full disk left, watching the tree
-    "DatabaseError": "sqlite3",
+    "DatabaseError": "indexer.errors",
+    "OperationalError": "indexer.errors",
     "damaged": "indexer.graph.store",
     "is_damage": "indexer.graph.store",
     "graph_file": "indexer.graph.store",
@@ -154,8 +155,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
-    from sqlite3 import DatabaseError
-
     from indexer.atomic import atomic_writer, write_atomic
     from indexer.config import DEFAULT_EMBED_MODEL, INDEX_SETTINGS, Config, load_config
     from indexer.config_files import is_config_path
@@ -163,11 +162,13 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from indexer.display import content, json_safe, place, shown
     from indexer.errors import (
         ConfigError,
+        DatabaseError,
         EmbeddingModelError,
         IndexDamagedError,
         IndexLockedError,
         ModelMismatchError,
         NoIndexError,
+        OperationalError,
         RepoctxError,
         SchemaError,
         StoreError,

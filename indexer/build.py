@@ -111,7 +111,3 @@ def _run_phases(run: BuildRun, target: Target, phases: list[Phase]) -> BuildStat
         graph_write.set_build_phase(run.db.conn, None)
     target.publish()
     return stats
-
-
-def index_exists(config: Config) -> bool:
-    return (config.index_path / "graph.db").exists()

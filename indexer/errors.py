@@ -7,6 +7,10 @@ import sqlite3
 #: What a read of the graph raises when SQLite itself fails (damaged, locked, out of disk): the
 #: layers above catch it by this name and never import sqlite3 (`is_damage` tells a damaged file).
 StoreError = sqlite3.Error
+#: Its kinds the CLI tells apart: the file cannot be used as a database, and an operation failed
+#: (busy, out of disk, I/O).
+DatabaseError = sqlite3.DatabaseError
+OperationalError = sqlite3.OperationalError
 
 
 class RepoctxError(Exception):

@@ -71,10 +71,8 @@ class Index:
         return self.config.index_path
 
     def exists(self) -> bool:
-        """Whether a build has made this index (a graph generation is on disk)."""
-        from indexer.build import index_exists
-
-        return index_exists(self.config)
+        """Whether a build has made this index (`graph.db` is on disk)."""
+        return (self.dir / "graph.db").exists()
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
-"""The index's state, decided once before a build writes anything, and the graph it implies.
+"""The index's state, decided once before a build writes to the graph, and the graph it implies.
 
 Like Zoekt's builder, a build first looks at what is on disk and names it, then takes one
-path. `decide` runs under the write lock:
+path. `decide` runs under the write lock, before the build writes (it only clears the marker
+of a bulk load it found sound):
 
 ============  ==========================================  ====================================
 state         found when                                  the build then
@@ -46,10 +47,6 @@ if TYPE_CHECKING:
     from indexer.config import Config
     from indexer.graph.store import WriteDB
 
-#: What a build does in each state (see the table above).
-ACTIONS = ("create", "update", "rebuild", "set_aside", "refuse")
-
-
 @dataclass(frozen=True, slots=True)
 class IndexState:
     """What is on disk at ``index_dir``, as a build about to write it needs to know."""
@@ -64,7 +61,8 @@ class IndexState:
 
     @property
     def action(self) -> str:
-        """One of `ACTIONS`."""
+        """What a build does in this state: create, update, rebuild, set_aside or refuse (the
+        table above)."""
         if self.kind == "newer" or (self.kind == "damaged" and not self.full):
             return "refuse"
         if self.kind == "damaged":

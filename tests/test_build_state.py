@@ -216,11 +216,14 @@ def test_the_change_set_looks_at_every_file_again_when_the_name_tables_changed(b
     try:
         changes = change_set(built, db)
         assert (changes.work, changes.deleted, changes.keys) == ([], [], {})  # a no-op
+        assert changes.existing == {}  # no file looked at one by one
         with db.conn:
             store.set_meta(db, "formats_key", "the tables of an older repoctx")
         changes = change_set(built, db)
         assert changes.keys["formats_key"] == formats_key()
-        assert changes.work == [] and changes.deleted == []  # every file named again, none changed
+        # every file looked at again (its row read), none changed
+        assert len(changes.existing) == changes.indexed > 0
+        assert changes.work == [] and changes.deleted == []
         (built.root / "pkg/m3.py").write_text("def f3(x):\n    return 3\n")
         (built.root / "pkg/m4.py").unlink()
         changes = change_set(built, db)

@@ -24,6 +24,19 @@ def test_every_exported_name_resolves_to_what_its_module_defines():
         assert getattr(module, name) is value, name
 
 
+def test_the_type_checking_imports_name_exactly_the_exports():
+    """The face's table and its imports for type checkers are one list written twice: held
+    equal here, so neither drifts."""
+    import ast
+
+    tree = ast.parse(Path(indexer.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If)
+                 and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    imported = {(a.asname or a.name): node.module for node in block.body
+                for a in node.names if isinstance(node, ast.ImportFrom)}
+    assert imported == indexer._EXPORTS
+
+
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no_such_name"):
         indexer.no_such_name  # noqa: B018
@@ -68,9 +81,12 @@ def test_an_index_builds_reads_and_sees_its_next_generation(tmp_path):
 
     (root / "shop" / "cart.py").write_text("def total(items):\n    return sum(items)\n\n"
                                            "def discount(items):\n    return 0\n")
-    index.build()
-    assert index.graph.generation() == 2
+    first = index.db.file
+    index.build(full=True)  # a new generation file: reads must move to it
+    assert index.db.file != first and index.graph.generation() == 2
     assert [d.qualname for d in index.graph.find_definitions("discount")] == ["shop.cart.discount"]
+    assert {m.path for m in index.lexical.chunk_bm25("chunks_fts", "discount", (1.0, 1.0, 1.0),
+                                                     5)} == {"shop/cart.py"}
     index.close()
 
 
@@ -79,7 +95,8 @@ def test_open_reads_the_index_of_a_root_and_closes_as_a_context(tmp_path):
     Index(load_config(root, env={}, jobs=1)).build()
     with Index.open(root) as index:
         assert index.root == root.resolve() and index.dir == root.resolve() / ".repoctx"
-        assert index.graph.all_paths() and index.lexical is not None
+        assert sorted(index.graph.all_paths()) == [
+            "shop/__init__.py", "shop/cart.py", "shop/checkout.py"]
         conn = index.db.conn
     with pytest.raises(Exception, match="closed"):
         conn.execute("SELECT 1")

@@ -55,8 +55,6 @@ _MODEL_MISSING_RE = re.compile(r"model\b[^.\n]{0,120}\b(not found|does not exist
 _AUTH_CODES = frozenset({"invalid_api_key", "authentication_error", "permission_error"})
 
 
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how long to retry retryable failures (429, 5xx, timeouts, refused connections)."""

@@ -61,7 +61,7 @@ class GraphPhase:
         conn = db.conn
         gen = int(store.get_meta(db, "generation", "0")) + 1
         if full:
-            # A full build writes a new, empty generation (see build): nothing to delete first.
+            # A full build writes a new, empty generation (state.open_target): nothing to delete first.
             with conn:
                 schema.drop_counters(db)  # recounted at the end, not incremented row by row
         work, deleted, existing = changes.work, changes.deleted, changes.existing
