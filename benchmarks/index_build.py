@@ -21,7 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-from _common import (
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    __package__ = "benchmarks"
+
+from benchmarks import build_scaling  # noqa: E402
+from benchmarks._common import (  # noqa: E402
     CORPORA,
     Corpus,
     bench_tmpdir,
@@ -311,7 +316,7 @@ def _phase(name: str, fn, *args) -> dict:
     """Run one measurement; a failure is recorded in its place so the others still report."""
     try:
         return fn(*args)
-    except (BenchError, OSError, json.JSONDecodeError) as exc:
+    except (BenchError, build_scaling.ScalingError, OSError, json.JSONDecodeError) as exc:
         log(f"  {name} failed: {exc}")
         return {"error": str(exc)[-3000:]}
 
@@ -423,6 +428,47 @@ def bench_corpus(corpus: Corpus, args: argparse.Namespace) -> dict:
     }
 
 
+def _machine() -> dict:
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "loadavg_before": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def scaling_run(args: argparse.Namespace) -> dict:
+    """`--jobs-scaling` and/or `--tree-growth` (issue 41), see `benchmarks/build_scaling.py`."""
+    started = time.time()
+    result: dict = {
+        "benchmark": "index_build",
+        "mode": [m for m, v in (("jobs_scaling", args.jobs_scaling),
+                                ("tree_growth", args.tree_growth)) if v is not None],
+        "repoctx": {"source": source_label(), "checkout": git_revision()},
+        "machine": _machine(),
+        "params": {"runs": args.runs, "growth_runs": args.growth_runs, "embed": EMBED},
+    }
+    if args.jobs_scaling is not None:
+        jobs = (build_scaling.default_jobs(os.cpu_count()) if args.jobs_scaling == "default"
+                else build_scaling.int_list(args.jobs_scaling))
+        names = ["stdlib", "large"] if args.corpus == "both" else [args.corpus]
+        result["params"]["jobs"] = jobs
+        result["jobs_scaling"] = {
+            name: _phase(f"jobs scaling {name}", build_scaling.jobs_scaling, CORPORA[name], jobs,
+                         args.runs, EMBED, args.timeout, args.keep)
+            for name in names
+        }
+    if args.tree_growth is not None:
+        sizes = (list(build_scaling.DEFAULT_SIZES) if args.tree_growth == "default"
+                 else build_scaling.int_list(args.tree_growth))
+        result["params"]["sizes"] = sizes
+        result["tree_growth"] = _phase("tree growth", build_scaling.tree_growth, sizes,
+                                       args.growth_runs, EMBED, args.timeout, args.keep)
+    result["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    result["total_seconds"] = round(time.time() - started, 1)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", choices=["stdlib", "large", "both"], default="stdlib")
@@ -451,22 +497,38 @@ def main() -> None:
         action="store_false",
         help="skip the time-to-first-answer build (a second cold build, polled with `symbol`)",
     )
+    ap.add_argument(
+        "--jobs-scaling",
+        nargs="?",
+        const="default",
+        default=None,
+        metavar="LIST",
+        help="instead of the default run: full builds at each --jobs value (default "
+        "1,2,4,8,16 up to this machine's cores), speed-ups, phases and their Amdahl fit",
+    )
+    ap.add_argument(
+        "--tree-growth",
+        nargs="?",
+        const="default",
+        default=None,
+        metavar="LIST",
+        help="instead of the default run: full builds of subsets of the `large` corpus "
+        "(default 1000,5000,25000 files) and how the build time grows",
+    )
+    ap.add_argument("--growth-runs", type=int, default=1, help="builds per --tree-growth size")
     args = ap.parse_args()
     use_source(args.src)
     global EMBED
     EMBED = args.embed
+    if args.jobs_scaling is not None or args.tree_growth is not None:
+        print(json.dumps(scaling_run(args), indent=2))
+        return
     names = ["stdlib", "large"] if args.corpus == "both" else [args.corpus]
     started = time.time()
-    load_before = os.getloadavg()
     result = {
         "benchmark": "index_build",
         "repoctx": {"source": source_label(), "checkout": git_revision()},
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "loadavg_before": [round(x, 2) for x in load_before],
-        },
+        "machine": _machine(),
         "params": {
             "runs": args.runs,
             "query_runs": args.query_runs,
