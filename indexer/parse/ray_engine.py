@@ -3,9 +3,10 @@
 The driver (the machine running `repoctx index build --engine ray`) discovers files, reads
 them and ships the bytes of changed files to parse tasks, so workers need repoctx installed
 but not the repository. Results stream back in bounded batches (at most two per worker in
-flight) and the driver stays the only writer of the SQLite graph and of the Lance table, so a
-Ray build and a local build of the same tree produce the same index. Embedding runs in
-long-lived actors (the model loads once per actor), one per GPU when the cluster has GPUs.
+flight) and the driver stays the only writer of the SQLite graph, so a Ray build and a local
+build of the same tree produce the same index. Embedding runs in long-lived actors (the model
+loads once per actor), one per GPU when the cluster has GPUs; they write their rows into
+fragments of the vector table, which the driver commits (`indexer.vectors.fragments`).
 
 Ray is optional: `pip install 'repoctx[ray]'`. Without `--ray-address` a private local Ray
 instance is started for the build and stopped after it.
@@ -17,11 +18,10 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
-
-import numpy as np
 
 from indexer.config import Config
 from indexer.errors import ConfigError
@@ -45,7 +45,8 @@ def _parse_blobs(model: str | None, blobs: list[tuple]) -> list[FileResult]:
 
 
 class _EmbedActor:
-    """Ray actor body: one embedding model, loaded once, used for many batches."""
+    """Ray actor body: one embedding model, loaded once, used for many batches, whose rows it
+    writes into fragments of the vector table (`indexer.vectors.fragments`)."""
 
     def __init__(self, model: str, batch_size: int, threads: int) -> None:
         os.environ["REPOCTX_EMBED_THREADS"] = str(threads)
@@ -58,6 +59,7 @@ class _EmbedActor:
         from indexer.vectors.embed import create_embedder
 
         self.embedder = create_embedder(model, batch_size=batch_size)
+        self.writer: Any = None
 
     def info(self) -> tuple[str, int, int]:
         return self.embedder.name, self.embedder.dim, self.embedder.max_tokens
@@ -68,8 +70,32 @@ class _EmbedActor:
 
         return list(ray.get_gpu_ids())
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return self.embedder.embed(texts)
+    def open_table(self, uri: str, storage_options: dict | None) -> str | None:
+        """Open the vector table this actor writes fragments of; returns its node's id, or
+        None when it cannot reach the table (then it returns vectors: see `write`)."""
+        import ray
+
+        from indexer.vectors.fragments import FragmentWriter
+
+        try:
+            self.writer = FragmentWriter(self.embedder, uri, storage_options)
+        except Exception:  # noqa: BLE001 - any reason: the driver writes this actor's rows
+            self.writer = None
+            return None
+        return ray.get_runtime_context().get_node_id()
+
+    def write(self, batch: Any, here: bool) -> Any:
+        """Embed the batch and write it as a fragment; with ``here`` false (the table is not
+        reachable from this machine) return its vectors for the driver to write."""
+        from indexer.vectors.fragments import Written, embed_texts
+
+        if here and self.writer is not None:
+            return self.writer.write(batch)
+        return Written(None, [], vectors=embed_texts(self.embedder, batch))
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of this actor's process, every thread (the model's included)."""
+        return time.process_time()
 
 
 def _import_ray() -> Any:
@@ -243,9 +269,9 @@ class RaySession:
 
 
 class RayEmbedPool:
-    """Embedding actors behind the ``submit``/``result`` interface of the embedding phase
-    (see ``semantic.embed_pending``): batches are submitted round-robin, at most
-    ``window`` are in flight, and results are taken in submission order."""
+    """Embedding actors behind the pool interface of `indexer.vectors.fragments`
+    (``submit``/``result``/``window``): batches are submitted round-robin, at most ``window``
+    are in flight, and results, fragments the actors wrote, are taken in submission order."""
 
     def __init__(self, session: RaySession, model: str, batch_size: int) -> None:
         ray = session.ray
@@ -261,16 +287,33 @@ class RayEmbedPool:
         self.name, self.dim, self.max_tokens = infos[0]
         self.window = INFLIGHT_PER_WORKER * len(self.actors)
         self._next = 0
+        self._here: list[bool] = []
+        self.worker_cpu = 0.0
 
-    def submit(self, texts: Sequence[str]) -> Any:
-        actor = self.actors[self._next % len(self.actors)]
+    def open_table(self, uri: str, storage_options: dict | None) -> None:
+        """Let every actor write fragments of the table at ``uri``. An actor on another
+        machine than this one cannot reach a local table, nor one whose bucket it has no
+        credentials for: its vectors come back, and the rows are written here."""
+        from indexer.credentials import is_remote
+
+        nodes = self.ray.get([a.open_table.remote(uri, storage_options) for a in self.actors])
+        here = self.ray.get_runtime_context().get_node_id()
+        self._here = [node is not None and (is_remote(uri) or node == here) for node in nodes]
+
+    def submit(self, batch: Any) -> Any:
+        i = self._next % len(self.actors)
         self._next += 1
-        return actor.embed.remote(list(texts))
+        return self.actors[i].write.remote(batch, self._here[i])
 
-    def result(self, handle: Any) -> np.ndarray:
+    def result(self, handle: Any) -> Any:
         return self.ray.get(handle)
 
     def close(self) -> None:
+        """Stop the actors, keeping their CPU seconds in ``worker_cpu``."""
+        try:
+            self.worker_cpu = sum(self.ray.get([a.cpu_seconds.remote() for a in self.actors]))
+        except Exception:  # noqa: BLE001 - a dead actor: the figure is informational
+            self.worker_cpu = 0.0
         for a in self.actors:
             self.ray.kill(a)
         self.actors = []

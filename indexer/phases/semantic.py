@@ -49,6 +49,10 @@ class EmbedStats:
     model: str
     seconds: float
     coverage: float  # share of chunks with a vector, 0..1
+    # CPU seconds of this process (the driver, on the Ray engine) and of the embedding
+    # workers (0 in process) over the run: how much of the work the driver still does.
+    driver_cpu: float = 0.0
+    worker_cpu: float = 0.0
 
 
 def _follow_vectors_uri(config: Config, conn) -> str:
@@ -161,17 +165,25 @@ def _embed_pending(
                 pending_total = conn.execute(
                     "SELECT count(*) FROM chunks WHERE embedded = 0"
                 ).fetchone()[0]
-        t_embed = time.perf_counter()  # after opening the table and loading the model
+        if store.get_meta(db, UNCOMMITTED_META):  # a run stopped between write and commit
+            vs.drop_uncommitted()
+            with conn:
+                store.set_meta(db, UNCOMMITTED_META, "")
+        t_embed, cpu0 = time.perf_counter(), time.process_time()  # after loading the model
         with conn:
             store.set_meta(db, "embed_model", embedder.name)
             store.set_meta(db, "embed_dim", str(embedder.dim))
         total = pending_total if limit is None else min(limit, pending_total)
-        embedded, reused = _embed_batches(
-            config, conn, vs, pool or _Inline(embedder), embedder.name, total, progress
-        )
+        if pool is None:
+            embedded, reused = _embed_batches(
+                config, conn, vs, _Inline(embedder), embedder.name, total, progress
+            )
+        else:
+            embedded, reused = _embed_to_fragments(config, db, vs, pool, uri, total, progress)
     finally:
         if pool is not None:
             pool.close()
+    driver_cpu = time.process_time() - cpu0
     # Vectors of deleted chunks go last: until now they could still be reused by content hash
     # (a moved function, a renamed file).
     removed = 0
@@ -196,7 +208,40 @@ def _embed_pending(
         model=embedder.name,
         seconds=time.perf_counter() - t_embed,
         coverage=done_n / total_n if total_n else 1.0,
+        driver_cpu=round(driver_cpu, 3),
+        worker_cpu=round(getattr(pool, "worker_cpu", 0.0), 3),
     )
+
+
+#: Graph meta, set while embedding workers write fragments the driver has not committed: a
+#: run that stops then leaves data files no version names, which the next run deletes.
+UNCOMMITTED_META = "vectors_uncommitted"
+
+
+def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: int,
+                        progress) -> tuple[int, int]:
+    """The Ray engine's embedding: its actors embed and write fragments of the table, this
+    process reads the texts, commits and marks (`indexer.vectors.fragments`)."""
+    from indexer.locations import storage_options
+    from indexer.vectors.fragments import embed_to_fragments
+
+    conn = db.conn
+
+    def mark(ok: list, failed: list) -> None:
+        with conn:
+            conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in ok])
+            # unreadable now: left for the next build
+            conn.executemany("UPDATE chunks SET embedded = -1 WHERE id = ?",
+                             [(i,) for i in failed])
+
+    pool.open_table(uri, storage_options(config))
+    with conn:
+        store.set_meta(db, UNCOMMITTED_META, "1")
+    result = embed_to_fragments(vs, pool, _pending_rows(conn, total),
+                                lambda rows: _texts(config.root, rows, {}), mark, total, progress)
+    with conn:
+        store.set_meta(db, UNCOMMITTED_META, "")
+    return result
 
 
 #: Graph meta: the vector table's files (names, sizes, mtimes) when this index last wrote or

@@ -163,6 +163,12 @@ def raw_dataset(config, conn=None) -> Any:
     return VectorStore._open_dataset(uri, storage_options(config), missing_ok=True)
 
 
+def dataset_path(uri: str) -> str:
+    """Where the table's Lance dataset lies under a vectors ``uri`` (a directory or an object
+    store URI): what Lance itself opens, and what embedding workers write fragments to."""
+    return local_table_dir(uri) or f"{uri.rstrip('/')}/{TABLE}.lance"
+
+
 def sql_str(value: str) -> str:
     """A SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
@@ -265,9 +271,8 @@ class VectorStore:
         warnings.filterwarnings("ignore", message="lance is not fork-safe")
         import lance
 
-        path = local_table_dir(uri) or f"{uri.rstrip('/')}/{TABLE}.lance"
         try:
-            return lance.dataset(path, storage_options=storage_options)
+            return lance.dataset(dataset_path(uri), storage_options=storage_options)
         except (OSError, ValueError) as exc:
             # On object storage only opening tells that there is no table; a local table that
             # exists but cannot be opened is an error, not a missing table.
@@ -361,6 +366,57 @@ class VectorStore:
                 .when_not_matched_insert_all()
                 .execute(self._arrow(merge))
             )
+
+    def write_fragment(self, rows: Sequence[VectorRow]) -> Any:
+        """Write ``rows`` as a new data file of the table without committing it: no reader
+        sees them until `commit_fragments` names the returned `lance.FragmentMetadata`.
+        Embedding workers call this, so that the rows' bytes never pass through the driver."""
+        from lance.fragment import LanceFragment
+
+        ds = self._latest()
+        return LanceFragment.create(
+            dataset_path(self.uri), self._arrow(rows), schema=ds.schema,
+            storage_options=self._storage_options, data_storage_version=ds.data_storage_version,
+        )
+
+    def commit_fragments(self, fragments: Sequence[Any], replacing: Iterable[str] = ()) -> None:
+        """One new table version holding ``fragments`` (from `write_fragment`, possibly written
+        by other processes) and no longer the rows whose ``chunk_id`` is in ``replacing``:
+        readers see all of it or none. The rows to drop are found through their row
+        addresses, so only the fragments holding them get a deletion file."""
+        import lance
+
+        if not fragments:
+            return
+        ds = self._writable()
+        removed, updated = [], []
+        replacing = list(replacing)
+        if replacing:
+            holding: set[int] = set()
+            for batch in _chunks(replacing):
+                with reading(self.uri):
+                    hits = ds.to_table(columns=["chunk_id"], filter=_in_list("chunk_id", batch),
+                                       with_row_address=True)
+                holding.update(a >> 32 for a in hits["_rowaddr"].to_pylist())
+            where = " OR ".join(f"({_in_list('chunk_id', b)})" for b in _chunks(replacing))
+            for fid in sorted(holding):
+                kept = ds.get_fragment(fid).delete(where)
+                (updated.append(kept) if kept is not None else removed.append(fid))
+        op = (lance.LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                          new_fragments=list(fragments))
+              if removed or updated else lance.LanceOperation.Append(list(fragments)))
+        self._dataset = lance.LanceDataset.commit(
+            ds, op, read_version=ds.version, storage_options=self._storage_options)
+
+    def drop_uncommitted(self) -> int:
+        """Delete data files that no version of the table names (fragments of a build that
+        stopped between writing and committing them; never visible to readers); returns how
+        many. Every version is kept. Only under the index's write lock: a concurrent writer's
+        fragments would look the same."""
+        ds = self._writable()
+        with reading(self.uri):
+            stats = ds.cleanup_old_versions(retain_versions=2**31, delete_unverified=True)
+        return stats.data_files_removed
 
     def _arrow(self, rows: Sequence[VectorRow]) -> pa.Table:
         vectors = np.asarray([r.vector for r in rows], dtype=np.float32)
