@@ -157,3 +157,85 @@ def test_indexable_files_are_what_discovery_lists(tmp_path):
     (root / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0\1")
     assert bs.indexable_files(Corpus("t", root)) == ["pkg/a.py", "pkg/b.py", "skip/c.py"]
     assert bs.indexable_files(Corpus("t", root, ("skip/",))) == ["pkg/a.py", "pkg/b.py"]
+
+
+# --------------------------------------------------------------------------- shard_reads.py
+
+SHARD_FILES = {
+    "a/__init__.py": "",
+    "b/__init__.py": "",
+    "c/__init__.py": "",
+    "a/core.py": """
+        def helper(x):
+            return x + 1
+
+
+        class Parser:
+            def parse(self, text):
+                return helper(len(text))
+        """,
+    "b/util.py": """
+        from a.core import helper
+
+
+        def helper_extra(y):
+            \"\"\"Parse the rounding of a decimal context.\"\"\"
+            return helper(y) * 2
+        """,
+    "c/app.py": """
+        from a.core import Parser, helper
+
+
+        def run(text):
+            return Parser().parse(text) + helper(3)
+        """,
+}
+TABLES = ("files", "symbols", "refs", "ref_candidates", "imports", "chunks", "chunks_fts",
+          "files_fts")
+
+
+def _counts(path) -> dict[str, int]:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+    finally:
+        conn.close()
+
+
+def test_shards_split_every_row_once_and_fan_out_reads_as_the_merged_file(tmp_path):
+    from benchmarks import shard_reads as sr
+    from tests.conftest import index, make_repo
+
+    root = make_repo(tmp_path / "repo", SHARD_FILES)
+    cfg = index(root, full=True)
+    graph = (cfg.index_path / "graph.db").resolve()
+    original = _counts(graph)
+    assert original["files"] >= 3 and original["refs"] > 0 and original["chunks_fts"] > 0
+    shards = sr.make_shards(graph, tmp_path / "shards", 3)
+    assert sum(shards["files_per_shard"]) == original["files"]
+    parts = [_counts(p) for p in shards["paths"]]
+    assert {t: sum(p[t] for p in parts) for t in TABLES} == original
+    assert all(p["files"] for p in parts)
+    merged = sr.merge_shards(shards["paths"], graph, tmp_path / "merged.db")
+    assert merged["mb"] > 0
+    assert _counts(tmp_path / "merged.db") == original
+    one, fan = sr.Reader([graph]), sr.Reader(shards["paths"], threads=2)
+    remerged = sr.Reader([tmp_path / "merged.db"])
+    try:
+        # `helper` is an exact name in one shard and only a prefix (helper_extra) in another:
+        # fan-out keeps the best tier any shard matched, as the one query does.
+        defs = one.definitions("helper")
+        assert [d.qualname for d in defs] == [d.qualname for d in fan.definitions("helper")]
+        assert all(d.name == "helper" for d in defs)
+        assert [d.name for d in fan.definitions("helper_")] == ["helper_extra"]
+        refs = one.references("helper")
+        assert refs and refs == fan.references("helper")
+        assert {r.path for r in refs} >= {"b/util.py", "c/app.py"}
+        hits = one.search("decimal rounding", 5)
+        assert hits and hits == remerged.search("decimal rounding", 5)
+        assert {h.chunk_id for h in fan.search("decimal rounding", 5)} >= {hits[0].chunk_id}
+    finally:
+        for reader in (one, fan, remerged):
+            reader.close()
