@@ -254,6 +254,8 @@ def jobs_scaling(corpus: Corpus, jobs: list[int], runs: int, embed: bool, timeou
             "build": amdahl_fit([(j, wall_med[j]) for j in jobs]),
             "phases": fits,
         },
+        "phases_note": "the build's `phases` are wall seconds per phase as it reports them; "
+        "phases that run at once (parse and write) overlap, so they need not add up to the build",
         "serial_keys_reported": reported_serial,
         "serial_keys_note": None if reported_serial else
         "the build's JSON has no `serial:<phase>` keys (a build before issue 41's sharded "
