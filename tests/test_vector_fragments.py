@@ -1,0 +1,219 @@
+"""Embedding workers write the vector table's fragments; the driver commits them and only then
+marks chunks embedded (`indexer.vectors.fragments`): real Lance tables in tmp_path, real
+builds on a real local Ray instance."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lance
+import numpy as np
+import pytest
+
+from indexer.build import build
+from indexer.config import load_config
+from indexer.graph import store
+from indexer.phases import semantic
+from indexer.vectors.fragments import InlineFragments, embed_to_fragments
+from indexer.vectors.hashing import HashingEmbedder
+from indexer.vectors.table import VectorRow, VectorStore, local_table_dir
+from tests.conftest import make_repo
+
+ray = pytest.importorskip("ray")
+
+MODEL = "hashing:64"
+
+
+def _row(i: int, h: str, scale: float = 1.0) -> VectorRow:
+    vec = np.full(4, scale * (i + 1), dtype=np.float32)
+    return VectorRow(str(i), h, f"f{i}.py", "python", 1, 2, f"s{i}", "m", vec)
+
+
+def _data_files(uri: str) -> set[str]:
+    return set(os.listdir(os.path.join(local_table_dir(uri), "data")))
+
+
+def _rows(vs: VectorStore) -> dict[str, tuple]:
+    t = lance.dataset(os.path.join(local_table_dir(vs.uri))).to_table()
+    out: dict[str, tuple] = {}
+    for cid, h, path, vec in zip(t["chunk_id"].to_pylist(), t["content_hash"].to_pylist(),
+                                 t["path"].to_pylist(), t["vector"].to_pylist(), strict=True):
+        assert cid not in out, f"chunk {cid} has two rows"
+        out[cid] = (h, path, tuple(round(x, 5) for x in vec))
+    return out
+
+
+# ---------------------------------------------------------------- the table's own operations
+
+
+def test_a_fragment_never_committed_is_invisible_and_dropped(tmp_path):
+    vs = VectorStore.open(str(tmp_path / "v"), 4, "m")
+    vs.upsert([_row(i, f"h{i}") for i in range(3)])
+    before, files = _rows(vs), _data_files(vs.uri)
+    vs.write_fragment([_row(7, "h7"), _row(8, "h8")])  # a worker's write; no commit follows
+    assert len(_data_files(vs.uri)) == len(files) + 1  # the bytes are there ...
+    reader = VectorStore.open(vs.uri, 4, "m")
+    assert reader.count() == 3 and _rows(reader) == before  # ... and no reader sees them
+    assert reader.vectors_for_hashes(["h7"]) == {}
+    assert {h.chunk_id for h in reader.search(np.ones(4), k=10)} == {"0", "1", "2"}
+    assert vs.drop_uncommitted() == 1
+    assert _data_files(vs.uri) == files and _rows(VectorStore.open(vs.uri, 4, "m")) == before
+
+
+def test_commit_replaces_rows_and_appends_in_one_version(tmp_path):
+    vs = VectorStore.open(str(tmp_path / "v"), 4, "m")
+    vs.upsert([_row(i, f"h{i}") for i in range(5)])
+    version = vs._latest().version
+    frags = [vs.write_fragment([_row(3, "h3x", 10), _row(4, "h4x", 10)]),
+             vs.write_fragment([_row(7, "h7")])]
+    vs.commit_fragments(frags, replacing=["3", "4"])
+    assert vs._latest().version == version + 1  # readers see all of it or none
+    rows = _rows(vs)
+    assert sorted(rows) == ["0", "1", "2", "3", "4", "7"]
+    assert rows["3"][0] == "h3x" and rows["3"][2] == (40.0,) * 4 and rows["1"][0] == "h1"
+
+
+def test_inline_fragments_embed_each_content_once_and_mark_after_commit(tmp_path):
+    """The driver loop in this process: duplicate content across batches is embedded once
+    (a row waits for its hash's commit, then reuses the vector), and every mark follows the
+    commit holding its row."""
+    embedder = HashingEmbedder(64)
+    vs = VectorStore.open(str(tmp_path / "v"), 64, embedder.name)
+    pool = InlineFragments(embedder, vs.uri)
+    # 3 batches of 4 rows; hashes repeat across them
+    batches = [[(b * 4 + i, f"h{(b * 4 + i) % 6}", f"p{b}.py", "python", 1, 2, "", "")
+                for i in range(4)] for b in range(3)]
+    texts_asked: list[str] = []
+
+    def read_texts(rows):
+        texts_asked.extend(r[1] for r in rows)
+        return {r[1]: f"text {r[1]}" for r in rows}
+
+    seen_at_mark: list[int] = []
+
+    def mark(ok, failed):
+        assert not failed
+        present = VectorStore.open(vs.uri, 64, embedder.name).chunk_ids()
+        assert {str(i) for i in ok} <= present  # committed before marked
+        seen_at_mark.extend(ok)
+
+    embedded, reused = embed_to_fragments(vs, pool, iter(batches), read_texts, mark, 12)
+    assert (embedded, reused) == (6, 6)
+    assert sorted(seen_at_mark) == list(range(12))
+    rows = _rows(vs)
+    assert sorted(map(int, rows)) == list(range(12))
+    want = embedder.embed([f"text h{i % 6}" for i in range(12)])
+    for i in range(12):
+        np.testing.assert_allclose(rows[str(i)][2], np.round(want[i], 5), atol=1e-5)
+
+
+# ---------------------------------------------------------------- builds on a real Ray
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One local Ray instance for the module (~3 s to start here); builds reuse it."""
+    if ray.is_initialized():
+        pytest.skip("a Ray instance is already running in this process")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def small_batches(monkeypatch):
+    """Small batches, and every chunk to Ray: several windows of several batches each."""
+    from indexer.parse import ray_engine
+
+    monkeypatch.setattr(ray_engine, "MIN_FILES", 1)
+    monkeypatch.setattr(ray_engine, "MIN_CHUNKS", 1)
+    monkeypatch.setattr(semantic, "BATCH", 16)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """60 files; files i and i + 30 are identical, so content repeats across batches."""
+    files = {}
+    for i in range(60):
+        body = "".join(f"def f{j}_{i % 30}(x):\n    y = x * {j} + {i % 30}\n    return y\n\n\n"
+                       for j in range(4))
+        files[f"pkg{i // 30}/m{i:02d}.py"] = body
+    return make_repo(tmp_path / "repo", files)
+
+
+def _cfg(root: Path, index_dir: Path, engine: str):
+    return load_config(root, env={}, jobs=2, index_dir=index_dir, engine=engine,
+                       embed_model=MODEL)
+
+
+def _table(cfg) -> dict[str, tuple]:
+    conn = store.open_for_read(cfg.index_path).conn
+    try:
+        ids = {str(r[0]) for r in conn.execute("SELECT id FROM chunks")}
+        unmarked = conn.execute("SELECT count(*) FROM chunks WHERE embedded != 1").fetchone()[0]
+    finally:
+        conn.close()
+    rows = _rows(VectorStore.open(str(cfg.index_path / "vectors.lance"), 64, MODEL))
+    assert set(rows) == ids and not unmarked  # every chunk has exactly its vector, marked
+    return rows
+
+
+def _marks(cfg) -> int:
+    conn = store.open_for_read(cfg.index_path).conn
+    try:
+        return conn.execute("SELECT count(*) FROM chunks WHERE embedded = 1").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_ray_fragments_equal_what_the_driver_wrote(ray_local, repo, tmp_path):
+    local = _cfg(repo, tmp_path / "local", "local")
+    remote = _cfg(repo, tmp_path / "ray", "ray")
+    a, b = build(local, embed=True), build(remote, embed=True)
+    assert a.embedding["embedded"] == b.embedding["embedded"] > 0
+    assert a.embedding["reused"] == b.embedding["reused"] > 0  # the repeated files
+    assert b.embedding["worker_cpu"] > 0
+    assert _table(local) == _table(remote)
+
+
+def test_marks_wait_for_the_commit(ray_local, repo, tmp_path, monkeypatch):
+    """A commit that fails after the workers wrote their fragments leaves every chunk
+    unmarked and the table empty to readers; the next build embeds everything, deletes the
+    dead fragments and ends with the table a local build writes."""
+    cfg = _cfg(repo, tmp_path / "ray", "ray")
+    uri = str(cfg.index_path / "vectors.lance")
+    real = lance.LanceDataset.commit
+
+    def refused(*a, **kw):
+        raise RuntimeError("commit refused by the test")
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(refused))
+    with pytest.raises(RuntimeError, match="refused by the test"):
+        build(cfg, embed=True)
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(real))
+    dead = _data_files(uri)
+    assert dead  # the workers did write
+    assert _marks(cfg) == 0
+    assert VectorStore.open(uri, 64, MODEL).count() == 0
+    again = build(cfg, embed=True)
+    assert again.embedding["coverage"] == 1.0
+    assert not dead & _data_files(uri)  # never-committed fragments are gone
+    local = _cfg(repo, tmp_path / "local", "local")
+    build(local, embed=True)
+    assert _table(cfg) == _table(local)
+
+
+def test_rows_committed_but_unmarked_are_replaced_not_doubled(ray_local, repo, tmp_path):
+    """A build stopped after a commit and before its marks: the next build embeds those
+    chunks again and its commit replaces their rows (one row per chunk)."""
+    cfg = _cfg(repo, tmp_path / "ray", "ray")
+    build(cfg, embed=True)
+    before = _table(cfg)
+    db = store.open_for_write(cfg.index_path)
+    with db.conn:  # as if killed after the commit, before the marks
+        db.execute("UPDATE chunks SET embedded = 0 WHERE id % 3 = 0")
+    db.conn.close()
+    again = build(cfg, embed=True)
+    assert again.embedding["reused"] > 0 and again.embedding["embedded"] == 0
+    assert _table(cfg) == before
