@@ -127,7 +127,7 @@ session = RaySession(cfg).connect()
 pool = session.embed_pool("hashing:64", 8)
 out = {"gpus": session.gpus, "workers": session.workers, "actors": len(pool.actors),
        "gpu_ids": ray.get(pool.actors[0].gpu_ids.remote()),
-       "shape": list(pool.result(pool.submit(["def alpha(): pass", "class Beta: pass"])).shape)}
+       "shape": list(pool.embed(["def alpha(): pass", "class Beta: pass"]).shape)}
 pool.close()
 stats = build(cfg, embed=True)
 out.update(coverage=stats.embedding["coverage"], embedded=stats.embedding["embedded"],

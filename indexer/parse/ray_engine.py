@@ -93,6 +93,9 @@ class _EmbedActor:
             return self.writer.write(batch)
         return Written(None, [], vectors=embed_texts(self.embedder, batch))
 
+    def embed(self, texts: list[str]) -> Any:
+        return self.embedder.embed(texts)
+
     def cpu_seconds(self) -> float:
         """CPU seconds of this actor's process, every thread (the model's included)."""
         return time.process_time()
@@ -307,6 +310,10 @@ class RayEmbedPool:
 
     def result(self, handle: Any) -> Any:
         return self.ray.get(handle)
+
+    def embed(self, texts: list[str]) -> Any:
+        """Vectors of ``texts`` from one actor, returned here (a probe: builds write fragments)."""
+        return self.ray.get(self.actors[0].embed.remote(list(texts)))
 
     def close(self) -> None:
         """Stop the actors, keeping their CPU seconds in ``worker_cpu``."""
