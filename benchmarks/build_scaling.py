@@ -257,9 +257,13 @@ def jobs_scaling(corpus: Corpus, jobs: list[int], runs: int, embed: bool, timeou
         "phases_note": "the build's `phases` are wall seconds per phase as it reports them; "
         "phases that run at once (parse and write) overlap, so they need not add up to the build",
         "serial_keys_reported": reported_serial,
+        "serial_keys_by_jobs": [j for j in jobs if serial_shares(phase_med[j])],
         "serial_keys_note": None if reported_serial else
         "the build's JSON has no `serial:<phase>` keys (a build before issue 41's sharded "
         "path, or the local single-writer path): only the fit estimates serial parts",
+        "paths_note": "jobs values without serial keys ran the single-writer path, the others "
+        "the sharded one: the fit then spans two designs" if 0 < sum(
+            1 for j in jobs if serial_shares(phase_med[j])) < len(jobs) else None,
         "checks": _jobs_checks(wall_med, ct, cpus, top, corpus.name),
     }
 

@@ -239,3 +239,15 @@ def test_shards_split_every_row_once_and_fan_out_reads_as_the_merged_file(tmp_pa
     finally:
         for reader in (one, fan, remerged):
             reader.close()
+
+
+def test_jobs_checks_say_what_was_not_measured():
+    checks = bs._jobs_checks({1: 10.0, 2: 5.0}, 0.25, cpus=2, top=2, corpus="stdlib")
+    assert checks["jobs2_speedup"]["value"] == 2.0 and checks["jobs2_speedup"]["pass"]
+    assert checks["jobs16_speedup"]["measured"] is False
+    assert "2 cores" in checks["jobs16_speedup"]["reason"]
+    assert checks["ctags_ratio"]["value"] == 20.0 and checks["ctags_ratio"]["target"] == "<= 34.0"
+    big = bs._jobs_checks({1: 60.0, 4: 20.0, 16: 12.0}, 1.0, cpus=16, top=16, corpus="large")
+    assert big["jobs16_speedup"]["value"] == 5.0 and not big["jobs16_speedup"]["pass"]
+    assert "not both" in big["jobs2_speedup"]["reason"]
+    assert big["ctags_ratio"] == {**big["ctags_ratio"], "value": 12.0, "target": "<= 6.0", "pass": False}
