@@ -63,7 +63,7 @@ from benchmarks._common import (  # noqa: E402
 )
 
 DEFAULT_SHARDS = (2, 4, 8, 16)
-DEFAULT_NAMES = ("JSONDecoder", "loads", "join", "Thread", "ArgumentParser.add_argument",
+DEFAULT_NAMES = ("JSONDecoder", "loads", "join", "Thread", "JSONDecoder.decode",
                  "HTTPConnection")
 DEFAULT_QUERIES = (
     "parse json decoder", "http request header", "thread lock acquire", "decimal rounding context",
