@@ -47,6 +47,8 @@ _GENERATION = re.compile(r"graph\.(\d+)\.db")
 SIDECARS = ("-wal", "-shm", "-journal")
 #: A damaged graph is renamed to this prefix plus a timestamp (with its -wal/-shm), never deleted.
 DAMAGED_PREFIX = "graph.db.damaged-"
+#: A build's shard directory (`indexer.graph.shards`): ``shards-<pid>-<random>``.
+SHARDS_PREFIX = "shards-"
 
 
 def graph_file(index_dir: Path) -> Path | None:
@@ -114,8 +116,9 @@ def current_number(index_dir: Path) -> int:
 
 
 def remove_unpublished(index_dir: Path) -> None:
-    """Delete what crashed full rebuilds left: generations newer than the current one (never
-    linked, so never read) and temporary links. Under the write lock only."""
+    """Delete what crashed builds left: generations newer than the current one (never linked,
+    so never read), temporary links, and shard directories (`indexer.graph.shards`). Under the
+    write lock only."""
     # No index, or a plain graph.db: every generation file is a leftover.
     n = current_number(index_dir)
     for k, paths in generation_files(index_dir).items():
@@ -124,6 +127,10 @@ def remove_unpublished(index_dir: Path) -> None:
     for name in os.listdir(index_dir):
         if name.startswith(f".{GRAPH}.") and name.endswith(".tmp"):
             (Path(index_dir) / name).unlink(missing_ok=True)
+        elif name.startswith(SHARDS_PREFIX):  # a killed build's shards: never merged, or merged
+            import shutil
+
+            shutil.rmtree(Path(index_dir) / name, ignore_errors=True)
 
 
 def next_file(index_dir: Path) -> Path:

@@ -83,7 +83,7 @@ def write_results(
         new_ids: dict[int, str] = {}
         new_imports: set[tuple] = set()
         if rows is not None:
-            _insert_rows(conn, fid, rows)
+            insert_rows(conn, fid, rows)
             new_ids = {s[0]: s[1] for s in rows.symbols}
             new_imports = {i[:3] for i in rows.imports}
             if rows.document is not None:
@@ -165,7 +165,9 @@ def _touch_importers(conn, modules: set[str]) -> None:
         )
 
 
-def _insert_rows(conn, fid: int, rows: FileRows) -> None:
+def insert_rows(conn, fid: int, rows: FileRows, counted: bool = True) -> None:
+    """Insert a parsed file's symbols, references and imports (``counted``: added to the
+    running totals; a shard has none, the merged graph is recounted)."""
     conn.executemany(
         "INSERT OR REPLACE INTO symbols(id, name, qualname, kind, start_line, end_line, start_byte, "
         "end_byte, signature, doc, parent_id, file_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -179,7 +181,17 @@ def _insert_rows(conn, fid: int, rows: FileRows) -> None:
         "INSERT INTO imports(module, name, alias, line, level, file_id) VALUES (?,?,?,?,?,?)",
         [(*i, fid) for i in rows.imports],
     )
-    schema.count_inserts(conn, len(rows.refs), sum(s[3] != "module" for s in rows.symbols))
+    if counted:
+        schema.count_inserts(conn, len(rows.refs), sum(s[3] != "module" for s in rows.symbols))
+
+
+def insert_chunks(conn, fid: int, chunks: Iterable[tuple]) -> None:
+    """Insert chunk rows (as `FileRows.chunks` has them) of file ``fid``."""
+    conn.executemany(
+        "INSERT INTO chunks(id, symbol, kind, start_line, end_line, tokens, header, content_hash, "
+        "file_id) VALUES (?,?,?,?,?,?,?,?,?)",
+        [(*c, fid) for c in chunks],
+    )
 
 
 def _replace_chunks(conn, fid: int, rows: FileRows | None, documents: dict[str, list[tuple]]) -> None:
@@ -195,11 +207,7 @@ def _replace_chunks(conn, fid: int, rows: FileRows | None, documents: dict[str, 
             conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(i,) for i in gone])
         conn.executemany("INSERT OR IGNORE INTO vector_tombstones VALUES (?)", [(i,) for i in gone])
     added = [(c, t) for c, t in zip(chunks, terms, strict=True) if c[0] not in old]
-    conn.executemany(
-        "INSERT INTO chunks(id, symbol, kind, start_line, end_line, tokens, header, content_hash, "
-        "file_id) VALUES (?,?,?,?,?,?,?,?,?)",
-        [(*c, fid) for c, _ in added],
-    )
+    insert_chunks(conn, fid, (c for c, _ in added))
     if added:
         table = fts_table("chunks_fts", rows.language if rows else None)
         documents.setdefault(table, []).extend(t for _, t in added)
@@ -305,6 +313,22 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
             conn.execute("DELETE FROM pending_names")
 
 
+def resolve_inherit(db: WriteDB) -> int:
+    """Resolve the graph's pending ``inherit`` references through a lazy table: a sharded load's
+    (`indexer.graph.shards`), before its workers resolve the others against these edges, as the
+    parallel resolution above does. Returns how many."""
+    conn = db.conn
+    table = SymbolTable(conn)
+    sql = ("SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs "
+           "WHERE kind = 'inherit' AND resolution = 'pending'")
+    done = 0
+    with conn:
+        for rows in _pages(conn, sql, RESOLVE_PAGE):
+            _apply(conn, resolution_rows(resolve_refs(conn, table, rows)))
+            done += len(rows)
+    return done
+
+
 def _pages(conn, sql: str, size: int) -> Iterator[list[tuple]]:
     """The rows of ``sql`` (whose first column is the id) in pages of ``size``, by id: pages
     keep memory flat (millions of rows would not fit in 1 GB)."""
@@ -325,16 +349,31 @@ def resolve_page(db_file: str, key: str, rows: list[tuple]) -> list[tuple]:
     per ``key``, one build's resolution); returns `resolve.resolution_rows`. An empty page
     only loads the symbols: a warm-up sent while the inherit edges, which the first real page
     loads, are still being resolved."""
+    if not rows:
+        warm_table(db_file, key)
+        return []
+    table = worker_table(db_file, key)
+    return list(resolution_rows(resolve_refs(table.conn, table, rows)))
+
+
+def warm_table(db_file: str, key: str) -> SymbolTable:
+    """This worker's table of every symbol of ``db_file`` for the build ``key`` (read once per
+    build), without its base classes (the inherit edges may still be being resolved)."""
     if not _WORKER_TABLE or _WORKER_TABLE[0] != key:
         _WORKER_TABLE.clear()
         table = SymbolTable(store.read_file(Path(db_file)).conn)
         table.preload()
         _WORKER_TABLE.extend((key, table, False))
-    table = _WORKER_TABLE[1]
-    if rows and not _WORKER_TABLE[2]:
+    return _WORKER_TABLE[1]
+
+
+def worker_table(db_file: str, key: str) -> SymbolTable:
+    """`warm_table` with the base classes loaded: the inherit edges are committed by now."""
+    table = warm_table(db_file, key)
+    if not _WORKER_TABLE[2]:
         table.load_bases()
         _WORKER_TABLE[2] = True
-    return list(resolution_rows(resolve_refs(table.conn, table, rows)))
+    return table
 
 
 def _apply(conn, resolved: Iterable[tuple]) -> None:

@@ -22,6 +22,8 @@ from indexer.graph import write as graph_write
 from indexer.models import BuildStats
 from indexer.parse.languages import kind_of
 from indexer.phases.parsing import POOL_THRESHOLD, parse_work
+from indexer.phases.sharded import load as sharded_load
+from indexer.phases.sharded import use_shards
 
 if TYPE_CHECKING:
     from indexer.changes import ChangeSet
@@ -57,7 +59,7 @@ class GraphPhase:
             raise
 
     def _run(self, build: BuildRun, changes: ChangeSet) -> BuildStats:
-        config, db, full, progress = build.config, build.db, build.full, build.progress
+        config, db, full = build.config, build.db, build.full
         conn = db.conn
         gen = int(store.get_meta(db, "generation", "0")) + 1
         if full:
@@ -76,54 +78,30 @@ class GraphPhase:
                 with conn:  # readers during a first build check freshness against the tree
                     store.set_meta(db, "root", str(config.root))
         bulk = len(work) > max(BULK_MIN, changes.indexed // 4)
+        model = config.embed_model if self.chunks else None
+        sharded = use_shards(config, changes, build.engine)
+        serial: dict[str, float] = {}
         # Most of the index is written now: without waiting for the disk (see recovery.bulk_load).
         with recovery.bulk_load(db, config.index_path) if bulk else contextlib.nullcontext():
-            if bulk:
-                with conn:
-                    schema.drop_ref_indexes(db)
-                    schema.drop_counters(db)
-            parsed = 0
-            failed: dict[str, str] = {}
-            model = config.embed_model if self.chunks else None
-            batches = parse_work(config, work, progress, model, build.engine)
-            write_s = 0.0
-            # A few dozen files are written in one transaction: committing each small batch of the
-            # parse helper's would rewrite the same index pages many times.
-            one = len(work) < POOL_THRESHOLD
-            each = contextlib.nullcontext() if one else conn
-            with conn if one else contextlib.nullcontext():
-                for results in batches:
-                    tw = time.perf_counter()
-                    with each:
-                        graph_write.write_results(db, results, existing, gen, bulk or full)
-                    write_s += time.perf_counter() - tw
-                    for r in results:
-                        if r.status in ("ok", "syntax_error"):  # skipped and failed files are counted
-                            parsed += 1  # by reason in `skipped`, not as parsed
-                        if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
-                            failed[r.path] = r.error
-            if self.chunks and store.get_meta(db, "files_fts_pending") == "1":  # an index from before m004
-                with conn:
-                    graph_write.index_all_files(conn)
-            pending = graph_write.resolution_pending(conn)
-            marks["parse"] = time.perf_counter()
-            if pending or full:
-                graph_write.set_build_phase(conn, "resolve")
-                if bulk:
-                    with conn:
-                        schema.ensure_ref_indexes(db, schema.RESOLVE_INDEXES)
-                graph_write.resolve_pending(db, full or bulk, progress,
-                                            jobs=config.jobs or os.cpu_count() or 1, tree=config.root)
-            marks["resolve"] = time.perf_counter()
-            if bulk or full:
+            if sharded:  # a whole index, on many cores: workers write shards (phases.sharded)
+                load = sharded_load(build, changes, gen, model, marks)
+                parsed, failed, write_s, pending, serial = (
+                    load.parsed, load.failed, load.merge_s, True, load.serial)
+            else:
+                parsed, failed, write_s, pending = self._write(build, changes, gen, bulk, model, marks)
+            if bulk or full or sharded:
                 graph_write.set_build_phase(conn, "finalize")
+                t = time.perf_counter()
                 with conn:
                     schema.ensure_ref_indexes(db)
                     schema.ensure_counters(db)
+                serial["finalize"] = round(time.perf_counter() - t, 3)
         marks["finalize"] = time.perf_counter()  # the sync at the end of a bulk load included
         phases = {k: round(marks[k] - marks[p], 3)
                   for p, k in zip(list(marks), list(marks)[1:], strict=False)}
         phases["write"] = round(write_s, 3)
+        if sharded:  # the seconds of each phase that no worker shared (phases.sharded)
+            phases.update({f"serial:{k}": v for k, v in serial.items()})
         changed = bool(work or deleted or pending)
         last = store.get_meta(db, "last_build")
         if changes.keys:
@@ -162,6 +140,51 @@ class GraphPhase:
         with conn:
             store.set_meta(db, "last_build", json.dumps(stats_dict(stats)))
         return stats
+
+    def _write(self, build: BuildRun, changes: ChangeSet, gen: int, bulk: bool, model: str | None,
+               marks: dict[str, float]) -> tuple[int, dict[str, str], float, bool]:
+        """The single writer: parse (in a pool above its threshold) and write each batch here,
+        then resolve what is pending. Returns (files parsed, failures, write seconds, whether
+        anything was pending)."""
+        config, db, full, progress = build.config, build.db, build.full, build.progress
+        conn, work, existing = db.conn, changes.work, changes.existing
+        if bulk:
+            with conn:
+                schema.drop_ref_indexes(db)
+                schema.drop_counters(db)
+        parsed = 0
+        failed: dict[str, str] = {}
+        batches = parse_work(config, work, progress, model, build.engine)
+        write_s = 0.0
+        # A few dozen files are written in one transaction: committing each small batch of the
+        # parse helper's would rewrite the same index pages many times.
+        one = len(work) < POOL_THRESHOLD
+        each = contextlib.nullcontext() if one else conn
+        with conn if one else contextlib.nullcontext():
+            for results in batches:
+                tw = time.perf_counter()
+                with each:
+                    graph_write.write_results(db, results, existing, gen, bulk or full)
+                write_s += time.perf_counter() - tw
+                for r in results:
+                    if r.status in ("ok", "syntax_error"):  # skipped and failed files are counted
+                        parsed += 1  # by reason in `skipped`, not as parsed
+                    if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
+                        failed[r.path] = r.error
+        if self.chunks and store.get_meta(db, "files_fts_pending") == "1":  # an index from before m004
+            with conn:
+                graph_write.index_all_files(conn)
+        pending = graph_write.resolution_pending(conn)
+        marks["parse"] = time.perf_counter()
+        if pending or full:
+            graph_write.set_build_phase(conn, "resolve")
+            if bulk:
+                with conn:
+                    schema.ensure_ref_indexes(db, schema.RESOLVE_INDEXES)
+            graph_write.resolve_pending(db, full or bulk, progress,
+                                        jobs=config.jobs or os.cpu_count() or 1, tree=config.root)
+        marks["resolve"] = time.perf_counter()
+        return parsed, failed, write_s, pending
 
 
 def collect_stats(db: ReadDB, **kw) -> BuildStats:

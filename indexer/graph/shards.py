@@ -1,0 +1,220 @@
+"""Shards: the rows of a bulk load written by the workers that parse them, and merged into the
+graph by SQLite itself.
+
+A build that writes a whole index (a full rebuild, a first build) would otherwise have one
+process insert every row: on the stdlib 3–4 s of `executemany`, serial however many workers
+parse, and on 16 cores the build's floor. Here each pool worker parses a batch of files and
+writes its rows into a shard of its own, a SQLite file with the graph's tables (their
+`CREATE TABLE` text is read from the graph being built, so the columns are the graph's by
+construction) and none of its indexes. The driver merges each finished shard with `ATTACH` and
+`INSERT … SELECT` (C code, no Python row: ~0.1 s for the stdlib's 360k references) while other
+workers still parse. The lexical rows travel as plain rows and are tokenized into FTS5 once, by
+the merge: an FTS5 index cannot be copied between files, and tokenizing in the shards would
+pay twice. Reads keep one merged file: `benchmarks/shard_reads.py` measures the alternative,
+reads fanned out over shards, against it.
+
+References are merged twice. `inherit` ones come with the parse (the member lookups of every
+other reference follow base classes, so the driver resolves those few first, as a serial build
+does); the rest stay in the shard until a worker has resolved them against the merged file,
+opened read-only as the name table, and written the resolutions beside them: then they are
+inserted once, resolved, instead of inserted pending and updated. Each shard's reference ids
+are moved to a range of their own (``offset``).
+
+A file's row is merged without its content hash and modification time, and gets them with its
+references (`merge_resolved`): a first build killed in between (it writes the current graph in
+place, so that readers see it grow) leaves files the next build parses again, not files whose
+references it would never see.
+A killed full rebuild leaves only an unpublished generation, which the next build deletes, as it
+deletes every shard directory a killed build left (`store.remove_unpublished`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from indexer.graph import write as graph_write
+from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table
+from indexer.graph.store import SHARDS_PREFIX, WriteDB, crash_point
+from indexer.parse.languages import language_for_path
+from indexer.parse.worker import FileResult
+
+#: The graph's tables a shard holds, created from the graph's own `CREATE TABLE` text.
+SHARD_TABLES = ("files", "symbols", "refs", "imports", "chunks")
+#: A shard's own tables: lexical rows to tokenize at the merge (``tbl`` is the FTS5 table they
+#: go to), and the resolutions of its references with their candidates.
+_OWN_TABLES = (
+    "CREATE TABLE lexical (tbl TEXT NOT NULL, id INTEGER NOT NULL, path TEXT NOT NULL, "
+    "names TEXT NOT NULL, body TEXT NOT NULL)",
+    "CREATE TABLE resolved (ref_id INTEGER PRIMARY KEY, target_id INTEGER, "
+    "resolution TEXT NOT NULL, confidence REAL NOT NULL)",
+    "CREATE TABLE candidates (ref_id INTEGER NOT NULL, symbol_id INTEGER NOT NULL, "
+    "confidence REAL NOT NULL)",
+)
+_REF_COLS = "file_id, name, kind, line, col, receiver, enclosing_id"
+_IMPORT_COLS = "module, name, alias, line, level, file_id"
+
+
+def shard_dir(index_dir: Path) -> Path:
+    """A new directory for this build's shards, inside the index (a killed build's is deleted
+    by the next one: `store.remove_unpublished`)."""
+    path = Path(index_dir) / f"{SHARDS_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+    path.mkdir()
+    return path
+
+
+def shard_schema(db: WriteDB) -> tuple[str, ...]:
+    """The statements that create a shard: the graph's tables as this graph has them, then the
+    shard's own."""
+    sql = dict(db.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN "
+        f"({','.join('?' * len(SHARD_TABLES))})", SHARD_TABLES).fetchall())
+    return tuple(sql[name] for name in SHARD_TABLES) + _OWN_TABLES
+
+
+@dataclass(frozen=True, slots=True)
+class ShardReport:
+    """What a worker says of the shard it wrote: where it is, each file's outcome, the highest
+    reference id in it, and the word counts its tokenizer learned meanwhile."""
+
+    path: str
+    files: list[tuple[str, str, str]]  # (path, status, error)
+    refs: int
+    learned: tuple[int, list[tuple[str, int]]] | None = None
+
+
+def _open_shard(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    # A shard is thrown away, never repaired: a worker killed while writing it never reported
+    # it, so nothing reads it. No journal, no waiting for the disk.
+    conn.execute("PRAGMA journal_mode = OFF")
+    conn.execute("PRAGMA synchronous = OFF")
+    return conn
+
+
+def write_shard(path: str, schema: tuple[str, ...], gen: int,
+                files: list[tuple[int, FileResult]]) -> int:
+    """Write the rows of parsed ``files`` (with the ids the driver gave them) into a new shard
+    at ``path``; returns its highest reference id. The statements are `graph_write`'s."""
+    conn = _open_shard(path)
+    try:
+        conn.execute("BEGIN")
+        for statement in schema:
+            conn.execute(statement)
+        lexical: list[tuple] = []
+        for fid, r in files:
+            rows = r.rows
+            language = rows.language if rows else language_for_path(r.path)
+            conn.execute(
+                "INSERT INTO files(id, path, language, module, size, mtime_ns, hash, lines, status, "
+                "gen) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [fid, r.path, language, rows.module if rows else None, r.size, r.mtime_ns, r.hash,
+                 rows.lines if rows else 0, r.status, gen])
+            if rows is None:
+                continue
+            graph_write.insert_rows(conn, fid, rows, counted=False)
+            graph_write.insert_chunks(conn, fid, rows.chunks)
+            chunk_table = fts_table("chunks_fts", language)
+            lexical.extend((chunk_table, *t) for t in rows.chunk_terms)
+            if rows.document is not None:
+                lexical.append((fts_table("files_fts", language), fid, *rows.document))
+        # In the order the merge reads them (by table, then rowid): it then scans, never sorts.
+        lexical.sort(key=lambda row: (row[0], row[1]))
+        conn.executemany("INSERT INTO lexical VALUES (?,?,?,?,?)", lexical)
+        crash_point("shard_written")  # tests: a worker killed with its shard unreported
+        top = conn.execute("SELECT coalesce(max(id), 0) FROM refs").fetchone()[0]
+        conn.execute("COMMIT")
+        return top
+    finally:
+        conn.close()
+
+
+def _attach(db: WriteDB, path: str) -> None:
+    if db.conn.in_transaction:  # ATTACH cannot run inside one
+        db.conn.commit()
+    db.execute("ATTACH DATABASE ? AS shard", [f"file:{quote(path)}?mode=ro"])
+
+
+def _detach(db: WriteDB) -> None:
+    if db.conn.in_transaction:
+        db.conn.commit()
+    db.execute("DETACH DATABASE shard")
+
+
+def merge_parsed(db: WriteDB, path: str, offset: int) -> None:
+    """Merge a parsed shard: its files (without their hash and mtime yet), symbols, imports, chunks, their
+    lexical rows (tokenized here) and its ``inherit`` references, moved by ``offset``; one
+    transaction."""
+    conn = db.conn
+    _attach(db, path)
+    try:
+        with conn:
+            conn.execute("INSERT INTO files SELECT * FROM shard.files")
+            # Not complete until its references are merged: no stat or hash of it matches.
+            conn.execute("UPDATE files SET hash = NULL, mtime_ns = -1 "
+                         "WHERE id IN (SELECT id FROM shard.files)")
+            conn.execute("INSERT OR REPLACE INTO symbols SELECT * FROM shard.symbols")
+            conn.execute(f"INSERT INTO imports({_IMPORT_COLS}) SELECT {_IMPORT_COLS} "
+                         "FROM shard.imports ORDER BY id")
+            conn.execute("INSERT INTO chunks SELECT * FROM shard.chunks")
+            conn.execute("DELETE FROM vector_tombstones WHERE chunk_id IN (SELECT id FROM shard.chunks)")
+            # In rowid order (the shard's rows are sorted): FTS5 flushes what it holds whenever
+            # a rowid goes back.
+            for table in (*CHUNK_TABLES, *FILE_TABLES):
+                names = "symbol" if table in CHUNK_TABLES else "names"
+                conn.execute(f"INSERT INTO {table}(rowid, path, {names}, body) SELECT id, path, "
+                             "names, body FROM shard.lexical WHERE tbl = ? ORDER BY rowid", [table])
+            conn.execute(f"INSERT INTO refs(id, {_REF_COLS}) SELECT id + ?, {_REF_COLS} "
+                         "FROM shard.refs WHERE kind = 'inherit'", [offset])
+    finally:
+        _detach(db)
+
+
+def resolve_shard(db_file: str, key: str, path: str) -> int:
+    """A worker's resolution of a shard's references (all but ``inherit`` ones, which the
+    graph holds resolved) against the graph at ``db_file``, read-only; the resolutions are
+    written beside them. Returns how many were resolved."""
+    from indexer.graph.resolve import resolution_rows, resolve_refs
+
+    table = graph_write.worker_table(db_file, key)
+    conn = _open_shard(path)
+    try:
+        refs = conn.execute("SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs "
+                            "WHERE kind != 'inherit' ORDER BY id").fetchall()
+        resolved, candidates = [], []
+        for ref_id, target, how, confidence, cands in resolution_rows(
+                resolve_refs(table.conn, table, refs)):
+            resolved.append((ref_id, target, how, confidence))
+            candidates.extend((ref_id, sid, share) for sid, share in cands)
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO resolved VALUES (?,?,?,?)", resolved)
+        conn.executemany("INSERT INTO candidates VALUES (?,?,?)", candidates)
+        crash_point("shard_resolved")  # tests: killed with some shards merged, some not
+        conn.execute("COMMIT")
+        return len(refs)
+    finally:
+        conn.close()
+
+
+def merge_resolved(db: WriteDB, path: str, offset: int) -> None:
+    """Merge a resolved shard: its other references with their resolutions and candidates,
+    moved by ``offset``, and its files' hashes and mtimes (which say they are complete); one
+    transaction."""
+    conn = db.conn
+    _attach(db, path)
+    try:
+        with conn:
+            conn.execute(
+                f"INSERT INTO refs(id, {_REF_COLS}, target_id, resolution, confidence) "
+                f"SELECT r.id + ?, {', '.join('r.' + c.strip() for c in _REF_COLS.split(','))}, "
+                "x.target_id, x.resolution, x.confidence FROM shard.refs r "
+                "JOIN shard.resolved x ON x.ref_id = r.id ORDER BY r.id", [offset])
+            conn.execute("INSERT OR REPLACE INTO ref_candidates SELECT ref_id + ?, symbol_id, "
+                         "confidence FROM shard.candidates", [offset])
+            conn.execute("UPDATE files SET (hash, mtime_ns) = (SELECT s.hash, s.mtime_ns FROM "
+                         "shard.files s WHERE s.id = files.id) WHERE id IN (SELECT id FROM shard.files)")
+    finally:
+        _detach(db)

@@ -1,0 +1,155 @@
+"""The graph phase's load of a whole index on many cores: workers parse and write shards,
+the driver merges them, workers resolve them against the merged names, the driver merges that
+(`indexer.graph.shards` says how each step keeps the index sound).
+
+The driver only schedules and merges: every row is built, and written once, by a worker; the
+merges are SQLite's own `INSERT … SELECT`. What stays serial is reported per phase, as the
+seconds the driver worked while every worker was idle (``serial:<phase>`` in the build's
+phases): the last merges, the inherit edges, the final indexes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from indexer.graph import schema, shards
+from indexer.graph import write as graph_write
+from indexer.models import Progress
+from indexer.parse.helper import parse_batch
+from indexer.parse.worker import learned_counts
+from indexer.phases.parsing import POOL_THRESHOLD
+
+if TYPE_CHECKING:
+    from indexer.changes import ChangeSet
+    from indexer.config import Config
+    from indexer.phases import BuildRun
+
+#: Below this many files a load is not sharded: no pool either (`phases.parsing`).
+SHARD_MIN = POOL_THRESHOLD
+#: Shards per worker: enough that the last ones end together, few enough that merging
+#: (one transaction each) costs nothing.
+SHARDS_PER_JOB = 6
+
+
+def jobs_of(config: Config) -> int:
+    return config.jobs or os.cpu_count() or 1
+
+
+def use_shards(config: Config, changes: ChangeSet, engine=None) -> bool:
+    """Whether this build loads through shards: it writes a graph that holds no file yet (a full
+    rebuild, a first build), with a pool of workers. Incremental builds write in place, one row
+    of a changed file at a time: an edit costs what it changed."""
+    return (not changes.existing and jobs_of(config) > 1 and len(changes.work) >= SHARD_MIN
+            and (engine is None or not engine.worth_it(files=len(changes.work))))
+
+
+@dataclass
+class Load:
+    """What a sharded load did: files parsed, failures by path, the driver's merge seconds and
+    its serial seconds per phase."""
+
+    parsed: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    merge_s: float = 0.0
+    serial: dict[str, float] = field(default_factory=dict)
+
+
+def parse_shard(path: str, ddl: tuple[str, ...], root: str, model: str | None, gen: int,
+                files: list[tuple[int, tuple]]) -> tuple[shards.ShardReport, float]:
+    """A worker's task: parse ``files`` ((id, work item) pairs) and write their shard. Returns
+    its report and when the worker finished (the driver's serial time is measured from the last
+    one)."""
+    results = parse_batch(root, model, [item for _, item in files])
+    top = shards.write_shard(path, ddl, gen, list(zip((fid for fid, _ in files), results,
+                                                      strict=True)))
+    report = shards.ShardReport(path, [(r.path, r.status, r.error) for r in results], top,
+                                learned_counts(model) if model is not None else None)
+    return report, time.time()
+
+
+def resolve_shard(db_file: str, key: str, path: str) -> tuple[str, int, float]:
+    """A worker's task: resolve a shard (`shards.resolve_shard`); (path, references, when done)."""
+    return path, shards.resolve_shard(db_file, key, path), time.time()
+
+
+def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
+         marks: dict[str, float]) -> Load:
+    """Parse, write, resolve and index ``changes.work`` into ``build.db`` through shards;
+    ``marks`` gets the end of the parse and resolve phases."""
+    from indexer.safety.lifetime import in_flight, spawn_pool
+
+    config, db, progress = build.config, build.db, build.progress
+    conn, root, jobs, work = db.conn, str(config.root), jobs_of(config), changes.work
+    first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM files").fetchone()[0]
+    numbered = list(enumerate(work, start=first))
+    size = max(8, len(work) // (jobs * SHARDS_PER_JOB) or 8)
+    with conn:  # made again, sorted, at the end: ~3x cheaper than kept up row by row
+        schema.drop_ref_indexes(db)
+        schema.drop_counters(db)
+    out = Load()
+    directory = shards.shard_dir(config.index_path)
+    ddl = shards.shard_schema(db)
+    starts: dict[str, int] = {}  # each shard's reference ids follow those merged before it
+    at = 0
+    words: dict[str, int] = {}
+    overhead = None
+    try:
+        with spawn_pool(jobs, root) as pool:
+            calls = ((str(directory / f"{k}.db"), ddl, root, model, gen, numbered[i:i + size])
+                     for k, i in enumerate(range(0, len(numbered), size)))
+            done = 0
+            idle_since = 0.0
+            for report, finished in in_flight(pool, parse_shard, calls, jobs * 2):
+                idle_since = max(idle_since, finished)
+                t = time.perf_counter()
+                shards.merge_parsed(db, report.path, at)
+                starts[report.path] = at
+                at += report.refs
+                out.merge_s += time.perf_counter() - t
+                if report.learned is not None:
+                    overhead = report.learned[0]
+                    words.update(report.learned[1])
+                for path, status, error in report.files:
+                    if status in ("ok", "syntax_error"):
+                        out.parsed += 1
+                    if status == "failed" or (status.startswith("skipped:") and error):
+                        out.failed[path] = error
+                done += len(report.files)
+                if progress:
+                    progress(Progress("parse", done, len(work)))
+            marks["parse"] = time.perf_counter()
+            out.serial["parse"] = _since(idle_since)
+            graph_write.set_build_phase(conn, "resolve")
+            graph_write.resolve_inherit(db)
+            key = f"{db.file}:{os.getpid()}:{time.time_ns()}"  # this build's name table
+            inherit_s = time.perf_counter() - marks["parse"]
+            total = at
+            done = 0
+            idle_since = 0.0
+            calls = ((str(db.file), key, path) for path in starts)
+            for path, n, finished in in_flight(pool, resolve_shard, calls, jobs * 2):
+                idle_since = max(idle_since, finished)
+                t = time.perf_counter()
+                shards.merge_resolved(db, path, starts[path])
+                out.merge_s += time.perf_counter() - t
+                done += n
+                if progress:
+                    progress(Progress("resolve", min(done, total), total))
+            marks["resolve"] = time.perf_counter()
+            out.serial["resolve"] = round(inherit_s + _since(idle_since), 3)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    if words:
+        from indexer.vectors.token_counts import store_counts
+
+        store_counts(config.index_path, model, overhead, words)
+    return out
+
+
+def _since(wall: float) -> float:
+    """Seconds from ``wall`` (a `time.time()` of the workers) to now; 0 without one."""
+    return round(max(0.0, time.time() - wall), 3) if wall else 0.0
