@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from indexer.graph import schema, shards
 from indexer.graph import write as graph_write
@@ -41,10 +42,13 @@ def jobs_of(config: Config) -> int:
 
 def use_shards(config: Config, changes: ChangeSet, engine=None) -> bool:
     """Whether this build loads through shards: it writes a graph that holds no file yet (a full
-    rebuild, a first build), with a pool of workers. Incremental builds write in place, one row
-    of a changed file at a time: an edit costs what it changed."""
-    return (not changes.existing and jobs_of(config) > 1 and len(changes.work) >= SHARD_MIN
-            and (engine is None or not engine.worth_it(files=len(changes.work))))
+    rebuild, a first build), with a pool of workers here or a cluster's (``engine``). Incremental
+    builds write in place, one row of a changed file at a time: an edit costs what it changed."""
+    if changes.existing or len(changes.work) < SHARD_MIN:
+        return False
+    if engine is not None and engine.worth_it(files=len(changes.work)):
+        return hasattr(engine, "shard_runner")
+    return jobs_of(config) > 1
 
 
 @dataclass
@@ -76,17 +80,63 @@ def resolve_shard(db_file: str, key: str, path: str) -> tuple[str, int, float]:
     return path, shards.resolve_shard(db_file, key, path), time.time()
 
 
+class ShardRunner(Protocol):
+    """Where shard tasks run: this machine's pool (`LocalShards`) or a cluster's workers (the
+    Ray engine's `shard_runner`). Either way a yielded shard is a file at its ``path`` here, for
+    the driver to merge: a runner whose workers are elsewhere brings it back."""
+
+    def parse(self, tasks: Iterator[ParseTask]) -> Iterator[tuple[shards.ShardReport, float]]:
+        """`parse_shard` of each task, as they finish: (report, when its worker finished)."""
+        ...
+
+    def resolve(self, db_file: str, key: str, paths: list[str]) -> Iterator[tuple[str, int, float]]:
+        """`resolve_shard` of each shard against the graph at ``db_file``, as they finish."""
+        ...
+
+
+#: A parse task: (shard path, shard schema, root, model, generation, [(file id, work item)]).
+ParseTask = tuple[str, tuple[str, ...], str, "str | None", int, list[tuple[int, tuple]]]
+
+
+class LocalShards:
+    """Shard tasks in a pool of this machine's processes, isolated from the tree."""
+
+    def __init__(self, jobs: int, root: str) -> None:
+        self.jobs, self.root = jobs, root
+
+    def __enter__(self) -> LocalShards:
+        from indexer.safety.lifetime import spawn_pool
+
+        self._pool_cm = spawn_pool(self.jobs, self.root)
+        self.pool = self._pool_cm.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> bool | None:
+        return self._pool_cm.__exit__(*exc)
+
+    def parse(self, tasks: Iterator[ParseTask]) -> Iterator[tuple[shards.ShardReport, float]]:
+        from indexer.safety.lifetime import in_flight
+
+        return in_flight(self.pool, parse_shard, tasks, self.jobs * 2)
+
+    def resolve(self, db_file: str, key: str, paths: list[str]) -> Iterator[tuple[str, int, float]]:
+        from indexer.safety.lifetime import in_flight
+
+        return in_flight(self.pool, resolve_shard, ((db_file, key, p) for p in paths), self.jobs * 2)
+
+
 def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
          marks: dict[str, float]) -> Load:
     """Parse, write, resolve and index ``changes.work`` into ``build.db`` through shards;
     ``marks`` gets the end of the parse and resolve phases."""
-    from indexer.safety.lifetime import in_flight, spawn_pool
-
     config, db, progress = build.config, build.db, build.progress
     conn, root, jobs, work = db.conn, str(config.root), jobs_of(config), changes.work
     first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM files").fetchone()[0]
     numbered = list(enumerate(work, start=first))
-    size = max(8, len(work) // (jobs * SHARDS_PER_JOB) or 8)
+    engine = build.engine
+    remote = engine is not None and engine.worth_it(files=len(work))
+    workers = engine.workers() if remote else jobs
+    size = max(8, len(work) // (workers * SHARDS_PER_JOB) or 8)
     with conn:  # made again, sorted, at the end: ~3x cheaper than kept up row by row
         schema.drop_ref_indexes(db)
         schema.drop_counters(db)
@@ -98,12 +148,12 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
     words: dict[str, int] = {}
     overhead = None
     try:
-        with spawn_pool(jobs, root) as pool:
-            calls = ((str(directory / f"{k}.db"), ddl, root, model, gen, numbered[i:i + size])
+        with engine.shard_runner() if remote else LocalShards(jobs, root) as runner:
+            tasks = ((str(directory / f"{k}.db"), ddl, root, model, gen, numbered[i:i + size])
                      for k, i in enumerate(range(0, len(numbered), size)))
             done = 0
             idle_since = 0.0
-            for report, finished in in_flight(pool, parse_shard, calls, jobs * 2):
+            for report, finished in runner.parse(tasks):
                 idle_since = max(idle_since, finished)
                 t = time.perf_counter()
                 shards.merge_parsed(db, report.path, at)
@@ -127,18 +177,16 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
             graph_write.resolve_inherit(db)
             key = f"{db.file}:{os.getpid()}:{time.time_ns()}"  # this build's name table
             inherit_s = time.perf_counter() - marks["parse"]
-            total = at
             done = 0
             idle_since = 0.0
-            calls = ((str(db.file), key, path) for path in starts)
-            for path, n, finished in in_flight(pool, resolve_shard, calls, jobs * 2):
+            for path, n, finished in runner.resolve(str(db.file), key, list(starts)):
                 idle_since = max(idle_since, finished)
                 t = time.perf_counter()
                 shards.merge_resolved(db, path, starts[path])
                 out.merge_s += time.perf_counter() - t
                 done += n
                 if progress:
-                    progress(Progress("resolve", min(done, total), total))
+                    progress(Progress("resolve", min(done, at), at))
             marks["resolve"] = time.perf_counter()
             out.serial["resolve"] = round(inherit_s + _since(idle_since), 3)
     finally:
