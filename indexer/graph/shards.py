@@ -78,12 +78,14 @@ def shard_schema(db: WriteDB) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class ShardReport:
     """What a worker says of the shard it wrote: where it is, each file's outcome, the highest
-    reference id in it, and the word counts its tokenizer learned meanwhile."""
+    reference id in it, the word counts its tokenizer learned meanwhile, and the task's CPU
+    seconds."""
 
     path: str
     files: list[tuple[str, str, str]]  # (path, status, error)
     refs: int
     learned: tuple[int, list[tuple[str, int]]] | None = None
+    cpu: float = 0.0
 
 
 def _open_shard(path: str) -> sqlite3.Connection:

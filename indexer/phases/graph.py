@@ -87,6 +87,8 @@ class GraphPhase:
                 load = sharded_load(build, changes, gen, model, marks)
                 parsed, failed, write_s, pending, serial = (
                     load.parsed, load.failed, load.merge_s, True, load.serial)
+                cpu = {"cpu:driver": round(load.driver_cpu, 3),
+                       "cpu:workers": round(load.workers_cpu, 3)}
             else:
                 parsed, failed, write_s, pending = self._write(build, changes, gen, bulk, model, marks)
             if bulk or full or sharded:
@@ -100,8 +102,8 @@ class GraphPhase:
         phases = {k: round(marks[k] - marks[p], 3)
                   for p, k in zip(list(marks), list(marks)[1:], strict=False)}
         phases["write"] = round(write_s, 3)
-        if sharded:  # the seconds of each phase that no worker shared (phases.sharded)
-            phases.update({f"serial:{k}": v for k, v in serial.items()})
+        if sharded:  # the seconds of each phase that no worker shared, the CPU (phases.sharded)
+            phases.update({f"serial:{k}": v for k, v in serial.items()}, **cpu)
         changed = bool(work or deleted or pending)
         last = store.get_meta(db, "last_build")
         if changes.keys:

@@ -53,13 +53,15 @@ def use_shards(config: Config, changes: ChangeSet, engine=None) -> bool:
 
 @dataclass
 class Load:
-    """What a sharded load did: files parsed, failures by path, the driver's merge seconds and
-    its serial seconds per phase."""
+    """What a sharded load did: files parsed, failures by path, the driver's merge seconds, its
+    serial seconds per phase, and the CPU seconds of the driver and of the workers' tasks."""
 
     parsed: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     merge_s: float = 0.0
     serial: dict[str, float] = field(default_factory=dict)
+    driver_cpu: float = 0.0
+    workers_cpu: float = 0.0
 
 
 def parse_shard(path: str, ddl: tuple[str, ...], root: str, model: str | None, gen: int,
@@ -67,17 +69,22 @@ def parse_shard(path: str, ddl: tuple[str, ...], root: str, model: str | None, g
     """A worker's task: parse ``files`` ((id, work item) pairs) and write their shard. Returns
     its report and when the worker finished (the driver's serial time is measured from the last
     one)."""
+    cpu = time.process_time()
     results = parse_batch(root, model, [item for _, item in files])
     top = shards.write_shard(path, ddl, gen, list(zip((fid for fid, _ in files), results,
                                                       strict=True)))
     report = shards.ShardReport(path, [(r.path, r.status, r.error) for r in results], top,
-                                learned_counts(model) if model is not None else None)
+                                learned_counts(model) if model is not None else None,
+                                time.process_time() - cpu)
     return report, time.time()
 
 
-def resolve_shard(db_file: str, key: str, path: str) -> tuple[str, int, float]:
-    """A worker's task: resolve a shard (`shards.resolve_shard`); (path, references, when done)."""
-    return path, shards.resolve_shard(db_file, key, path), time.time()
+def resolve_shard(db_file: str, key: str, path: str) -> tuple[str, int, float, float]:
+    """A worker's task: resolve a shard (`shards.resolve_shard`); (path, references, when done,
+    CPU seconds)."""
+    cpu = time.process_time()
+    n = shards.resolve_shard(db_file, key, path)
+    return path, n, time.time(), time.process_time() - cpu
 
 
 class ShardRunner(Protocol):
@@ -89,8 +96,10 @@ class ShardRunner(Protocol):
         """`parse_shard` of each task, as they finish: (report, when its worker finished)."""
         ...
 
-    def resolve(self, db_file: str, key: str, paths: list[str]) -> Iterator[tuple[str, int, float]]:
-        """`resolve_shard` of each shard against the graph at ``db_file``, as they finish."""
+    def resolve(self, db_file: str, key: str,
+                paths: list[str]) -> Iterator[tuple[str, int, float, float]]:
+        """`resolve_shard` of each shard against the graph at ``db_file``, as they finish:
+        (path, references, when its worker finished, the task's CPU seconds)."""
         ...
 
 
@@ -119,7 +128,8 @@ class LocalShards:
 
         return in_flight(self.pool, parse_shard, tasks, self.jobs * 2)
 
-    def resolve(self, db_file: str, key: str, paths: list[str]) -> Iterator[tuple[str, int, float]]:
+    def resolve(self, db_file: str, key: str,
+                paths: list[str]) -> Iterator[tuple[str, int, float, float]]:
         from indexer.safety.lifetime import in_flight
 
         return in_flight(self.pool, resolve_shard, ((db_file, key, p) for p in paths), self.jobs * 2)
@@ -135,7 +145,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
     numbered = list(enumerate(work, start=first))
     engine = build.engine
     remote = engine is not None and engine.worth_it(files=len(work))
-    workers = engine.workers() if remote else jobs
+    workers = engine.connect().workers if remote else jobs
     size = max(8, len(work) // (workers * SHARDS_PER_JOB) or 8)
     with conn:  # made again, sorted, at the end: ~3x cheaper than kept up row by row
         schema.drop_ref_indexes(db)
@@ -147,6 +157,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
     at = 0
     words: dict[str, int] = {}
     overhead = None
+    cpu = time.process_time()
     try:
         with engine.shard_runner() if remote else LocalShards(jobs, root) as runner:
             tasks = ((str(directory / f"{k}.db"), ddl, root, model, gen, numbered[i:i + size])
@@ -160,6 +171,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
                 starts[report.path] = at
                 at += report.refs
                 out.merge_s += time.perf_counter() - t
+                out.workers_cpu += report.cpu
                 if report.learned is not None:
                     overhead = report.learned[0]
                     words.update(report.learned[1])
@@ -179,8 +191,9 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
             inherit_s = time.perf_counter() - marks["parse"]
             done = 0
             idle_since = 0.0
-            for path, n, finished in runner.resolve(str(db.file), key, list(starts)):
+            for path, n, finished, task_cpu in runner.resolve(str(db.file), key, list(starts)):
                 idle_since = max(idle_since, finished)
+                out.workers_cpu += task_cpu
                 t = time.perf_counter()
                 shards.merge_resolved(db, path, starts[path])
                 out.merge_s += time.perf_counter() - t
@@ -191,6 +204,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
             out.serial["resolve"] = round(inherit_s + _since(idle_since), 3)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+    out.driver_cpu = time.process_time() - cpu
     if words:
         from indexer.vectors.token_counts import store_counts
 
