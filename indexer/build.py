@@ -66,9 +66,9 @@ def build(
         phases.append(EmbedPhase(embedder, reembed))
     engine = None
     if config.engine == "ray":
-        from indexer.parse.ray_engine import RaySession
+        from indexer.phases.ray_shards import ShardedRaySession
 
-        engine = RaySession(config)  # connects on first use: a no-op build never starts Ray
+        engine = ShardedRaySession(config)  # connects on first use: a no-op build never starts Ray
     try:
         with WriteLock(config.index_path).acquire(wait_lock):
             state = decide(config.index_path, full=full)

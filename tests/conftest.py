@@ -153,7 +153,7 @@ SLOW_MODULES = frozenset({
     "test_attack_pass_agent", "test_hostile_untrusted_bench", "test_attack_pass_more",
     "test_pipeline", "test_prefix_stable", "test_small_windows", "test_plan_rules",
     "test_pipeline_suite", "test_agent_e2e_bench", "test_agent_e2e_tasks",
-    "test_localization_bench", "test_vector_fragments",
+    "test_localization_bench", "test_vector_fragments", "test_ray_shards",
 })
 
 #: Single tests of fast modules that start other processes (pytest runs, a second CLI process,

@@ -1,0 +1,255 @@
+"""The sharded load (`indexer.phases.sharded`) on a Ray cluster: workers parse, write and
+resolve the shards; the driver reads the files, schedules, and merges what comes back.
+
+Workers need repoctx installed, not the repository nor the index: a parse task gets the bytes
+of its files (read on the driver, as `RaySession.parse_all` does; a file settled there, an
+unreadable or too large one, travels as its result and still gets its row), writes its shard
+into a temporary file of its own machine and returns the file's bytes, which the driver writes
+at the shard's path and merges. With it comes a slim copy holding only what resolution reads
+and writes (the shard's files, its references other than ``inherit``, the empty resolution
+tables): it stays in Ray's object store until the resolve task that takes it, so the lexical
+rows, most of a shard, cross the network once.
+
+Resolution needs the name table. Rather than the graph file (FTS5 tables, chunks, every
+reference), the driver ships a compact copy of what `SymbolTable` reads (files, symbols,
+imports, the resolved ``inherit`` references: `name_table`), once per build through the object
+store; each worker process writes it to a temporary file the first time a task of that build
+reaches it, indexes it, and keeps it for the build's other tasks. A resolve task returns its
+slim shard with the resolutions beside the references, which replaces the shard at its path
+for `shards.merge_resolved`.
+
+At most `INFLIGHT_PER_WORKER` tasks per worker are in flight: memory stays bounded however
+large the tree. A task whose worker died is retried by Ray (``max_retries``); one that keeps
+dying (killed, out of memory) ends the build with `BuildWorkerError`, before anything of its
+shard is merged: the sharded load's crash guarantees are the local pool's.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from indexer.errors import BuildWorkerError
+from indexer.graph import shards
+from indexer.parse.ray_engine import INFLIGHT_PER_WORKER, RaySession
+from indexer.parse.worker import FileResult, learned_counts, load_file, parse_content
+from indexer.phases.sharded import ParseTask
+
+#: What a resolve task reads and writes of a shard; ``refs`` without its ``inherit`` rows
+#: (merged with the parse).
+_SLIM_TABLES = ("files", "refs", "resolved", "candidates")
+#: The name table: the graph's columns `SymbolTable` reads (`indexer.graph.resolve`).
+_NAME_TABLES = (
+    ("files", "id INTEGER PRIMARY KEY, path TEXT, module TEXT, language TEXT",
+     "SELECT id, path, module, language FROM g.files"),
+    ("symbols", "id INTEGER PRIMARY KEY, file_id INTEGER, parent_id INTEGER, kind TEXT, name TEXT",
+     "SELECT id, file_id, parent_id, kind, name FROM g.symbols"),
+    ("imports", "file_id INTEGER, module TEXT, name TEXT, alias TEXT",
+     "SELECT file_id, module, name, alias FROM g.imports"),
+    ("refs", "enclosing_id INTEGER, target_id INTEGER, kind TEXT",
+     "SELECT enclosing_id, target_id, kind FROM g.refs WHERE kind = 'inherit' "
+     "AND target_id IS NOT NULL"),
+)
+#: Made by each worker on its copy: `SymbolTable.by_name_where` looks names up in SQL.
+_NAME_INDEXES = ("CREATE INDEX symbols_name ON symbols(name)",)
+
+
+def _open(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = OFF")  # a scratch file: thrown away, never repaired
+    conn.execute("PRAGMA synchronous = OFF")
+    return conn
+
+
+def _slim(shard: str, out: str) -> None:
+    """Copy of ``shard`` at ``out`` with only `_SLIM_TABLES` (their own `CREATE TABLE` text)."""
+    with closing(_open(out)) as conn:
+        conn.execute("ATTACH DATABASE ? AS s", [f"file:{quote(shard)}?mode=ro"])
+        ddl = dict(conn.execute("SELECT name, sql FROM s.sqlite_master WHERE type = 'table'"))
+        conn.execute("BEGIN")
+        for table in _SLIM_TABLES:
+            conn.execute(ddl[table])
+            where = " WHERE kind != 'inherit' ORDER BY id" if table == "refs" else ""
+            conn.execute(f"INSERT INTO main.{table} SELECT * FROM s.{table}{where}")
+        conn.execute("COMMIT")
+
+
+def parse_task(ddl: tuple[str, ...], model: str | None, gen: int,
+               items: list[tuple[int, Any]]) -> tuple[tuple[bytes, shards.ShardReport, float], bytes]:
+    """Ray task body: parse ``items`` ((file id, bytes and facts to `parse_content`, or the
+    `FileResult` the driver settled)) and write their shard. Returns (shard bytes, report
+    without a path, when it finished) and the slim copy for its resolution."""
+    cpu = time.process_time()
+    results = [item if isinstance(item, FileResult) else parse_content(*item, model)
+               for _, item in items]
+    with tempfile.TemporaryDirectory(prefix="repoctx-shard-") as tmp:
+        path, slim = os.path.join(tmp, "shard.db"), os.path.join(tmp, "slim.db")
+        top = shards.write_shard(path, ddl, gen, list(zip((fid for fid, _ in items), results,
+                                                          strict=True)))
+        _slim(path, slim)
+        data, slim_data = Path(path).read_bytes(), Path(slim).read_bytes()
+    report = shards.ShardReport("", [(r.path, r.status, r.error) for r in results], top,
+                                learned_counts(model) if model is not None else None,
+                                time.process_time() - cpu)
+    return (data, report, time.time()), slim_data
+
+
+#: This worker process's copy of a build's name table: [key, path].
+_NAMES: list = []
+
+
+def _drop_names() -> None:
+    if _NAMES:
+        Path(_NAMES[1]).unlink(missing_ok=True)
+        _NAMES.clear()
+
+
+atexit.register(_drop_names)
+
+
+def _names_file(ray: Any, key: str, table: list) -> str:
+    """The name table of build ``key`` as a file of this worker process, written the first
+    time one of the build's tasks runs here (``table`` holds the object's reference: taken only
+    then)."""
+    if not _NAMES or _NAMES[0] != key:
+        _drop_names()
+        fd, path = tempfile.mkstemp(prefix="repoctx-names-", suffix=".db")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(ray.get(table[0]))
+        with closing(_open(path)) as conn:
+            for statement in _NAME_INDEXES:
+                conn.execute(statement)
+        _NAMES.extend((key, path))
+    return _NAMES[1]
+
+
+def resolve_task(key: str, table: list, slim: bytes) -> tuple[bytes, int, float, float]:
+    """Ray task body: resolve a slim shard against build ``key``'s name table (`shards.resolve_shard`).
+    Returns it with its resolutions, the references resolved, when it finished and its CPU
+    seconds."""
+    import ray
+
+    cpu = time.process_time()
+    names = _names_file(ray, key, table)
+    with tempfile.TemporaryDirectory(prefix="repoctx-shard-") as tmp:
+        path = os.path.join(tmp, "slim.db")
+        Path(path).write_bytes(slim)
+        n = shards.resolve_shard(names, key, path)
+        data = Path(path).read_bytes()
+    return data, n, time.time(), time.process_time() - cpu
+
+
+def name_table(db_file: str) -> bytes:
+    """The compact name table of the graph at ``db_file`` (see `_NAME_TABLES`), as file bytes."""
+    fd, path = tempfile.mkstemp(prefix="repoctx-names-", suffix=".db")
+    os.close(fd)
+    try:
+        with closing(_open(path)) as conn:
+            conn.execute("ATTACH DATABASE ? AS g", [f"file:{quote(db_file)}?mode=ro"])
+            conn.execute("BEGIN")
+            for name, columns, select in _NAME_TABLES:
+                conn.execute(f"CREATE TABLE main.{name} ({columns})")
+                conn.execute(f"INSERT INTO main.{name} {select}")
+            conn.execute("COMMIT")
+        return Path(path).read_bytes()
+    finally:
+        Path(path).unlink(missing_ok=True)
+
+
+class RayShards:
+    """The `ShardRunner` of a Ray cluster (`indexer.phases.sharded.ShardRunner`)."""
+
+    def __init__(self, session: RaySession) -> None:
+        self.session = session.connect()
+        self.ray = ray = self.session.ray
+        self.most = self.session.workers * INFLIGHT_PER_WORKER
+        self._parse = ray.remote(num_cpus=1, max_retries=2, num_returns=2)(parse_task)
+        self._resolve = ray.remote(num_cpus=1, max_retries=2)(resolve_task)
+        self._slims: dict[str, Any] = {}  # shard path -> its slim copy in the object store
+        self._inflight: list = []
+        self._dead = _worker_deaths(ray)
+
+    def __enter__(self) -> RayShards:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for ref in self._inflight:  # a failed build: nothing more of it runs
+            self.ray.cancel(ref, force=True)
+        self._inflight = []
+        self._slims.clear()
+
+    def _take(self, pending: dict) -> Any:
+        """The first of the in-flight tasks to finish, and its key in ``pending``."""
+        ready, self._inflight = self.ray.wait(self._inflight, num_returns=1)
+        try:
+            return pending.pop(ready[0]), self.ray.get(ready[0])
+        except self._dead as exc:
+            raise BuildWorkerError() from exc
+
+    def parse(self, tasks: Iterator[ParseTask]) -> Iterator[tuple[shards.ShardReport, float]]:
+        pending: dict = {}
+        for path, ddl, root, model, gen, files in tasks:
+            items: list[tuple[int, Any]] = []
+            for fid, (rel, language, module, old_hash) in files:
+                loaded = load_file(root, rel, old_hash)
+                items.append((fid, loaded if isinstance(loaded, FileResult)
+                              else (rel, *loaded, language, module)))
+            ref, slim = self._parse.remote(ddl, model, gen, items)
+            pending[ref] = (path, slim)
+            self._inflight.append(ref)
+            while len(self._inflight) >= self.most:
+                yield self._parsed(pending)
+        while self._inflight:
+            yield self._parsed(pending)
+
+    def _parsed(self, pending: dict) -> tuple[shards.ShardReport, float]:
+        (path, slim), (data, report, finished) = self._take(pending)
+        Path(path).write_bytes(data)
+        self._slims[path] = slim
+        return dataclasses.replace(report, path=path), finished
+
+    def resolve(self, db_file: str, key: str,
+                paths: list[str]) -> Iterator[tuple[str, int, float, float]]:
+        table = [self.ray.put(name_table(db_file))]  # in a list: a task fetches it only once
+        pending: dict = {}
+        for path in paths:
+            slim = self._slims.pop(path, None)
+            if slim is None:  # not parsed by this runner: the shard itself travels
+                slim = Path(path).read_bytes()
+            ref = self._resolve.remote(key, table, slim)
+            pending[ref] = path
+            self._inflight.append(ref)
+            while len(self._inflight) >= self.most:
+                yield self._resolved(pending)
+        while self._inflight:
+            yield self._resolved(pending)
+
+    def _resolved(self, pending: dict) -> tuple[str, int, float, float]:
+        path, (data, n, finished, cpu) = self._take(pending)
+        Path(path).write_bytes(data)
+        return path, n, finished, cpu
+
+
+def _worker_deaths(ray: Any) -> tuple[type[BaseException], ...]:
+    """Ray's errors for a task whose worker, node or result is gone (not the task's own
+    exception, which Ray raises as itself)."""
+    ex = ray.exceptions
+    return tuple(getattr(ex, name) for name in ("WorkerCrashedError", "NodeDiedError",
+                                                "ObjectLostError") if hasattr(ex, name))
+
+
+class ShardedRaySession(RaySession):
+    """The Ray engine of a build: `RaySession`, whose whole-index loads go through shards
+    written by its workers (`indexer.phases.sharded.use_shards`)."""
+
+    def shard_runner(self) -> RayShards:
+        return RayShards(self)

@@ -1,0 +1,144 @@
+"""`--engine ray` loads a whole index through shards its workers write
+(`indexer.phases.ray_shards`): the graph of a serial build, row for row, with no row inserted by
+the driver; a worker killed mid-build fails the build cleanly and the next build repairs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import indexer.graph.shards as shards
+import indexer.graph.write as graph_write
+import indexer.phases.sharded as sharded
+from indexer.build import build
+from indexer.config import load_config
+from indexer.graph.store import SHARDS_PREFIX
+from indexer.ops.verify import verify
+from indexer.parse import ray_engine
+from indexer.parse.ray_engine import RaySession
+from indexer.phases import ray_shards
+from tests.conftest import dump_graph, write_files
+from tests.test_shards import _corpus
+
+ray = pytest.importorskip("ray")
+
+REPOCTX = str(Path(sys.executable).with_name("repoctx"))
+#: More files than `ray_engine.MIN_FILES`: Ray takes the load without being forced to.
+EXTRA = {f"extra/x{i}.py": f"from pkg.m{i} import Base{i}\n\n\nclass X{i}(Base{i}):\n"
+                           f"    def step(self, x):\n        return self.run(x) - {i}\n"
+         for i in range(10)}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One local Ray instance for the module (~3 s to start here); builds reuse it."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = _corpus(tmp_path)
+    write_files(root, EXTRA)
+    return root
+
+
+@pytest.fixture
+def driver_calls(monkeypatch):
+    """What this process (the driver) ran: whole-batch parses, the local pool, row inserts,
+    shard merges. Ray's workers are other processes: their calls are not counted."""
+    calls = {"parse_all": 0, "local_pool": 0, "insert_rows": 0, "merge_parsed": 0,
+             "merge_resolved": 0}
+
+    def counted(owner, name, key):
+        real = getattr(owner, name)
+
+        def wrapper(*a, **kw):
+            calls[key] += 1
+            return real(*a, **kw)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    counted(RaySession, "parse_all", "parse_all")
+    counted(sharded.LocalShards, "parse", "local_pool")
+    counted(graph_write, "insert_rows", "insert_rows")
+    counted(shards, "merge_parsed", "merge_parsed")
+    counted(shards, "merge_resolved", "merge_resolved")
+    return calls
+
+
+def _serial_graph(root: Path, tmp_path: Path) -> dict:
+    cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / "serial-index")
+    build(cfg, full=True)
+    return dump_graph(cfg)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["first-build", "full-rebuild"])
+def test_ray_workers_write_the_shards_of_a_serial_builds_graph(ray_local, root, tmp_path,
+                                                                driver_calls, full):
+    cfg = load_config(root, env={}, jobs=2, engine="ray", index_dir=tmp_path / "ray-index")
+    if full:
+        build(load_config(root, env={}, jobs=1, index_dir=tmp_path / "ray-index"))
+    before = dict(driver_calls)
+    stats = build(cfg, full=full)
+    calls = {k: v - before[k] for k, v in driver_calls.items()}
+    assert stats.files_parsed > ray_engine.MIN_FILES
+    assert "serial:resolve" in stats.phases and stats.phases["cpu:workers"] > 0
+    # Every row came from a worker's shard: the driver merged, it never parsed or inserted.
+    assert calls["parse_all"] == calls["local_pool"] == calls["insert_rows"] == 0
+    assert calls["merge_parsed"] == calls["merge_resolved"] > 1
+    got = dump_graph(cfg)
+    assert got == _serial_graph(root, tmp_path)
+    assert got["refs"] and any(r[8] == "self" for r in got["refs"])  # the corpus resolves
+    assert not list(cfg.index_path.glob(f"{SHARDS_PREFIX}*"))
+    report = verify(cfg)
+    assert report.ok, report.issues
+
+
+def test_the_name_table_holds_what_resolution_reads(root, tmp_path):
+    """The compact copy the workers resolve against answers `SymbolTable` as the graph does."""
+    from indexer.graph import store
+    from indexer.graph.resolve import SymbolTable
+
+    cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / "idx")
+    build(cfg)
+    db_file = str(store.graph_file(cfg.index_path))
+    names = tmp_path / "names.db"
+    names.write_bytes(ray_shards.name_table(db_file))
+    assert names.stat().st_size < Path(db_file).stat().st_size / 4
+    tables = []
+    for path in (db_file, str(names)):
+        table = SymbolTable(store.read_file(Path(path)).conn)
+        table.preload()
+        table.load_bases()
+        tables.append(table)
+    full, compact = tables
+    for attr in ("_files", "_by_path", "_module_file", "_by_id", "_module_sym", "_by_name",
+                 "_imports", "_bases"):
+        assert getattr(full, attr) == getattr(compact, attr), attr
+    assert full._bases  # the corpus's classes inherit
+    for table in tables:
+        table.conn.close()
+
+
+def test_a_ray_worker_killed_mid_build_is_repaired_by_the_next_build(ray_local, root, tmp_path):
+    """kill -9 of every worker that writes a shard (Ray's retries die too): the build stops with
+    the build's worker error before merging anything of the shard; the next build repairs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_")}
+    killed = subprocess.run(
+        [REPOCTX, "index", "build", str(root), "--no-embed", "-q", "-j", "2", "--engine", "ray"],
+        env={**env, "REPOCTX_CRASH_AT": "shard_written"}, capture_output=True, text=True,
+        timeout=600)
+    assert killed.returncode != 0
+    assert "worker process" in killed.stderr and "run the build again" in killed.stderr
+    cfg = load_config(root, env={}, jobs=2, engine="ray")
+    build(cfg)  # on the module's Ray, whose workers are not told to die
+    assert not list(cfg.index_path.glob(f"{SHARDS_PREFIX}*"))
+    assert dump_graph(cfg) == _serial_graph(root, tmp_path)
+    report = verify(cfg)
+    assert report.ok, report.issues
