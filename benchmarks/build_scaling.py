@@ -138,6 +138,16 @@ def serial_shares(phases: dict[str, float]) -> dict[str, float] | None:
     return out or None
 
 
+def driver_cpu(phases: dict[str, float]) -> dict | None:
+    """The driver's CPU seconds against its workers' (`cpu:driver`, `cpu:workers`, reported by
+    a sharded load): issue 41 asks a Ray driver for at most 10 % of the workers' total."""
+    driver, workers = phases.get("cpu:driver"), phases.get("cpu:workers")
+    if driver is None or workers is None:
+        return None
+    return {"driver_seconds": driver, "workers_seconds": workers,
+            "driver_to_workers": round(driver / workers, 4) if workers else None}
+
+
 # --------------------------------------------------------------------------- builds
 
 
@@ -221,11 +231,12 @@ def jobs_scaling(corpus: Corpus, jobs: list[int], runs: int, embed: bool, timeou
             "ratio_to_ctags": round(wall_med[j] / ct, 2) if ct else None,
             "phases_median": phase_med[j],
             "serial_share_reported": serial_shares(phase_med[j]),
+            "driver_cpu": driver_cpu(phase_med[j]),
             **({"oversubscribed": f"{j} jobs on {cpus} cores"} if j > cpus else {}),
         }
         for j in jobs
     }
-    names = sorted({k for pm in phase_med.values() for k in pm if not k.startswith(SERIAL_PREFIX)})
+    names = sorted({k for pm in phase_med.values() for k in pm if ":" not in k})
     fits = {
         name: amdahl_fit([(j, phase_med[j][name]) for j in jobs if name in phase_med[j]])
         for name in names
@@ -255,7 +266,9 @@ def jobs_scaling(corpus: Corpus, jobs: list[int], runs: int, embed: bool, timeou
             "phases": fits,
         },
         "phases_note": "the build's `phases` are wall seconds per phase as it reports them; "
-        "phases that run at once (parse and write) overlap, so they need not add up to the build",
+        "phases that run at once (parse and write) overlap, so they need not add up to the build. "
+        "Keys with a colon are not phases: `serial:<phase>` (the driver's serial seconds) and "
+        "`cpu:driver`/`cpu:workers` (CPU seconds of a sharded load), left out of the fits",
         "serial_keys_reported": reported_serial,
         "serial_keys_by_jobs": [j for j in jobs if serial_shares(phase_med[j])],
         "serial_keys_note": None if reported_serial else
@@ -428,8 +441,9 @@ def tree_growth(sizes: list[int], runs: int, embed: bool, timeout: float, keep: 
                 if ctags["seconds_median"] else None,
                 "phases_median": pm,
                 "phase_share_of_build": {k: round(v / wall, 3) for k, v in pm.items()
-                                         if not k.startswith(SERIAL_PREFIX) and wall},
+                                         if ":" not in k and wall},
                 "serial_share_reported": serial_shares(pm),
+                "driver_cpu": driver_cpu(pm),
             }
     finally:
         if keep:

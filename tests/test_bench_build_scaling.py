@@ -251,3 +251,9 @@ def test_jobs_checks_say_what_was_not_measured():
     assert big["jobs16_speedup"]["value"] == 5.0 and not big["jobs16_speedup"]["pass"]
     assert "not both" in big["jobs2_speedup"]["reason"]
     assert big["ctags_ratio"] == {**big["ctags_ratio"], "value": 12.0, "target": "<= 6.0", "pass": False}
+
+
+def test_driver_cpu_share():
+    assert bs.driver_cpu({"parse": 3.0}) is None
+    got = bs.driver_cpu({"cpu:driver": 1.0, "cpu:workers": 20.0, "serial:parse": 0.1})
+    assert got == {"driver_seconds": 1.0, "workers_seconds": 20.0, "driver_to_workers": 0.05}
