@@ -8,9 +8,10 @@ writes its rows into a shard of its own, a SQLite file with the graph's tables (
 `CREATE TABLE` text is read from the graph being built, so the columns are the graph's by
 construction) and none of its indexes. The driver merges each finished shard with `ATTACH` and
 `INSERT … SELECT` (C code, no Python row: ~0.1 s for the stdlib's 360k references) while other
-workers still parse. The lexical rows travel as plain rows and are tokenized into FTS5 once, by
-the merge: an FTS5 index cannot be copied between files, and tokenizing in the shards would
-pay twice. Reads keep one merged file: `benchmarks/shard_reads.py` measures the alternative,
+workers still parse. The lexical rows are tokenized by the worker too, into FTS5 tables of the
+shard, whose segments the merge copies as they are (`indexer.graph.fts_segments`; where this
+SQLite's FTS5 writes records not as that module reads them, the rows travel plain and the merge
+tokenizes them). Reads keep one merged file: `benchmarks/shard_reads.py` measures the alternative,
 reads fanned out over shards, against it.
 
 References are merged twice. `inherit` ones come with the parse (the member lookups of every
@@ -30,12 +31,14 @@ deletes every shard directory a killed build left (`store.remove_unpublished`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from indexer.graph import fts_segments
 from indexer.graph import write as graph_write
 from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table
 from indexer.graph.store import SHARDS_PREFIX, WriteDB, crash_point
@@ -44,6 +47,11 @@ from indexer.parse.worker import FileResult
 
 #: The graph's tables a shard holds, created from the graph's own `CREATE TABLE` text.
 SHARD_TABLES = ("files", "symbols", "refs", "imports", "chunks")
+#: The lexical (FTS5) tables: a shard has them when their segments can be copied.
+LEXICAL_TABLES = (*CHUNK_TABLES, *FILE_TABLES)
+#: FTS5 flushes its pending terms into a new segment past this many bytes (1 MB by default): a
+#: shard's whole text fits, so it is one segment to copy, never merged inside the shard.
+SHARD_HASH_BYTES = 1 << 30
 #: A shard's own tables: lexical rows to tokenize at the merge (``tbl`` is the FTS5 table they
 #: go to), and the resolutions of its references with their candidates.
 _OWN_TABLES = (
@@ -67,12 +75,20 @@ def shard_dir(index_dir: Path) -> Path:
 
 
 def shard_schema(db: WriteDB) -> tuple[str, ...]:
-    """The statements that create a shard: the graph's tables as this graph has them, then the
-    shard's own."""
-    sql = dict(db.execute(
-        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name IN "
-        f"({','.join('?' * len(SHARD_TABLES))})", SHARD_TABLES).fetchall())
-    return tuple(sql[name] for name in SHARD_TABLES) + _OWN_TABLES
+    """The statements that create a shard: the graph's tables as this graph has them, the
+    shard's own, and the graph's lexical tables when their indexes can be copied as they are
+    (`fts_segments.supported`): the worker then tokenizes its rows, not the driver."""
+    names = (*SHARD_TABLES, *LEXICAL_TABLES)
+    sql = dict(db.execute(f"SELECT name, sql FROM sqlite_master WHERE name IN "
+                          f"({','.join('?' * len(names))})", names).fetchall())
+    lexical = tuple(sql[name] for name in LEXICAL_TABLES)
+    copy = all(fts_segments.supported(statement) for statement in lexical)
+    return tuple(sql[name] for name in SHARD_TABLES) + _OWN_TABLES + (lexical if copy else ())
+
+
+def copies_lexical(schema: tuple[str, ...]) -> bool:
+    """Whether shards made by ``schema`` hold FTS5 tables whose segments the merge copies."""
+    return any(statement.startswith("CREATE VIRTUAL TABLE") for statement in schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +122,12 @@ def write_shard(path: str, schema: tuple[str, ...], gen: int,
         conn.execute("BEGIN")
         for statement in schema:
             conn.execute(statement)
+        fts = copies_lexical(schema)
+        if fts:
+            for table in LEXICAL_TABLES:
+                with contextlib.suppress(sqlite3.Error):  # an option of FTS5's: more segments without
+                    conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('hashsize', ?)",
+                                 [SHARD_HASH_BYTES])
         lexical: list[tuple] = []
         for fid, r in files:
             rows = r.rows
@@ -123,9 +145,16 @@ def write_shard(path: str, schema: tuple[str, ...], gen: int,
             lexical.extend((chunk_table, *t) for t in rows.chunk_terms)
             if rows.document is not None:
                 lexical.append((fts_table("files_fts", language), fid, *rows.document))
-        # In the order the merge reads them (by table, then rowid): it then scans, never sorts.
+        # By table, then rowid: FTS5 flushes what it holds whenever a rowid goes back, and the
+        # merge reads plain rows in this order (it then scans, never sorts).
         lexical.sort(key=lambda row: (row[0], row[1]))
-        conn.executemany("INSERT INTO lexical VALUES (?,?,?,?,?)", lexical)
+        if fts:
+            for table in LEXICAL_TABLES:
+                names = "symbol" if table in CHUNK_TABLES else "names"
+                conn.executemany(f"INSERT INTO {table}(rowid, path, {names}, body) VALUES (?,?,?,?)",
+                                 [row[1:] for row in lexical if row[0] == table])
+        else:
+            conn.executemany("INSERT INTO lexical VALUES (?,?,?,?,?)", lexical)
         crash_point("shard_written")  # tests: a worker killed with its shard unreported
         top = conn.execute("SELECT coalesce(max(id), 0) FROM refs").fetchone()[0]
         conn.execute("COMMIT")
@@ -163,9 +192,14 @@ def merge_parsed(db: WriteDB, path: str, offset: int) -> None:
                          "FROM shard.imports ORDER BY id")
             conn.execute("INSERT INTO chunks SELECT * FROM shard.chunks")
             conn.execute("DELETE FROM vector_tombstones WHERE chunk_id IN (SELECT id FROM shard.chunks)")
-            # In rowid order (the shard's rows are sorted): FTS5 flushes what it holds whenever
-            # a rowid goes back.
-            for table in (*CHUNK_TABLES, *FILE_TABLES):
+            copied = conn.execute("SELECT count(*) FROM shard.sqlite_master WHERE name = ?",
+                                  [LEXICAL_TABLES[0]]).fetchone()[0]
+            for table in LEXICAL_TABLES:
+                if copied:  # tokenized by the worker: its segments are copied as they are
+                    fts_segments.transfer(conn, table, "shard")
+                    continue
+                # In rowid order (the shard's rows are sorted): FTS5 flushes what it holds
+                # whenever a rowid goes back.
                 names = "symbol" if table in CHUNK_TABLES else "names"
                 conn.execute(f"INSERT INTO {table}(rowid, path, {names}, body) SELECT id, path, "
                              "names, body FROM shard.lexical WHERE tbl = ? ORDER BY rowid", [table])

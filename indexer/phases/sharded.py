@@ -14,10 +14,11 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from indexer.graph import schema, shards
+from indexer.graph import fts_segments, schema, shards
 from indexer.graph import write as graph_write
 from indexer.models import Progress
 from indexer.parse.helper import parse_batch
@@ -31,9 +32,22 @@ if TYPE_CHECKING:
 
 #: Below this many files a load is not sharded: no pool either (`phases.parsing`).
 SHARD_MIN = POOL_THRESHOLD
-#: Shards per worker: enough that the last ones end together, few enough that merging
-#: (one transaction each) costs nothing.
-SHARDS_PER_JOB = 6
+#: Shard sizes shrink as the work runs out (guided scheduling): each takes this share of what
+#: is left per worker, so the first shards are large (few merges) and the last ones small (the
+#: workers end together instead of one waiting for another's last large shard).
+SHARDS_PER_JOB = 3
+#: The smallest shard, in files.
+MIN_SHARD = 8
+
+
+def shard_sizes(files: int, workers: int, per_job: int = SHARDS_PER_JOB) -> list[int]:
+    """The sizes of the shards ``files`` are cut into (guided: see SHARDS_PER_JOB)."""
+    sizes, left = [], files
+    while left > 0:
+        size = min(left, max(MIN_SHARD, -(-left // (workers * per_job))))
+        sizes.append(size)
+        left -= size
+    return sizes
 
 
 def jobs_of(config: Config) -> int:
@@ -146,7 +160,9 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
     engine = build.engine
     remote = engine is not None and engine.worth_it(files=len(work))
     workers = engine.connect().workers if remote else jobs
-    size = max(8, len(work) // (workers * SHARDS_PER_JOB) or 8)
+    cuts = [0]
+    for size in shard_sizes(len(numbered), workers):
+        cuts.append(cuts[-1] + size)
     with conn:  # made again, sorted, at the end: ~3x cheaper than kept up row by row
         schema.drop_ref_indexes(db)
         schema.drop_counters(db)
@@ -158,10 +174,12 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
     words: dict[str, int] = {}
     overhead = None
     cpu = time.process_time()
+    background = ThreadPoolExecutor(1, thread_name_prefix="repoctx-fts")
+    optimizing = None
     try:
         with engine.shard_runner() if remote else LocalShards(jobs, root) as runner:
-            tasks = ((str(directory / f"{k}.db"), ddl, root, model, gen, numbered[i:i + size])
-                     for k, i in enumerate(range(0, len(numbered), size)))
+            tasks = ((str(directory / f"{k}.db"), ddl, root, model, gen, numbered[a:b])
+                     for k, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False)))
             done = 0
             idle_since = 0.0
             for report, finished in runner.parse(tasks):
@@ -189,9 +207,17 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
             graph_write.resolve_inherit(db)
             key = f"{db.file}:{os.getpid()}:{time.time_ns()}"  # this build's name table
             inherit_s = time.perf_counter() - marks["parse"]
+            if shards.copies_lexical(ddl):
+                # Many copied segments, merged into one each (as a build leaves them) while the
+                # workers load the names and resolve: done before the first merge below.
+                optimizing = background.submit(fts_segments.optimize, str(db.file),
+                                               shards.LEXICAL_TABLES)
             done = 0
             idle_since = 0.0
             for path, n, finished, task_cpu in runner.resolve(str(db.file), key, list(starts)):
+                if optimizing is not None:
+                    optimizing.result()  # its error, if any, is the build's
+                    optimizing = None
                 idle_since = max(idle_since, finished)
                 out.workers_cpu += task_cpu
                 t = time.perf_counter()
@@ -200,9 +226,12 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
                 done += n
                 if progress:
                     progress(Progress("resolve", min(done, at), at))
+            if optimizing is not None:  # no shard had references to merge
+                optimizing.result()
             marks["resolve"] = time.perf_counter()
             out.serial["resolve"] = round(inherit_s + _since(idle_since), 3)
     finally:
+        background.shutdown(wait=True)  # never a writer left behind the build
         shutil.rmtree(directory, ignore_errors=True)
     out.driver_cpu = time.process_time() - cpu
     if words:
