@@ -178,9 +178,26 @@ def test_a_sharded_load_of_every_language_writes_the_golden_graph(tmp_path, monk
     from tests.test_graph_golden import _assert_golden, _corpus, _snapshot
 
     monkeypatch.setattr(sharded, "SHARD_MIN", 0)
-    monkeypatch.setattr(sharded, "SHARDS_PER_JOB", 64)  # the smallest shards: 8 files
+    monkeypatch.setattr(sharded, "SHARDS_PER_JOB", 64)  # the smallest shards
     sizes = _count_shards(monkeypatch)
     cfg = load_config(_corpus(tmp_path), env={}, jobs=2)
     build(cfg, full=True)
     assert len(sizes) > 3
     _assert_golden(_snapshot(cfg))
+
+
+def test_where_fts5_segments_cannot_be_copied_the_merge_tokenizes(tmp_path, monkeypatch):
+    """A SQLite whose FTS5 records are not laid out as `fts_segments` reads them: the shards
+    carry plain lexical rows and the merge tokenizes them, to the same graph."""
+    from indexer.graph import fts_segments
+
+    monkeypatch.setattr(fts_segments, "supported", lambda sql: False)
+    root = _corpus(tmp_path)
+    cfg = load_config(root, env={}, jobs=2)
+    stats = build(cfg)
+    assert "serial:resolve" in stats.phases
+    assert dump_graph(cfg) == _clean_graph(root, tmp_path)
+    conn = store.open_for_read(cfg.index_path).conn
+    hits = conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'helper3'").fetchone()[0]
+    conn.close()
+    assert hits >= 2
