@@ -2,7 +2,9 @@
 
 SQLite says which chunks exist; this phase makes LanceDB agree. It runs after the graph and
 lexical index are committed (they are usable while vectors fill in), commits per batch
-(a killed run resumes where it stopped) and never embeds the same content twice.
+(a killed run resumes where it stopped) and never embeds the same content twice. On the Ray
+engine the actors write the rows as table fragments and this process commits a window of
+batches at a time, marking chunks embedded only after the commit (`indexer.vectors.fragments`).
 """
 
 from __future__ import annotations
@@ -124,7 +126,8 @@ def _embed_pending(
 ) -> EmbedStats:
     """Give every chunk a vector. ``embedder`` defaults to ``config.embed_model``; it is only
     loaded when some chunk has no vector yet. With ``engine`` (a ``RaySession``) the model
-    runs in Ray actors instead of this process. A damaged local table is set aside and every
+    runs in Ray actors, which write the vectors into table fragments this process commits.
+    A damaged local table is set aside and every
     chunk embedded again; ``notify`` receives one line saying so."""
     from indexer.locations import storage_options
     from indexer.vectors.table import VectorStore
@@ -356,8 +359,9 @@ def _pending_rows(conn, total: int) -> Iterator[list]:
 def _embed_batches(
     config: Config, conn, vs, pool, model: str, total: int, progress
 ) -> tuple[int, int]:
-    """Embed pending chunks through ``pool`` (in process, or Ray actors with up to
-    ``pool.window`` batches in flight), writing vectors and marks batch by batch.
+    """Embed pending chunks through ``pool`` (in process; the Ray engine's actors write
+    fragments instead: `_embed_to_fragments`), writing vectors and marks batch by batch.
+    ``pool.window`` batches may be in flight (none in process).
     Returns (texts embedded, chunks whose vector was reused)."""
     from indexer.vectors.table import VectorRow
 
