@@ -9,6 +9,12 @@ and time to a usable index from a pulled snapshot against a cold build.
    `index push`, then at commit B (one file edited) in a second clone: `index pull` (download,
    adopt, incremental build) against a cold build of B.
 
+`--driver-share N` (issue 41) measures instead whether the Ray engine's driver only schedules
+and merges: a whole-package sample of N files of the `large` corpus (stdlib + site-packages,
+`build_scaling.sample_files`), a full `--no-embed` build at `--jobs` with the local engine and with
+Ray, the Ray build's `cpu:driver` against `cpu:workers` (target: at most 10 %), and where the
+driver's CPU goes (a cProfile of the same Ray build in-process, timed by `time.process_time`).
+
 Every build is the CLI a user runs; the corpus is copied into a temp git repository (never
 written in place). Prints one JSON object to stdout, progress to stderr.
 
@@ -180,6 +186,112 @@ def snapshot_roundtrip(repo: Path, tmp: Path, env: dict, cold_index: Path, embed
         server.stop()
 
 
+#: Issue 41: a Ray build's driver spends at most this share of its workers' CPU.
+TARGET_DRIVER_SHARE = 0.10
+#: The driver's functions whose CPU seconds `--driver-share` reports (cumulative: a function's
+#: figure includes what it calls). (file suffix, function name).
+DRIVER_PARTS = {
+    "load": ("phases/sharded.py", "load"),
+    "merge_parsed": ("graph/shards.py", "merge_parsed"),
+    "merge_resolved": ("graph/shards.py", "merge_resolved"),
+    "read_files": ("parse/worker.py", "load_file"),
+    "task_results": ("phases/ray_shards.py", "_take"),
+    "write_shard_bytes": ("phases/ray_shards.py", "_parsed"),
+    "write_resolved_bytes": ("phases/ray_shards.py", "_resolved"),
+    "name_table": ("phases/ray_shards.py", "name_table"),
+    "resolve_inherit": ("graph/write.py", "resolve_inherit"),
+    "submit": ("ray/remote_function.py", "_remote"),
+}
+_PROFILE = r"""
+import cProfile, json, pstats, sys, time
+from indexer.build import build
+from indexer.config import load_config
+root, index_dir, jobs, parts = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+cfg = load_config(root, jobs=jobs, engine="ray", index_dir=index_dir)
+prof = cProfile.Profile(time.process_time)
+prof.enable()
+stats = build(cfg, embed=False)
+prof.disable()
+cpu = {}
+for (file, _, name), (_, _, _, cum, _) in pstats.Stats(prof).stats.items():
+    for label, (suffix, fn) in parts.items():
+        if file.endswith(suffix) and name == fn:
+            cpu[label] = round(cpu.get(label, 0.0) + cum, 3)
+print(json.dumps({"phases": stats.phases, "cpu_s": cpu}))
+"""
+
+
+def driver_profile(repo: Path, index_dir: Path, env: dict, jobs: int) -> dict:
+    """A Ray build of ``repo`` in a fresh process under cProfile: the CPU seconds of each of
+    `DRIVER_PARTS` in the driver (the profiler slows Python code, not SQLite's)."""
+    res = run_cmd([sys.executable, "-c", _PROFILE, str(repo), str(index_dir), str(jobs),
+                   json.dumps(DRIVER_PARTS)], env=env, timeout=3600)
+    if res.returncode != 0 or res.timed_out:
+        raise SystemExit(f"profiled Ray build failed: {res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def driver_share(files: int, jobs: int, runs: int, tmp: Path) -> dict:
+    """`--driver-share`: see the module docstring."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.build_scaling import copy_files, indexable_files, sample_files
+
+    corpus = CORPORA["large"]
+    env = {**corpus.env(), "HF_HUB_OFFLINE": "1"}
+    log(f"sampling {files} files of the large corpus")
+    paths, sampling = sample_files(indexable_files(corpus), files)
+    repo = tmp / "share"
+    repo.mkdir()
+    copy_files(corpus.root, paths, repo)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "A")
+    builds: dict[str, list[dict]] = {"local": [], "ray": []}
+    for i in range(runs):  # interleaved: load from others falls on both engines alike
+        for engine in builds:
+            log(f"{engine} build, jobs {jobs}, run {i + 1}/{runs}")
+            idx = tmp / f"share-{engine}-{i}"
+            builds[engine].append(build(repo, idx, env, engine=engine, jobs=jobs))
+            shutil.rmtree(idx, ignore_errors=True)
+    out: dict = {"files": len(paths), "sampling": sampling, "jobs": jobs, "runs": runs}
+    for engine, rows in builds.items():
+        out[engine] = {"wall_s": median([r["wall_s"] for r in rows]),
+                       "runs": [r["wall_s"] for r in rows], "files_parsed": rows[-1]["files"],
+                       "phases": rows[len(rows) // 2]["phases"]}
+    shares = []
+    for r in builds["ray"]:
+        p = r["phases"]
+        if p.get("cpu:workers"):
+            shares.append(p["cpu:driver"] / p["cpu:workers"])
+    ray_phases = out["ray"]["phases"]
+    out["driver_share"] = {
+        "cpu_driver_s": ray_phases.get("cpu:driver"), "cpu_workers_s": ray_phases.get("cpu:workers"),
+        "ratio": median(shares), "ratios": [round(x, 4) for x in shares],
+        "target": TARGET_DRIVER_SHARE,
+        "met": bool(shares) and median(shares) <= TARGET_DRIVER_SHARE,
+        "merge_write_s": ray_phases.get("write"),
+        "merge_share_of_driver": (round(ray_phases["write"] / ray_phases["cpu:driver"], 3)
+                                  if ray_phases.get("cpu:driver") else None),
+        "note": "`write` is the driver's merge seconds (wall, FTS5 tokenization included): CPU-bound, "
+                "so its share of cpu:driver is what the merges cost the driver",
+    }
+    out["ray_over_local_wall"] = (round(out["ray"]["wall_s"] / out["local"]["wall_s"], 3)
+                                  if out["local"]["wall_s"] else None)
+    log("profiled Ray build (driver CPU by part)")
+    prof = driver_profile(repo, tmp / "share-profile", env, jobs)
+    cpu = prof["cpu_s"]
+    load = cpu.get("load") or 0.0
+    out["driver_cpu_by_part"] = {
+        "seconds": cpu,
+        "share_of_load": {k: round(v / load, 3) for k, v in cpu.items() if load and k != "load"},
+        "profiled_phases": prof["phases"],
+        "note": "cumulative cProfile CPU seconds of the driver's functions (nested: task_results "
+                "includes Ray's deserialization, write_*_bytes include task_results); the profiler "
+                "inflates Python-heavy parts",
+    }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", choices=sorted(CORPORA), default="stdlib")
@@ -187,9 +299,22 @@ def main() -> None:
     ap.add_argument("--skip", nargs="*", default=[], choices=["graph", "embed", "snapshot"])
     ap.add_argument("--quick", action="store_true",
                     help="smoke run on the `json` package only (checks the script, not a figure)")
+    ap.add_argument("--driver-share", type=int, metavar="FILES", default=0,
+                    help="only the Ray driver's CPU share on a FILES-file sample of the large corpus")
+    ap.add_argument("--jobs", type=int, default=2, help="jobs of the --driver-share builds")
     args = ap.parse_args()
     corpus = CORPORA[args.corpus]
     tmp = bench_tmpdir("scale")
+    if args.driver_share:
+        try:
+            share = driver_share(args.driver_share, args.jobs, args.runs, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(json.dumps({"benchmark": "scale_out:driver_share", "corpus": "large",
+                          "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                      "load_avg": os.getloadavg()[0]},
+                          "repoctx": git_revision(), **share}, indent=2))
+        return
     env = {**corpus.env(), "HF_HUB_OFFLINE": "1"}
     env.pop("REPOCTX_EXCLUDE", None)  # the copy holds only what the corpus indexes
     if args.quick:  # a handful of files would otherwise stay in-process even with --engine ray

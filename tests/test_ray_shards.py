@@ -5,6 +5,7 @@ the driver; a worker killed mid-build fails the build cleanly and the next build
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,12 @@ import indexer.graph.write as graph_write
 import indexer.phases.sharded as sharded
 from indexer.build import build
 from indexer.config import load_config
+from indexer.graph import store
 from indexer.graph.store import SHARDS_PREFIX
 from indexer.ops.verify import verify
 from indexer.parse import ray_engine
 from indexer.parse.ray_engine import RaySession
+from indexer.parse.worker import FileResult
 from indexer.phases import ray_shards
 from tests.conftest import dump_graph, write_files
 from tests.test_shards import _corpus
@@ -102,7 +105,6 @@ def test_ray_workers_write_the_shards_of_a_serial_builds_graph(ray_local, root, 
 
 def test_the_name_table_holds_what_resolution_reads(root, tmp_path):
     """The compact copy the workers resolve against answers `SymbolTable` as the graph does."""
-    from indexer.graph import store
     from indexer.graph.resolve import SymbolTable
 
     cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / "idx")
@@ -126,19 +128,69 @@ def test_the_name_table_holds_what_resolution_reads(root, tmp_path):
         table.conn.close()
 
 
-def test_a_ray_worker_killed_mid_build_is_repaired_by_the_next_build(ray_local, root, tmp_path):
-    """kill -9 of every worker that writes a shard (Ray's retries die too): the build stops with
-    the build's worker error before merging anything of the shard; the next build repairs."""
+@pytest.mark.parametrize("point", ["shard_written", "shard_resolved"])
+def test_a_ray_worker_killed_mid_build_is_repaired_by_the_next_build(ray_local, root, tmp_path,
+                                                                     point):
+    """kill -9 of every worker that writes a shard, or its resolutions (Ray's retries die too):
+    the build stops with the build's worker error, having merged nothing of that shard; the
+    next build repairs (a first build in place: files merged without their hash are parsed
+    again)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REPOCTX_")}
     killed = subprocess.run(
         [REPOCTX, "index", "build", str(root), "--no-embed", "-q", "-j", "2", "--engine", "ray"],
-        env={**env, "REPOCTX_CRASH_AT": "shard_written"}, capture_output=True, text=True,
-        timeout=600)
+        env={**env, "REPOCTX_CRASH_AT": point}, capture_output=True, text=True, timeout=600)
     assert killed.returncode != 0
     assert "worker process" in killed.stderr and "run the build again" in killed.stderr
     cfg = load_config(root, env={}, jobs=2, engine="ray")
+    if point == "shard_resolved":  # parsed shards merged: files without hashes, no references
+        conn = store.open_for_read(cfg.index_path).conn
+        assert conn.execute("SELECT count(*) FROM files WHERE hash IS NULL").fetchone()[0] > 30
+        assert conn.execute("SELECT count(*) FROM refs WHERE kind != 'inherit'").fetchone()[0] == 0
+        conn.close()
     build(cfg)  # on the module's Ray, whose workers are not told to die
     assert not list(cfg.index_path.glob(f"{SHARDS_PREFIX}*"))
     assert dump_graph(cfg) == _serial_graph(root, tmp_path)
     report = verify(cfg)
     assert report.ok, report.issues
+
+
+def _rows(path: Path) -> dict:
+    conn = sqlite3.connect(path)
+    try:
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                for t in ("files", "symbols", "refs", "lexical", "resolved", "candidates")
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", [t]).fetchone()}
+    finally:
+        conn.close()
+
+
+def test_a_worker_that_cannot_see_the_shard_directory_returns_the_file(ray_local, root, tmp_path):
+    """On another machine than the driver's, the task bodies send their files back rather than
+    writing them at the driver's path; on the driver's they write them there. Same rows."""
+    cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / "idx")
+    build(cfg)
+    db_file = store.graph_file(cfg.index_path)
+    reader = store.read_file(db_file)
+    ddl = shards.shard_schema(reader)
+    reader.conn.close()
+    data = (root / "pkg/m3.py").read_bytes()
+    items = [(1, ("pkg/m3.py", data, len(data), 1, "h", "python", "pkg.m3")),
+             (2, FileResult("gone.py", 0, 0, "", "skipped:unreadable", error="gone"))]
+    here = tmp_path / "shards"
+    here.mkdir()
+    elsewhere = str(tmp_path / "not-on-this-machine" / "0.db")
+    (sent, report, _), slim = ray_shards.parse_task(elsewhere, ddl, None, 1, items)
+    (none, _, _), _ = ray_shards.parse_task(str(here / "0.db"), ddl, None, 1, items)
+    assert none is None and isinstance(sent, bytes) and not Path(elsewhere).parent.exists()
+    assert [(p, s) for p, s, _ in report.files] == [("pkg/m3.py", "ok"), ("gone.py", "skipped:unreadable")]
+    (tmp_path / "sent.db").write_bytes(sent)
+    got = _rows(tmp_path / "sent.db")
+    assert got == _rows(here / "0.db") and len(got["files"]) == 2 and got["symbols"]
+    table = [ray.put(ray_shards.name_table(str(db_file)))]
+    resolved, n, _, _ = ray_shards.resolve_task(elsewhere, "key-1", table, slim)
+    none, _, _, _ = ray_shards.resolve_task(str(here / "0.db"), "key-1", table, slim)
+    assert none is None and n == report.refs - sum(r[3] == "inherit" for r in got["refs"]) > 0
+    (tmp_path / "resolved.db").write_bytes(resolved)
+    got = _rows(tmp_path / "resolved.db")
+    assert got == _rows(here / "0.db") and len(got["resolved"]) == n
+    assert set(got) == {"files", "refs", "resolved", "candidates"}  # the slim copy only

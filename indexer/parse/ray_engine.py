@@ -3,8 +3,10 @@
 The driver (the machine running `repoctx index build --engine ray`) discovers files, reads
 them and ships the bytes of changed files to parse tasks, so workers need repoctx installed
 but not the repository. Results stream back in bounded batches (at most two per worker in
-flight) and the driver stays the only writer of the SQLite graph, so a Ray build and a local
-build of the same tree produce the same index. Embedding runs in long-lived actors (the model
+flight) and the driver writes them into the SQLite graph, so a Ray build and a local build of
+the same tree produce the same index. A whole index (a first build, a full rebuild) is loaded
+through shards instead, which the workers parse, write and resolve and the driver merges
+(`indexer.phases.ray_shards`). Embedding runs in long-lived actors (the model
 loads once per actor), one per GPU when the cluster has GPUs; they write their rows into
 fragments of the vector table, which the driver commits (`indexer.vectors.fragments`).
 

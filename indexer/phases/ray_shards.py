@@ -5,7 +5,9 @@ Workers need repoctx installed, not the repository nor the index: a parse task g
 of its files (read on the driver, as `RaySession.parse_all` does; a file settled there, an
 unreadable or too large one, travels as its result and still gets its row), writes its shard
 into a temporary file of its own machine and returns the file's bytes, which the driver writes
-at the shard's path and merges. With it comes a slim copy holding only what resolution reads
+at the shard's path and merges; a worker that sees the shard's directory (the driver's
+machine, or a file system they share: the directory's name is this build's alone) copies the
+file there itself, and only the report travels. With it comes a slim copy holding only what resolution reads
 and writes (the shard's files, its references other than ``inherit``, the empty resolution
 tables): it stays in Ray's object store until the resolve task that takes it, so the lexical
 rows, most of a shard, cross the network once.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -83,20 +86,31 @@ def _slim(shard: str, out: str) -> None:
         conn.execute("COMMIT")
 
 
-def parse_task(ddl: tuple[str, ...], model: str | None, gen: int,
-               items: list[tuple[int, Any]]) -> tuple[tuple[bytes, shards.ShardReport, float], bytes]:
+def _deliver(tmp_file: str, path: str) -> bytes | None:
+    """Put a finished file at the driver's ``path`` when this worker sees its directory (None
+    then), else return its bytes for the driver to write. A copy, whole: a retried task
+    overwrites what a killed attempt left."""
+    if os.path.isdir(os.path.dirname(path)):
+        shutil.copyfile(tmp_file, path)
+        return None
+    return Path(tmp_file).read_bytes()
+
+
+def parse_task(path: str, ddl: tuple[str, ...], model: str | None, gen: int,
+               items: list[tuple[int, Any]]) -> tuple[tuple[bytes | None, shards.ShardReport, float], bytes]:
     """Ray task body: parse ``items`` ((file id, bytes and facts to `parse_content`, or the
-    `FileResult` the driver settled)) and write their shard. Returns (shard bytes, report
-    without a path, when it finished) and the slim copy for its resolution."""
+    `FileResult` the driver settled)) and write their shard for ``path`` (`_deliver`). Returns
+    (shard bytes or None, report without a path, when it finished) and the slim copy for its
+    resolution."""
     cpu = time.process_time()
     results = [item if isinstance(item, FileResult) else parse_content(*item, model)
                for _, item in items]
     with tempfile.TemporaryDirectory(prefix="repoctx-shard-") as tmp:
-        path, slim = os.path.join(tmp, "shard.db"), os.path.join(tmp, "slim.db")
-        top = shards.write_shard(path, ddl, gen, list(zip((fid for fid, _ in items), results,
+        local, slim = os.path.join(tmp, "shard.db"), os.path.join(tmp, "slim.db")
+        top = shards.write_shard(local, ddl, gen, list(zip((fid for fid, _ in items), results,
                                                           strict=True)))
-        _slim(path, slim)
-        data, slim_data = Path(path).read_bytes(), Path(slim).read_bytes()
+        _slim(local, slim)
+        data, slim_data = _deliver(local, path), Path(slim).read_bytes()
     report = shards.ShardReport("", [(r.path, r.status, r.error) for r in results], top,
                                 learned_counts(model) if model is not None else None,
                                 time.process_time() - cpu)
@@ -132,19 +146,20 @@ def _names_file(ray: Any, key: str, table: list) -> str:
     return _NAMES[1]
 
 
-def resolve_task(key: str, table: list, slim: bytes) -> tuple[bytes, int, float, float]:
-    """Ray task body: resolve a slim shard against build ``key``'s name table (`shards.resolve_shard`).
-    Returns it with its resolutions, the references resolved, when it finished and its CPU
-    seconds."""
+def resolve_task(path: str, key: str, table: list,
+                 slim: bytes) -> tuple[bytes | None, int, float, float]:
+    """Ray task body: resolve a slim shard against build ``key``'s name table
+    (`shards.resolve_shard`). Returns it with its resolutions (or None: `_deliver` put it at
+    ``path``), the references resolved, when it finished and its CPU seconds."""
     import ray
 
     cpu = time.process_time()
     names = _names_file(ray, key, table)
     with tempfile.TemporaryDirectory(prefix="repoctx-shard-") as tmp:
-        path = os.path.join(tmp, "slim.db")
-        Path(path).write_bytes(slim)
-        n = shards.resolve_shard(names, key, path)
-        data = Path(path).read_bytes()
+        local = os.path.join(tmp, "slim.db")
+        Path(local).write_bytes(slim)
+        n = shards.resolve_shard(names, key, local)
+        data = _deliver(local, path)
     return data, n, time.time(), time.process_time() - cpu
 
 
@@ -203,7 +218,7 @@ class RayShards:
                 loaded = load_file(root, rel, old_hash)
                 items.append((fid, loaded if isinstance(loaded, FileResult)
                               else (rel, *loaded, language, module)))
-            ref, slim = self._parse.remote(ddl, model, gen, items)
+            ref, slim = self._parse.remote(path, ddl, model, gen, items)
             pending[ref] = (path, slim)
             self._inflight.append(ref)
             while len(self._inflight) >= self.most:
@@ -213,7 +228,8 @@ class RayShards:
 
     def _parsed(self, pending: dict) -> tuple[shards.ShardReport, float]:
         (path, slim), (data, report, finished) = self._take(pending)
-        Path(path).write_bytes(data)
+        if data is not None:
+            Path(path).write_bytes(data)
         self._slims[path] = slim
         return dataclasses.replace(report, path=path), finished
 
@@ -225,7 +241,7 @@ class RayShards:
             slim = self._slims.pop(path, None)
             if slim is None:  # not parsed by this runner: the shard itself travels
                 slim = Path(path).read_bytes()
-            ref = self._resolve.remote(key, table, slim)
+            ref = self._resolve.remote(path, key, table, slim)
             pending[ref] = path
             self._inflight.append(ref)
             while len(self._inflight) >= self.most:
@@ -235,7 +251,8 @@ class RayShards:
 
     def _resolved(self, pending: dict) -> tuple[str, int, float, float]:
         path, (data, n, finished, cpu) = self._take(pending)
-        Path(path).write_bytes(data)
+        if data is not None:
+            Path(path).write_bytes(data)
         return path, n, finished, cpu
 
 
