@@ -223,6 +223,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
                 t = time.perf_counter()
                 shards.merge_resolved(db, path, starts[path])
                 out.merge_s += time.perf_counter() - t
+                os.unlink(path)  # merged for good: the disk holds the graph, not a second copy
                 done += n
                 if progress:
                     progress(Progress("resolve", min(done, at), at))
