@@ -201,3 +201,25 @@ def test_where_fts5_segments_cannot_be_copied_the_merge_tokenizes(tmp_path, monk
     hits = conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'helper3'").fetchone()[0]
     conn.close()
     assert hits >= 2
+
+
+def test_many_new_files_beside_indexed_ones_are_written_in_place(tmp_path, monkeypatch):
+    """Only a graph with no file of its own is loaded through shards: new files beside indexed
+    ones define names that references already in the graph must now resolve to, which the
+    in-place writer finds (pending names) and a shard would not."""
+    root = make_repo(tmp_path / "repo", {"app.py": "from pkg.m0 import helper0\n\n\n"
+                                                  "def main():\n    return helper0(1)\n",
+                                       "pkg/__init__.py": "from pkg.m0 import Base0\n"})
+    cfg = load_config(root, env={}, jobs=2)
+    build(cfg)
+    sizes = _count_shards(monkeypatch)
+    new = _corpus(tmp_path, "new")
+    for path in new.rglob("m*.py"):  # the same packages: only the new files are looked at
+        target = root / path.relative_to(new)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    stats = build(cfg)
+    assert stats.files_parsed > sharded.SHARD_MIN and sizes == []
+    assert dump_graph(cfg) == _clean_graph(root, tmp_path)
+    refs = [r for r in dump_graph(cfg)["refs"] if r[0] == "app.py" and r[3] == "helper0"]
+    assert refs and all(r[7] == "pkg.m0.helper0" for r in refs)  # resolved to the new file

@@ -57,8 +57,11 @@ def jobs_of(config: Config) -> int:
 def use_shards(config: Config, changes: ChangeSet, engine=None) -> bool:
     """Whether this build loads through shards: it writes a graph that holds no file yet (a full
     rebuild, a first build), with a pool of workers here or a cluster's (``engine``). Incremental
-    builds write in place, one row of a changed file at a time: an edit costs what it changed."""
-    if changes.existing or len(changes.work) < SHARD_MIN:
+    builds write in place, one row of a changed file at a time: an edit costs what it changed,
+    and the references elsewhere that its new or removed names reach are found and resolved
+    again (`graph_write.write_results`), which a load of new files beside old ones would need
+    too."""
+    if changes.indexed or len(changes.work) < SHARD_MIN:  # rows of its own: see below
         return False
     if engine is not None and engine.worth_it(files=len(changes.work)):
         return hasattr(engine, "shard_runner")
