@@ -207,7 +207,14 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
             marks["parse"] = time.perf_counter()
             out.serial["parse"] = _since(idle_since)
             graph_write.set_build_phase(conn, "resolve")
+            # Base classes are looked up by their class (`SymbolTable.bases`): indexed while the
+            # graph holds the inherit edges alone (cheap), dropped before the other references
+            # come, and made again, sorted, at the end.
+            with conn:
+                schema.ensure_ref_indexes(db, schema.RESOLVE_INDEXES)
             graph_write.resolve_inherit(db)
+            with conn:
+                schema.drop_ref_indexes(db)
             key = f"{db.file}:{os.getpid()}:{time.time_ns()}"  # this build's name table
             inherit_s = time.perf_counter() - marks["parse"]
             if shards.copies_lexical(ddl):
