@@ -25,23 +25,17 @@ from indexer.parse.ray_engine import RaySession
 from indexer.parse.worker import FileResult
 from indexer.phases import ray_shards
 from tests.conftest import dump_graph, write_files
-from tests.test_shards import _corpus
+from tests.test_ray_engine import ray_local  # noqa: F401 - a fixture
+from tests.test_shards import _clean_graph, _corpus
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.usefixtures("ray_local")  # one local Ray for the module
 
 REPOCTX = str(Path(sys.executable).with_name("repoctx"))
 #: More files than `ray_engine.MIN_FILES`: Ray takes the load without being forced to.
 EXTRA = {f"extra/x{i}.py": f"from pkg.m{i} import Base{i}\n\n\nclass X{i}(Base{i}):\n"
                            f"    def step(self, x):\n        return self.run(x) - {i}\n"
          for i in range(10)}
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    """One local Ray instance for the module (~3 s to start here); builds reuse it."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture
@@ -75,14 +69,8 @@ def driver_calls(monkeypatch):
     return calls
 
 
-def _serial_graph(root: Path, tmp_path: Path) -> dict:
-    cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / "serial-index")
-    build(cfg, full=True)
-    return dump_graph(cfg)
-
-
 @pytest.mark.parametrize("full", [False, True], ids=["first-build", "full-rebuild"])
-def test_ray_workers_write_the_shards_of_a_serial_builds_graph(ray_local, root, tmp_path,
+def test_ray_workers_write_the_shards_of_a_serial_builds_graph(root, tmp_path,
                                                                 driver_calls, full):
     cfg = load_config(root, env={}, jobs=2, engine="ray", index_dir=tmp_path / "ray-index")
     if full:
@@ -96,7 +84,7 @@ def test_ray_workers_write_the_shards_of_a_serial_builds_graph(ray_local, root, 
     assert calls["parse_all"] == calls["local_pool"] == calls["insert_rows"] == 0
     assert calls["merge_parsed"] == calls["merge_resolved"] > 1
     got = dump_graph(cfg)
-    assert got == _serial_graph(root, tmp_path)
+    assert got == _clean_graph(root, tmp_path)
     assert got["refs"] and any(r[8] == "self" for r in got["refs"])  # the corpus resolves
     assert not list(cfg.index_path.glob(f"{SHARDS_PREFIX}*"))
     report = verify(cfg)
@@ -129,7 +117,7 @@ def test_the_name_table_holds_what_resolution_reads(root, tmp_path):
 
 
 @pytest.mark.parametrize("point", ["shard_written", "shard_resolved"])
-def test_a_ray_worker_killed_mid_build_is_repaired_by_the_next_build(ray_local, root, tmp_path,
+def test_a_ray_worker_killed_mid_build_is_repaired_by_the_next_build(root, tmp_path,
                                                                      point):
     """kill -9 of every worker that writes a shard, or its resolutions (Ray's retries die too):
     the build stops with the build's worker error, having merged nothing of that shard; the
@@ -149,7 +137,7 @@ def test_a_ray_worker_killed_mid_build_is_repaired_by_the_next_build(ray_local, 
         conn.close()
     build(cfg)  # on the module's Ray, whose workers are not told to die
     assert not list(cfg.index_path.glob(f"{SHARDS_PREFIX}*"))
-    assert dump_graph(cfg) == _serial_graph(root, tmp_path)
+    assert dump_graph(cfg) == _clean_graph(root, tmp_path)
     report = verify(cfg)
     assert report.ok, report.issues
 
@@ -164,7 +152,7 @@ def _rows(path: Path) -> dict:
         conn.close()
 
 
-def test_a_worker_that_cannot_see_the_shard_directory_returns_the_file(ray_local, root, tmp_path):
+def test_a_worker_that_cannot_see_the_shard_directory_returns_the_file(root, tmp_path):
     """On another machine than the driver's, the task bodies send their files back rather than
     writing them at the driver's path; on the driver's they write them there. Same rows."""
     cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / "idx")
