@@ -26,6 +26,8 @@ from typing import Any
 from indexer.models import Progress
 from indexer.vectors.table import VectorRow, VectorStore
 
+#: Rows per batch when deferred rows are sent after the last commit (the phase's own size).
+DEFERRED_BATCH = 256
 #: A pending chunk as the embedding phase reads it: id, content hash, path, language, start
 #: and end line, symbol, header.
 Row = tuple
@@ -211,8 +213,8 @@ def embed_to_fragments(
         settle(final=True)
         ready = [r for r in deferred if r[1] not in inflight]
         deferred[:] = [r for r in deferred if r[1] in inflight]
-        for start in range(0, len(ready), 256):
-            submit(ready[start : start + 256])
+        for start in range(0, len(ready), DEFERRED_BATCH):
+            submit(ready[start : start + DEFERRED_BATCH])
     return counts["embedded"], counts["reused"]
 
 
