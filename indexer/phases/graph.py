@@ -84,20 +84,15 @@ class GraphPhase:
         # Most of the index is written now: without waiting for the disk (see recovery.bulk_load).
         with recovery.bulk_load(db, config.index_path) if bulk else contextlib.nullcontext():
             if sharded:  # a whole index, on many cores: workers write shards (phases.sharded)
-                load = sharded_load(build, changes, gen, model, marks)
+                load = sharded_load(build, changes, gen, model, marks, lambda: _finalize(db))
                 parsed, failed, write_s, pending, serial = (
                     load.parsed, load.failed, load.merge_s, True, load.serial)
                 cpu = {"cpu:driver": round(load.driver_cpu, 3),
                        "cpu:workers": round(load.workers_cpu, 3)}
             else:
                 parsed, failed, write_s, pending = self._write(build, changes, gen, bulk, model, marks)
-            if bulk or full or sharded:
-                graph_write.set_build_phase(conn, "finalize")
-                t = time.perf_counter()
-                with conn:
-                    schema.ensure_ref_indexes(db)
-                    schema.ensure_counters(db)
-                serial["finalize"] = round(time.perf_counter() - t, 3)
+                if bulk or full:
+                    _finalize(db)
         marks["finalize"] = time.perf_counter()  # the sync at the end of a bulk load included
         phases = {k: round(marks[k] - marks[p], 3)
                   for p, k in zip(list(marks), list(marks)[1:], strict=False)}
@@ -187,6 +182,14 @@ class GraphPhase:
                                         jobs=config.jobs or os.cpu_count() or 1, tree=config.root)
         marks["resolve"] = time.perf_counter()
         return parsed, failed, write_s, pending
+
+
+def _finalize(db: WriteDB) -> None:
+    """What a load leaves for the end: the reference indexes, sorted once, and the totals."""
+    graph_write.set_build_phase(db.conn, "finalize")
+    with db.conn:
+        schema.ensure_ref_indexes(db)
+        schema.ensure_counters(db)
 
 
 def collect_stats(db: ReadDB, **kw) -> BuildStats:
