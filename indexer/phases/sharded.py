@@ -138,6 +138,9 @@ class LocalShards:
         return self
 
     def __exit__(self, *exc) -> bool | None:
+        stopping = getattr(self, "_stopping", None)
+        if stopping is not None:
+            stopping.join()
         return self._pool_cm.__exit__(*exc)
 
     def parse(self, tasks: Iterator[ParseTask]) -> Iterator[tuple[shards.ShardReport, float]]:
@@ -146,8 +149,15 @@ class LocalShards:
         return in_flight(self.pool, parse_shard, tasks, self.jobs * 2)
 
     def release(self) -> None:
-        """Tell the idle workers to exit, without waiting for them (leaving waits)."""
-        self.pool.shutdown(wait=False)
+        """Stop the idle workers in the background (`lifetime.stop_pool`: their exit, or a kill
+        after a grace period); leaving waits for that."""
+        import threading
+
+        from indexer.safety.lifetime import stop_pool
+
+        self._stopping = threading.Thread(target=stop_pool, args=(self.pool,),
+                                          name="repoctx-pool-stop", daemon=True)
+        self._stopping.start()
 
     def resolve(self, db_file: str, key: str,
                 paths: list[str]) -> Iterator[tuple[str, int, float, float]]:

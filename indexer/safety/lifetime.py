@@ -92,19 +92,21 @@ def spawn_pool(jobs: int, tree: str | os.PathLike | None = None) -> Iterator[Pro
             pool._result_queue._writer.close()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
-    _stop(pool)
+    stop_pool(pool)
 
 
 #: Seconds idle workers get to read their stop sentinel when a pool is left normally.
 STOP_GRACE_S = 5.0
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
+def stop_pool(pool: ProcessPoolExecutor) -> None:
     """Shut a pool down whose every result is in. Idle workers wait for work holding, in turn,
     the call queue's read lock: one that dies then (killed as the build ends) leaves the lock
     held, the others never read their stop sentinel, and CPython's executor (3.11) waits for
     them forever (seen in CI: a build done with its work, hung in `shutdown`). So the workers
-    get ``STOP_GRACE_S`` to exit, then are killed: they hold nothing left to save."""
+    get ``STOP_GRACE_S`` to exit, then are killed: they hold nothing left to save. A caller may
+    stop its pool early, from another thread (`phases.sharded`): leaving it then finds the
+    workers gone."""
     procs = _workers(pool)
     pool.shutdown(wait=False)
     for proc in _wait_exit(procs, STOP_GRACE_S):  # the executor's thread reaps them, and ends
