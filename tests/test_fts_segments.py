@@ -111,6 +111,39 @@ def test_a_connection_that_cached_the_structure_writes_correctly_after(shards_an
         assert _answers(db.conn, query) == _answers(ref, query), query
 
 
+def test_a_single_copied_segment_is_seen_by_a_connection_that_cached_the_structure(tmp_path):
+    """`optimize` of a table that already has one segment merges nothing: it must still commit,
+    or the connection that cached the empty structure writes it back over the copy."""
+    db, sql = _graph(tmp_path, "graph")
+    docs = _docs(300, 4)
+    _shard(tmp_path / "s.db", sql, docs)
+    assert _answers(db.conn, "json") == []
+    _copy(db, tmp_path / "s.db")
+    fs.optimize(str(db.file), ("chunks_fts",))
+    with db.conn:
+        db.conn.execute("INSERT INTO chunks_fts(rowid, path, symbol, body) VALUES (?,?,?,?)",
+                        (9_999_999, "pkg/new.py", "json", "json decoder stream"))
+    _check(db.conn)
+    found = {r[0] for r in db.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'json'")}
+    assert 9_999_999 in found and found & {d[0] for d in docs}
+    db.conn.close()
+
+
+def test_a_copy_past_fts5s_segment_limit_is_refused(tmp_path, monkeypatch):
+    """FTS5 reads a table of more than 2000 segments as corrupt: a copy that would pass the
+    limit raises instead (the load merges its copies long before: `sharded.SEGMENT_BUDGET`)."""
+    db, sql = _graph(tmp_path, "graph")
+    monkeypatch.setattr(fs, "MAX_SEGMENTS", 2)
+    for k in range(3):
+        _shard(tmp_path / f"s{k}.db", sql, _docs(50, 10 + k))
+    _copy(db, tmp_path / "s0.db")
+    _copy(db, tmp_path / "s1.db")
+    with pytest.raises(fs.FormatError, match="segments"):
+        _copy(db, tmp_path / "s2.db")
+    _check(db.conn)  # the refused copy left nothing half-done
+    db.conn.close()
+
+
 def test_a_table_with_documents_of_its_own_keeps_them(tmp_path):
     db, sql = _graph(tmp_path, "graph")
     own, more = _docs(300, 7), _docs(300, 8)
@@ -135,6 +168,11 @@ def test_the_records_read_back_as_written():
         fs.read_structure(data[:-1])
     with pytest.raises(fs.FormatError):
         fs.read_structure(data + b"\x00")
+    # SQLite 3.43+ writes a second layout for contentless-delete and secure-delete tables: a
+    # marker after the cookie, and more fields per segment. It must not read as the first.
+    v2 = data[:4] + b"\xff\x00\x00\x01" + data[4:]
+    with pytest.raises(fs.FormatError):
+        fs.read_structure(v2)
 
 
 def test_this_sqlite_is_supported_and_another_layout_is_not(tmp_path):

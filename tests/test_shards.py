@@ -223,3 +223,29 @@ def test_many_new_files_beside_indexed_ones_are_written_in_place(tmp_path, monke
     assert dump_graph(cfg) == _clean_graph(root, tmp_path)
     refs = [r for r in dump_graph(cfg)["refs"] if r[0] == "app.py" and r[3] == "helper0"]
     assert refs and all(r[7] == "pkg.m0.helper0" for r in refs)  # resolved to the new file
+
+
+def test_a_load_of_many_shards_merges_its_lexical_copies_before_fts5s_limit(tmp_path, monkeypatch):
+    """Each shard adds a segment per lexical table; past `SEGMENT_BUDGET` the copies so far are
+    merged into one (FTS5 holds 2000 segments, and reads a table with more as corrupt)."""
+    from indexer.graph import fts_segments
+
+    monkeypatch.setattr(sharded, "SHARD_MIN", 0)
+    monkeypatch.setattr(sharded, "MIN_SHARD", 1)
+    monkeypatch.setattr(sharded, "SEGMENT_BUDGET", 3)
+    merges: list[int] = []
+    real = fts_segments.optimize
+    monkeypatch.setattr(fts_segments, "optimize",
+                        lambda path, tables: (merges.append(1), real(path, tables))[1])
+    sizes = _count_shards(monkeypatch)
+    root = _corpus(tmp_path)
+    cfg = load_config(root, env={}, jobs=2)
+    build(cfg)
+    assert len(sizes) > 12 and len(merges) >= 3  # merged during the load, and once at its end
+    assert dump_graph(cfg) == _clean_graph(root, tmp_path)
+    conn = store.open_for_write(cfg.index_path).conn
+    for table in ("chunks_fts", "files_fts"):
+        with conn:
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+        assert conn.execute(f"SELECT count(DISTINCT segid) FROM {table}_idx").fetchone()[0] == 1
+    conn.close()

@@ -33,7 +33,10 @@ AVERAGES, STRUCTURE = 1, 10
 #: 31 bits of page number, 5 of height, 1 for doclist-index pages.
 SEGMENT_SHIFT = 37
 #: Segment ids are 16 bits; 0 is never used.
-MAX_SEGMENT = 65535
+MAX_SEGMENT_ID = 65535
+#: FTS5 holds at most 2000 segments in a table (`FTS5_MAX_SEGMENT`): past that it writes no new
+#: one and reads the table as corrupt. A load merges its copies (`optimize`) well before.
+MAX_SEGMENTS = 2000
 
 
 class FormatError(ValueError):
@@ -152,13 +155,15 @@ def _record(conn: sqlite3.Connection, table: str, rowid: int, schema: str) -> by
 
 def transfer(conn: sqlite3.Connection, table: str, source: str) -> int:
     """Copy the FTS5 index of ``source``.``table`` (an attached shard) into ``table`` of the
-    main database, inside the caller's transaction; returns the segments copied. The main
-    table's FTS5 object never runs meanwhile: the caller writes it only through this until
-    `optimize` (another connection) has run."""
+    main database, inside the caller's transaction; returns the segments the table holds now.
+
+    The caller's connection must not use the table through FTS5 (a query, an insert) from
+    before the first copy until `optimize` has run on another connection: FTS5 caches the
+    structure record per connection and would read or write back the one it cached."""
     main_cookie, main_written, levels = read_structure(_record(conn, table, STRUCTURE, "main"))
     _, written, theirs = read_structure(_record(conn, table, STRUCTURE, source))
     used = {sid for _, segs in levels for sid, _, _ in segs}
-    free = (sid for sid in range(1, MAX_SEGMENT + 1) if sid not in used)
+    free = (sid for sid in range(1, MAX_SEGMENT_ID + 1) if sid not in used)
     added: list[Segment] = []
     for _, segs in theirs:
         for sid, first, last in segs:
@@ -173,7 +178,9 @@ def transfer(conn: sqlite3.Connection, table: str, source: str) -> int:
                          f"FROM {source}.{table}_idx WHERE segid = ?", [new, sid])
             added.append((new, first, last))
     if not added:
-        return 0
+        return len(used)
+    if len(used) + len(added) > MAX_SEGMENTS:
+        raise FormatError(f"{table}: {len(used) + len(added)} segments, FTS5 holds {MAX_SEGMENTS}")
     conn.execute(f"INSERT INTO main.{table}_content SELECT * FROM {source}.{table}_content")
     conn.execute(f"INSERT INTO main.{table}_docsize SELECT * FROM {source}.{table}_docsize")
     ours = read_averages(_record(conn, table, AVERAGES, "main"))
@@ -185,10 +192,12 @@ def transfer(conn: sqlite3.Connection, table: str, source: str) -> int:
     if not levels:
         levels = [(0, [])]
     levels[0] = (levels[0][0], levels[0][1] + added)
+    # The first 4 bytes are FTS5's configuration cookie, kept as they are: nothing of the
+    # configuration changed.
     conn.execute(f"INSERT OR REPLACE INTO main.{table}_data(id, block) VALUES (?, ?), (?, ?)",
                  [AVERAGES, totals, STRUCTURE,
-                  write_structure(main_cookie + 1, main_written + written, levels)])
-    return len(added)
+                  write_structure(main_cookie, main_written + written, levels)])
+    return len(used) + len(added)
 
 
 def optimize(path: str, tables: tuple[str, ...]) -> None:
@@ -202,5 +211,9 @@ def optimize(path: str, tables: tuple[str, ...]) -> None:
         with db.conn:
             for table in tables:
                 db.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+            # A commit even when every table already had one segment (`optimize` then writes
+            # nothing): other connections learn of the copies only from a change of the file.
+            db.execute(f"INSERT OR REPLACE INTO {tables[0]}_data(id, block) "
+                       f"SELECT id, block FROM {tables[0]}_data WHERE id = ?", [STRUCTURE])
     finally:
         db.conn.close()

@@ -49,9 +49,10 @@ from indexer.parse.worker import FileResult
 SHARD_TABLES = ("files", "symbols", "refs", "imports", "chunks")
 #: The lexical (FTS5) tables: a shard has them when their segments can be copied.
 LEXICAL_TABLES = (*CHUNK_TABLES, *FILE_TABLES)
-#: FTS5 flushes its pending terms into a new segment past this many bytes (1 MB by default): a
-#: shard's whole text fits, so it is one segment to copy, never merged inside the shard.
-SHARD_HASH_BYTES = 1 << 30
+#: FTS5 flushes its pending terms into a new segment past this many bytes (1 MB by default): most
+#: shards' text fits, so they are one segment to copy, never merged inside the shard; a larger
+#: one writes a few (memory per worker stays bounded).
+SHARD_HASH_BYTES = 64 << 20
 #: A shard's own tables: lexical rows to tokenize at the merge (``tbl`` is the FTS5 table they
 #: go to), and the resolutions of its references with their candidates.
 _OWN_TABLES = (
@@ -123,6 +124,13 @@ def write_shard(path: str, schema: tuple[str, ...], gen: int,
         for statement in schema:
             conn.execute(statement)
         fts = copies_lexical(schema)
+        if fts and not all(fts_segments.supported(st) for st in schema
+                           if st.startswith("CREATE VIRTUAL TABLE")):
+            # A worker elsewhere (Ray) with an SQLite whose FTS5 records differ from the driver's:
+            # its segments could not be copied, and a load never mixes copies and tokenizing.
+            raise fts_segments.FormatError(
+                f"this worker's SQLite {sqlite3.sqlite_version} writes FTS5 records the build "
+                "cannot copy: give the workers the driver's SQLite, or build with --jobs 1")
         if fts:
             for table in LEXICAL_TABLES:
                 with contextlib.suppress(sqlite3.Error):  # an option of FTS5's: more segments without
@@ -175,10 +183,13 @@ def _detach(db: WriteDB) -> None:
     db.execute("DETACH DATABASE shard")
 
 
-def merge_parsed(db: WriteDB, path: str, offset: int) -> None:
-    """Merge a parsed shard: its files (without their hash and mtime yet), symbols, imports, chunks, their
-    lexical rows (tokenized here) and its ``inherit`` references, moved by ``offset``; one
-    transaction."""
+def merge_parsed(db: WriteDB, path: str, offset: int, copy: bool) -> int:
+    """Merge a parsed shard: its files (without their hash and mtime yet), symbols, imports,
+    chunks, their lexical rows and its ``inherit`` references, moved by ``offset``; one
+    transaction. ``copy`` (one choice per load, `copies_lexical`): the shard's FTS5 segments
+    are copied as they are, else its plain lexical rows are tokenized here; the two never mix in
+    one load (`fts_segments.transfer` says why). Returns the segments the graph's lexical tables
+    hold now, at most (0 when tokenizing)."""
     conn = db.conn
     _attach(db, path)
     try:
@@ -192,11 +203,16 @@ def merge_parsed(db: WriteDB, path: str, offset: int) -> None:
                          "FROM shard.imports ORDER BY id")
             conn.execute("INSERT INTO chunks SELECT * FROM shard.chunks")
             conn.execute("DELETE FROM vector_tombstones WHERE chunk_id IN (SELECT id FROM shard.chunks)")
-            copied = conn.execute("SELECT count(*) FROM shard.sqlite_master WHERE name = ?",
-                                  [LEXICAL_TABLES[0]]).fetchone()[0]
+            shard_copies = conn.execute("SELECT count(*) FROM shard.sqlite_master WHERE name = ?",
+                                        [LEXICAL_TABLES[0]]).fetchone()[0] > 0
+            if shard_copies != copy:
+                raise fts_segments.FormatError(
+                    f"shard {path} has {'FTS5 tables' if shard_copies else 'plain lexical rows'}, "
+                    "unlike the rest of this load")
+            segments = 0
             for table in LEXICAL_TABLES:
-                if copied:  # tokenized by the worker: its segments are copied as they are
-                    fts_segments.transfer(conn, table, "shard")
+                if copy:  # tokenized by the worker: its segments are copied as they are
+                    segments = max(segments, fts_segments.transfer(conn, table, "shard"))
                     continue
                 # In rowid order (the shard's rows are sorted): FTS5 flushes what it holds
                 # whenever a rowid goes back.
@@ -207,30 +223,35 @@ def merge_parsed(db: WriteDB, path: str, offset: int) -> None:
                          "FROM shard.refs WHERE kind = 'inherit'", [offset])
     finally:
         _detach(db)
+    return segments
 
 
 def resolve_shard(db_file: str, key: str, path: str) -> int:
     """A worker's resolution of a shard's references (all but ``inherit`` ones, which the
     graph holds resolved) against the graph at ``db_file``, read-only; the resolutions are
-    written beside them. Returns how many were resolved."""
+    written beside them, page by page (memory follows a page, not the shard). Returns how
+    many were resolved."""
     from indexer.graph.resolve import resolution_rows, resolve_refs
 
     table = graph_write.worker_table(db_file, key)
     conn = _open_shard(path)
     try:
-        refs = conn.execute("SELECT id, file_id, name, kind, receiver, enclosing_id FROM refs "
-                            "WHERE kind != 'inherit' ORDER BY id").fetchall()
-        resolved, candidates = [], []
-        for ref_id, target, how, confidence, cands in resolution_rows(
-                resolve_refs(table.conn, table, refs)):
-            resolved.append((ref_id, target, how, confidence))
-            candidates.extend((ref_id, sid, share) for sid, share in cands)
         conn.execute("BEGIN")
-        conn.executemany("INSERT INTO resolved VALUES (?,?,?,?)", resolved)
-        conn.executemany("INSERT INTO candidates VALUES (?,?,?)", candidates)
+        done = 0
+        for refs in graph_write.pages(conn, "SELECT id, file_id, name, kind, receiver, "
+                                      "enclosing_id FROM refs WHERE kind != 'inherit'",
+                                      graph_write.RESOLVE_PAGE):
+            resolved, candidates = [], []
+            for ref_id, target, how, confidence, cands in resolution_rows(
+                    resolve_refs(table.conn, table, refs)):
+                resolved.append((ref_id, target, how, confidence))
+                candidates.extend((ref_id, sid, share) for sid, share in cands)
+            conn.executemany("INSERT INTO resolved VALUES (?,?,?,?)", resolved)
+            conn.executemany("INSERT INTO candidates VALUES (?,?,?)", candidates)
+            done += len(refs)
         crash_point("shard_resolved")  # tests: killed with some shards merged, some not
         conn.execute("COMMIT")
-        return len(refs)
+        return done
     finally:
         conn.close()
 

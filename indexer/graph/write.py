@@ -281,7 +281,7 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
     def here(inherit_passes: tuple[bool, ...]) -> None:
         for inherit in inherit_passes:
             where = " WHERE kind = 'inherit'" if inherit else " WHERE kind != 'inherit'"
-            for rows in _pages(conn, select + where, RESOLVE_PAGE):
+            for rows in pages(conn, select + where, RESOLVE_PAGE):
                 _apply(conn, resolution_rows(resolve_refs(conn, table, rows)))
                 step(len(rows))
             if inherit and table.preloaded:
@@ -305,8 +305,8 @@ def resolve_pending(db: WriteDB, full: bool, progress: ProgressFn | None, jobs: 
         with conn:
             here((True,))
         with conn:  # the inherit edges are committed: the workers read them
-            pages = _pages(conn, select + " WHERE kind != 'inherit'", PARALLEL_PAGE)
-            calls = ((db_file, key, rows) for rows in pages)
+            others = pages(conn, select + " WHERE kind != 'inherit'", PARALLEL_PAGE)
+            calls = ((db_file, key, rows) for rows in others)
             for resolved in in_flight(pool, resolve_page, calls, n * 2):
                 _apply(conn, resolved)
                 step(len(resolved))
@@ -323,13 +323,13 @@ def resolve_inherit(db: WriteDB) -> int:
            "WHERE kind = 'inherit' AND resolution = 'pending'")
     done = 0
     with conn:
-        for rows in _pages(conn, sql, RESOLVE_PAGE):
+        for rows in pages(conn, sql, RESOLVE_PAGE):
             _apply(conn, resolution_rows(resolve_refs(conn, table, rows)))
             done += len(rows)
     return done
 
 
-def _pages(conn, sql: str, size: int) -> Iterator[list[tuple]]:
+def pages(conn, sql: str, size: int) -> Iterator[list[tuple]]:
     """The rows of ``sql`` (whose first column is the id) in pages of ``size``, by id: pages
     keep memory flat (millions of rows would not fit in 1 GB)."""
     sql += " AND id > ? ORDER BY id LIMIT ?"

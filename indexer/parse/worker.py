@@ -31,6 +31,19 @@ class FileResult:
     error: str = ""
 
 
+def count_outcomes(outcomes, failed: dict[str, str]) -> int:
+    """Of (path, status, error) ``outcomes``: how many were parsed (with or without syntax
+    errors); the others are counted by reason in the build's `skipped`, and those with a
+    message (failed, unreadable…) are added to ``failed``."""
+    parsed = 0
+    for path, status, error in outcomes:
+        if status in ("ok", "syntax_error"):
+            parsed += 1
+        if status == "failed" or (status.startswith("skipped:") and error):
+            failed[path] = error
+    return parsed
+
+
 #: Parsing costs memory by the syntax tree's nodes, not by the bytes: tree-sitter kept ~320
 #: bytes per token of `x = [aa, aa, ...]` (20 MB: 3.2 GB), and the rows, chunks and copies of
 #: the text add ~25 bytes per byte. So whatever ``max_file_bytes`` allows, no file above

@@ -21,6 +21,7 @@ from indexer.graph import recovery, schema, store
 from indexer.graph import write as graph_write
 from indexer.models import BuildStats
 from indexer.parse.languages import kind_of
+from indexer.parse.worker import count_outcomes
 from indexer.phases.parsing import POOL_THRESHOLD, parse_work
 from indexer.phases.sharded import load as sharded_load
 from indexer.phases.sharded import use_shards
@@ -163,11 +164,7 @@ class GraphPhase:
                 with each:
                     graph_write.write_results(db, results, existing, gen, bulk or full)
                 write_s += time.perf_counter() - tw
-                for r in results:
-                    if r.status in ("ok", "syntax_error"):  # skipped and failed files are counted
-                        parsed += 1  # by reason in `skipped`, not as parsed
-                    if r.status == "failed" or (r.status.startswith("skipped:") and r.error):
-                        failed[r.path] = r.error
+                parsed += count_outcomes(((r.path, r.status, r.error) for r in results), failed)
         if self.chunks and store.get_meta(db, "files_fts_pending") == "1":  # an index from before m004
             with conn:
                 graph_write.index_all_files(conn)

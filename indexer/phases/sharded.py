@@ -22,7 +22,7 @@ from indexer.graph import fts_segments, schema, shards
 from indexer.graph import write as graph_write
 from indexer.models import Progress
 from indexer.parse.helper import parse_batch
-from indexer.parse.worker import learned_counts
+from indexer.parse.worker import count_outcomes, learned_counts
 from indexer.phases.parsing import POOL_THRESHOLD
 
 if TYPE_CHECKING:
@@ -38,13 +38,19 @@ SHARD_MIN = POOL_THRESHOLD
 SHARDS_PER_JOB = 3
 #: The smallest shard, in files.
 MIN_SHARD = 8
+#: The largest: a worker holds a shard's parsed files and its lexical terms in memory.
+MAX_SHARD = 1000
+#: Past this many segments in a lexical table (each shard adds one or a few), the copies so far
+#: are merged into one before more come: FTS5 holds 2000 (`fts_segments.MAX_SEGMENTS`).
+SEGMENT_BUDGET = 500
 
 
-def shard_sizes(files: int, workers: int, per_job: int = SHARDS_PER_JOB) -> list[int]:
+def shard_sizes(files: int, workers: int, per_job: int | None = None) -> list[int]:
     """The sizes of the shards ``files`` are cut into (guided: see SHARDS_PER_JOB)."""
+    per_job = per_job or SHARDS_PER_JOB
     sizes, left = [], files
     while left > 0:
-        size = min(left, max(MIN_SHARD, -(-left // (workers * per_job))))
+        size = min(left, MAX_SHARD, max(MIN_SHARD, -(-left // (workers * per_job))))
         sizes.append(size)
         left -= size
     return sizes
@@ -61,7 +67,7 @@ def use_shards(config: Config, changes: ChangeSet, engine=None) -> bool:
     and the references elsewhere that its new or removed names reach are found and resolved
     again (`graph_write.write_results`), which a load of new files beside old ones would need
     too."""
-    if changes.indexed or len(changes.work) < SHARD_MIN:  # rows of its own: see below
+    if changes.indexed or len(changes.work) < SHARD_MIN:  # a graph with rows: see above
         return False
     if engine is not None and engine.worth_it(files=len(changes.work)):
         return hasattr(engine, "shard_runner")
@@ -129,6 +135,7 @@ class LocalShards:
 
     def __init__(self, jobs: int, root: str) -> None:
         self.jobs, self.root = jobs, root
+        self._stopping = None  # the thread stopping the workers early (`release`)
 
     def __enter__(self) -> LocalShards:
         from indexer.safety.lifetime import spawn_pool
@@ -138,9 +145,8 @@ class LocalShards:
         return self
 
     def __exit__(self, *exc) -> bool | None:
-        stopping = getattr(self, "_stopping", None)
-        if stopping is not None:
-            stopping.join()
+        if self._stopping is not None:
+            self._stopping.join()
         return self._pool_cm.__exit__(*exc)
 
     def parse(self, tasks: Iterator[ParseTask]) -> Iterator[tuple[shards.ShardReport, float]]:
@@ -185,8 +191,8 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
         schema.drop_ref_indexes(db)
         schema.drop_counters(db)
     out = Load()
-    directory = shards.shard_dir(config.index_path)
     ddl = shards.shard_schema(db)
+    copy = shards.copies_lexical(ddl)
     starts: dict[str, int] = {}  # each shard's reference ids follow those merged before it
     at = 0
     words: dict[str, int] = {}
@@ -194,6 +200,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
     cpu = time.process_time()
     background = ThreadPoolExecutor(1, thread_name_prefix="repoctx-fts")
     optimizing = None
+    directory = shards.shard_dir(config.index_path)
     try:
         with engine.shard_runner() if remote else LocalShards(jobs, root) as runner:
             tasks = ((str(directory / f"{k}.db"), ddl, root, model, gen, numbered[a:b])
@@ -203,7 +210,9 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
             for report, finished in runner.parse(tasks):
                 idle_since = max(idle_since, finished)
                 t = time.perf_counter()
-                shards.merge_parsed(db, report.path, at)
+                segments = shards.merge_parsed(db, report.path, at, copy)
+                if segments > SEGMENT_BUDGET:
+                    fts_segments.optimize(str(db.file), shards.LEXICAL_TABLES)
                 starts[report.path] = at
                 at += report.refs
                 out.merge_s += time.perf_counter() - t
@@ -211,11 +220,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
                 if report.learned is not None:
                     overhead = report.learned[0]
                     words.update(report.learned[1])
-                for path, status, error in report.files:
-                    if status in ("ok", "syntax_error"):
-                        out.parsed += 1
-                    if status == "failed" or (status.startswith("skipped:") and error):
-                        out.failed[path] = error
+                out.parsed += count_outcomes(report.files, out.failed)
                 done += len(report.files)
                 if progress:
                     progress(Progress("parse", done, len(work)))
@@ -232,7 +237,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
                 schema.drop_ref_indexes(db)
             key = f"{db.file}:{os.getpid()}:{time.time_ns()}"  # this build's name table
             inherit_s = time.perf_counter() - marks["parse"]
-            if shards.copies_lexical(ddl):
+            if copy:
                 # Many copied segments, merged into one each (as a build leaves them) while the
                 # workers load the names and resolve: done before the first merge below.
                 optimizing = background.submit(fts_segments.optimize, str(db.file),
@@ -254,6 +259,8 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
                     progress(Progress("resolve", min(done, at), at))
             if optimizing is not None:  # no shard had references to merge
                 optimizing.result()
+            if progress:
+                progress(Progress("resolve", at, at))
             marks["resolve"] = time.perf_counter()
             out.serial["resolve"] = round(inherit_s + _since(idle_since), 3)
             # The workers are done: they exit (freeing what they held takes them a few tenths
