@@ -18,6 +18,12 @@ CHUNK_TABLES = ("chunks_fts", "chunks_fts" + TEXT_SUFFIX)
 FILE_TABLES = ("files_fts", "files_fts" + TEXT_SUFFIX)
 
 
+def insert_into(table: str) -> str:
+    """The head of an insert into lexical ``table``: its rowid and three columns, in the order
+    every lexical row is kept (id, path, symbol or names, body)."""
+    return f"INSERT INTO {table}(rowid, path, {'symbol' if table in CHUNK_TABLES else 'names'}, body)"
+
+
 def fts_table(base: str, language: str | None) -> str:
     """The FTS5 table (``chunks_fts`` or ``files_fts``, or its ``_text`` twin) of a file in
     ``language``."""
@@ -62,4 +68,4 @@ def index_files(conn, file_ids) -> None:
             (fid, *file_document(found[0], (n for (n,) in names), (b for (b,) in bodies)))
         )
     for table, docs in rows.items():
-        conn.executemany(f"INSERT INTO {table}(rowid, path, names, body) VALUES (?,?,?,?)", docs)
+        conn.executemany(f"{insert_into(table)} VALUES (?,?,?,?)", docs)

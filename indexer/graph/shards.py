@@ -40,7 +40,7 @@ from urllib.parse import quote
 
 from indexer.graph import fts_segments
 from indexer.graph import write as graph_write
-from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table
+from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table, insert_into
 from indexer.graph.store import SHARDS_PREFIX, WriteDB, crash_point
 from indexer.parse.languages import language_for_path
 from indexer.parse.worker import FileResult
@@ -158,8 +158,7 @@ def write_shard(path: str, schema: tuple[str, ...], gen: int,
         lexical.sort(key=lambda row: (row[0], row[1]))
         if fts:
             for table in LEXICAL_TABLES:
-                names = "symbol" if table in CHUNK_TABLES else "names"
-                conn.executemany(f"INSERT INTO {table}(rowid, path, {names}, body) VALUES (?,?,?,?)",
+                conn.executemany(f"{insert_into(table)} VALUES (?,?,?,?)",
                                  [row[1:] for row in lexical if row[0] == table])
         else:
             conn.executemany("INSERT INTO lexical VALUES (?,?,?,?,?)", lexical)
@@ -216,8 +215,7 @@ def merge_parsed(db: WriteDB, path: str, offset: int, copy: bool) -> int:
                     continue
                 # In rowid order (the shard's rows are sorted): FTS5 flushes what it holds
                 # whenever a rowid goes back.
-                names = "symbol" if table in CHUNK_TABLES else "names"
-                conn.execute(f"INSERT INTO {table}(rowid, path, {names}, body) SELECT id, path, "
+                conn.execute(f"{insert_into(table)} SELECT id, path, "
                              "names, body FROM shard.lexical WHERE tbl = ? ORDER BY rowid", [table])
             conn.execute(f"INSERT INTO refs(id, {_REF_COLS}) SELECT id + ?, {_REF_COLS} "
                          "FROM shard.refs WHERE kind = 'inherit'", [offset])

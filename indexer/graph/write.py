@@ -15,7 +15,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from indexer.graph import schema, store
-from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table, index_files
+from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table, index_files, insert_into
 from indexer.graph.records import BUILD_PHASE
 from indexer.graph.resolve import SymbolTable, resolution_rows, resolve_refs
 from indexer.graph.store import WriteDB
@@ -101,8 +101,7 @@ def write_results(
             _touch_importers(conn, {m for m in (old_module, module) if m})
     for table, docs in documents.items():
         docs.sort(key=itemgetter(0))
-        names = "symbol" if table in CHUNK_TABLES else "names"
-        conn.executemany(f"INSERT INTO {table}(rowid, path, {names}, body) VALUES (?,?,?,?)", docs)
+        conn.executemany(f"{insert_into(table)} VALUES (?,?,?,?)", docs)
     if pending_names:
         conn.executemany("INSERT OR IGNORE INTO pending_names(name) VALUES (?)",
                          [(n,) for n in pending_names])
