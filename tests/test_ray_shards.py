@@ -182,3 +182,33 @@ def test_a_worker_that_cannot_see_the_shard_directory_returns_the_file(root, tmp
     got = _rows(tmp_path / "resolved.db")
     assert got == _rows(here / "0.db") and len(got["resolved"]) == n
     assert set(got) == {"files", "refs", "resolved", "candidates"}  # the slim copy only
+
+
+@pytest.mark.parametrize("name", ["OutOfMemoryError", "WorkerCrashedError", "NodeDiedError",
+                                  "LocalRayletDiedError", "OwnerDiedError", "ObjectLostError",
+                                  "TaskUnschedulableError"])
+def test_a_task_whose_worker_or_result_is_gone_is_a_worker_death(name):
+    """Killed by Ray's memory monitor, crashed, its node gone, its result lost: the build's
+    `BuildWorkerError` (run again), not a raw Ray error."""
+    cls = getattr(ray.exceptions, name)
+    assert isinstance(cls.__new__(cls), ray_shards._worker_deaths(ray))
+
+
+@pytest.mark.parametrize("name", ["RayTaskError", "OutOfDiskError", "ObjectStoreFullError"])
+def test_a_tasks_own_error_or_a_full_disk_is_not_a_worker_death(name):
+    cls = getattr(ray.exceptions, name)
+    assert not isinstance(cls.__new__(cls), ray_shards._worker_deaths(ray))
+
+
+def test_a_delivered_file_replaces_the_name_not_the_file_the_driver_has_open(tmp_path):
+    """A second attempt's copy never rewrites the file an earlier one put there: whoever has
+    that open (the driver, attached) keeps reading it whole."""
+    shard = tmp_path / "0.db"
+    shard.write_bytes(b"first attempt")
+    retry = tmp_path / "retry.db"
+    retry.write_bytes(b"the retry's shard, longer")
+    with open(shard, "rb") as attached:
+        assert ray_shards._deliver(str(retry), str(shard)) is None
+        assert attached.read() == b"first attempt"
+    assert shard.read_bytes() == b"the retry's shard, longer"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.db", "retry.db"]  # no part left

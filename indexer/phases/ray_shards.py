@@ -88,12 +88,23 @@ def _slim(shard: str, out: str) -> None:
 
 def _deliver(tmp_file: str, path: str) -> bytes | None:
     """Put a finished file at the driver's ``path`` when this worker sees its directory (None
-    then), else return its bytes for the driver to write. A copy, whole: a retried task
-    overwrites what a killed attempt left."""
-    if os.path.isdir(os.path.dirname(path)):
-        shutil.copyfile(tmp_file, path)
-        return None
-    return Path(tmp_file).read_bytes()
+    then), else return its bytes for the driver to write. Copied beside it, then renamed over
+    it: a retried task replaces what an earlier attempt left, and an attempt still running
+    somewhere (Ray retries a task whose worker it lost sight of) never rewrites the file the
+    driver has attached, only the name."""
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        return Path(tmp_file).read_bytes()
+    fd, part = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".",
+                                suffix=".part")
+    os.close(fd)
+    try:
+        shutil.copyfile(tmp_file, part)
+        os.replace(part, path)
+    except BaseException:
+        Path(part).unlink(missing_ok=True)
+        raise
+    return None
 
 
 def parse_task(path: str, ddl: tuple[str, ...], model: str | None, gen: int,
@@ -256,12 +267,19 @@ class RayShards:
         return path, n, finished, cpu
 
 
+#: Ray's errors for a task whose worker, node or result is gone: killed, out of memory (Ray's
+#: memory monitor kills the task's worker), its node or raylet dead, its result lost (with
+#: `ObjectLostError`'s kinds: owner died, fetch timed out, reconstruction failed), or no node
+#: left that can run it. Not the task's own exception (Ray raises it as itself), nor a full
+#: disk or object store, which running the build again does not mend.
+WORKER_DEATHS = ("WorkerCrashedError", "OutOfMemoryError", "NodeDiedError",
+                 "LocalRayletDiedError", "ObjectLostError", "TaskUnschedulableError")
+
+
 def _worker_deaths(ray: Any) -> tuple[type[BaseException], ...]:
-    """Ray's errors for a task whose worker, node or result is gone (not the task's own
-    exception, which Ray raises as itself)."""
+    """`WORKER_DEATHS` as this Ray has them."""
     ex = ray.exceptions
-    return tuple(getattr(ex, name) for name in ("WorkerCrashedError", "NodeDiedError",
-                                                "ObjectLostError") if hasattr(ex, name))
+    return tuple(getattr(ex, name) for name in WORKER_DEATHS if hasattr(ex, name))
 
 
 class ShardedRaySession(RaySession):
