@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -152,9 +153,9 @@ def _rows(path: Path) -> dict:
         conn.close()
 
 
-def test_a_worker_that_cannot_see_the_shard_directory_returns_the_file(root, tmp_path):
-    """On another machine than the driver's, the task bodies send their files back rather than
-    writing them at the driver's path; on the driver's they write them there. Same rows."""
+def _task_inputs(root: Path, tmp_path: Path) -> tuple[Path, tuple[str, ...], list]:
+    """A serial build's graph file, its shard schema, and a parse task's items: a file to
+    parse and one the driver settled."""
     cfg = load_config(root, env={}, jobs=1, index_dir=tmp_path / "idx")
     build(cfg)
     db_file = store.graph_file(cfg.index_path)
@@ -164,6 +165,13 @@ def test_a_worker_that_cannot_see_the_shard_directory_returns_the_file(root, tmp
     data = (root / "pkg/m3.py").read_bytes()
     items = [(1, ("pkg/m3.py", data, len(data), 1, "h", "python", "pkg.m3")),
              (2, FileResult("gone.py", 0, 0, "", "skipped:unreadable", error="gone"))]
+    return db_file, ddl, items
+
+
+def test_a_worker_that_cannot_see_the_shard_directory_returns_the_file(root, tmp_path):
+    """On another machine than the driver's, the task bodies send their files back rather than
+    writing them at the driver's path; on the driver's they write them there. Same rows."""
+    db_file, ddl, items = _task_inputs(root, tmp_path)
     here = tmp_path / "shards"
     here.mkdir()
     elsewhere = str(tmp_path / "not-on-this-machine" / "0.db")
@@ -212,3 +220,36 @@ def test_a_delivered_file_replaces_the_name_not_the_file_the_driver_has_open(tmp
         assert attached.read() == b"first attempt"
     assert shard.read_bytes() == b"the retry's shard, longer"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0.db", "retry.db"]  # no part left
+
+
+def test_a_worker_leaves_no_scratch_file_and_removes_what_killed_ones_left(root, tmp_path,
+                                                                           monkeypatch):
+    """Ray kills its workers at the job's end (nothing at their exit runs): the name table's
+    file is deleted as soon as it is open, yet read by every task of the build; a task's
+    scratch directory goes with the task, and those of killed workers go with the next
+    worker's first task. A live process's are left alone."""
+    db_file, ddl, items = _task_inputs(root, tmp_path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(ray_shards, "_NAMES", [])
+    monkeypatch.setattr(ray_shards, "_SWEPT", [])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (scratch / f"repoctx-shard-{dead}-x1").mkdir()
+    (scratch / f"repoctx-shard-{dead}-x1" / "shard.db").write_bytes(b"left by a killed worker")
+    (scratch / f"repoctx-names-{dead}-x2.db").write_bytes(b"paths and names")
+    (scratch / f"repoctx-shard-{os.getpid()}-live").mkdir()  # a running task's
+    here = tmp_path / "shards"
+    here.mkdir()
+    (none, report, _), slim = ray_shards.parse_task(str(here / "0.db"), ddl, None, 1, items)
+    assert none is None
+    assert [p.name for p in scratch.iterdir()] == [f"repoctx-shard-{os.getpid()}-live"]
+    table = [ray.put(ray_shards.name_table(str(db_file)))]
+    counts = []
+    for _ in range(2):  # the second task reads the table whose file is gone
+        none, n, _, _ = ray_shards.resolve_task(str(here / "0.db"), "key-2", table, slim)
+        assert [p.name for p in scratch.iterdir()] == [f"repoctx-shard-{os.getpid()}-live"]
+        counts.append(n)
+    assert counts[0] == counts[1] > 0
+    assert len(_rows(here / "0.db")["resolved"]) == counts[0]

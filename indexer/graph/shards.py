@@ -36,6 +36,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from indexer.graph import fts_segments
@@ -44,6 +45,9 @@ from indexer.graph.lexical import CHUNK_TABLES, FILE_TABLES, fts_table, insert_i
 from indexer.graph.store import SHARDS_PREFIX, WriteDB, crash_point
 from indexer.parse.languages import language_for_path
 from indexer.parse.worker import FileResult
+
+if TYPE_CHECKING:
+    from indexer.graph.resolve import SymbolTable
 
 #: The graph's tables a shard holds, created from the graph's own `CREATE TABLE` text.
 SHARD_TABLES = ("files", "symbols", "refs", "imports", "chunks")
@@ -105,7 +109,7 @@ class ShardReport:
     cpu: float = 0.0
 
 
-def _open_shard(path: str) -> sqlite3.Connection:
+def open_shard(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     # A shard is thrown away, never repaired: a worker killed while writing it never reported
     # it, so nothing reads it. No journal, no waiting for the disk.
@@ -118,7 +122,7 @@ def write_shard(path: str, schema: tuple[str, ...], gen: int,
                 files: list[tuple[int, FileResult]]) -> int:
     """Write the rows of parsed ``files`` (with the ids the driver gave them) into a new shard
     at ``path``; returns its highest reference id. The statements are `graph_write`'s."""
-    conn = _open_shard(path)
+    conn = open_shard(path)
     try:
         conn.execute("BEGIN")
         for statement in schema:
@@ -226,13 +230,17 @@ def merge_parsed(db: WriteDB, path: str, offset: int, copy: bool) -> int:
 
 def resolve_shard(db_file: str, key: str, path: str) -> int:
     """A worker's resolution of a shard's references (all but ``inherit`` ones, which the
-    graph holds resolved) against the graph at ``db_file``, read-only; the resolutions are
-    written beside them, page by page (memory follows a page, not the shard). Returns how
-    many were resolved."""
+    graph holds resolved) against the graph at ``db_file``, read-only (`resolve_with`)."""
+    return resolve_with(graph_write.worker_table(db_file, key), path)
+
+
+def resolve_with(table: SymbolTable, path: str) -> int:
+    """Resolve a shard's references but ``inherit`` ones against ``table`` (every symbol of
+    the graph, its bases loaded); the resolutions are written beside them, page by page
+    (memory follows a page, not the shard). Returns how many were resolved."""
     from indexer.graph.resolve import resolution_rows, resolve_refs
 
-    table = graph_write.worker_table(db_file, key)
-    conn = _open_shard(path)
+    conn = open_shard(path)
     try:
         conn.execute("BEGIN")
         done = 0

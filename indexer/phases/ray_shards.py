@@ -1,14 +1,14 @@
-"""The sharded load (`indexer.phases.sharded`) on a Ray cluster: workers parse, write and
-resolve the shards; the driver reads the files, schedules, and merges what comes back.
+"""The sharded load (`indexer.phases.sharded`) on a Ray cluster: workers parse, write and resolve
+the shards; the driver reads the files, schedules, and merges what comes back.
 
-Workers need repoctx installed, not the repository nor the index: a parse task gets the bytes
-of its files (read on the driver, as `RaySession.parse_all` does; a file settled there, an
+Workers need repoctx installed, not the repository nor the index: a parse task gets the bytes of
+its files (read on the driver, as `RaySession.parse_all` does; a file settled there, an
 unreadable or too large one, travels as its result and still gets its row), writes its shard
 into a temporary file of its own machine and returns the file's bytes, which the driver writes
-at the shard's path and merges; a worker that sees the shard's directory (the driver's
-machine, or a file system they share: the directory's name is this build's alone) copies the
-file there itself, and only the report travels. With it comes a slim copy holding only what resolution reads
-and writes (the shard's files, its references other than ``inherit``, the empty resolution
+at the shard's path and merges; a worker that sees the shard's directory (the driver's machine,
+or a file system they share: the directory's name is this build's alone) copies the file there
+itself, and only the report travels. With it comes a slim copy holding only what resolution
+reads and writes (the shard's files, its references other than ``inherit``, the empty resolution
 tables): it stays in Ray's object store until the resolve task that takes it, so the lexical
 rows, most of a shard, cross the network once.
 
@@ -16,23 +16,24 @@ Resolution needs the name table. Rather than the graph file (FTS5 tables, chunks
 reference), the driver ships a compact copy of what `SymbolTable` reads (files, symbols,
 imports, the resolved ``inherit`` references: `name_table`), once per build through the object
 store; each worker process writes it to a temporary file the first time a task of that build
-reaches it, indexes it, and keeps it for the build's other tasks. A resolve task returns its
-slim shard with the resolutions beside the references, which replaces the shard at its path
-for `shards.merge_resolved`.
+reaches it, indexes it, opens it, and deletes the file at once: the open connection keeps it for
+the build's other tasks (Ray kills its workers at the job's end, so nothing at their exit
+would). What a killed worker left (its tasks' scratch directories, a name table's file not yet
+open) is deleted by the first task of a later worker process on its machine (`_sweep`). A resolve task returns its slim shard with the resolutions beside the
+references, which replaces the shard at its path for `shards.merge_resolved`.
 
-At most `INFLIGHT_PER_WORKER` tasks per worker are in flight: memory stays bounded however
-large the tree. A task whose worker died is retried by Ray (``max_retries``); one that keeps
-dying (killed, out of memory) ends the build with `BuildWorkerError`, before anything of its
-shard is merged: the sharded load's crash guarantees are the local pool's.
+At most `INFLIGHT_PER_WORKER` tasks per worker are in flight: memory stays bounded however large
+the tree. A task whose worker died is retried by Ray (``max_retries``); one that keeps dying
+(killed, out of memory) ends the build with `BuildWorkerError`, before anything of its shard is
+merged: the sharded load's crash guarantees are the local pool's.
 """
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
+import glob
 import os
 import shutil
-import sqlite3
 import tempfile
 import time
 from collections.abc import Iterator
@@ -42,7 +43,8 @@ from typing import Any
 from urllib.parse import quote
 
 from indexer.errors import BuildWorkerError
-from indexer.graph import shards
+from indexer.graph import shards, store
+from indexer.graph.resolve import SymbolTable
 from indexer.parse.ray_engine import INFLIGHT_PER_WORKER, RaySession
 from indexer.parse.worker import FileResult, learned_counts, load_file, parse_content
 from indexer.phases.sharded import ParseTask
@@ -66,16 +68,9 @@ _NAME_TABLES = (
 _NAME_INDEXES = ("CREATE INDEX symbols_name ON symbols(name)",)
 
 
-def _open(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = OFF")  # a scratch file: thrown away, never repaired
-    conn.execute("PRAGMA synchronous = OFF")
-    return conn
-
-
 def _slim(shard: str, out: str) -> None:
     """Copy of ``shard`` at ``out`` with only `_SLIM_TABLES` (their own `CREATE TABLE` text)."""
-    with closing(_open(out)) as conn:
+    with closing(shards.open_shard(out)) as conn:
         conn.execute("ATTACH DATABASE ? AS s", [f"file:{quote(shard)}?mode=ro"])
         ddl = dict(conn.execute("SELECT name, sql FROM s.sqlite_master WHERE type = 'table'"))
         conn.execute("BEGIN")
@@ -116,7 +111,7 @@ def parse_task(path: str, ddl: tuple[str, ...], model: str | None, gen: int,
     cpu = time.process_time()
     results = [item if isinstance(item, FileResult) else parse_content(*item, model)
                for _, item in items]
-    with tempfile.TemporaryDirectory(prefix="repoctx-shard-") as tmp:
+    with _scratch() as tmp:
         local, slim = os.path.join(tmp, "shard.db"), os.path.join(tmp, "slim.db")
         top = shards.write_shard(local, ddl, gen, list(zip((fid for fid, _ in items), results,
                                                           strict=True)))
@@ -128,58 +123,97 @@ def parse_task(path: str, ddl: tuple[str, ...], model: str | None, gen: int,
     return (data, report, time.time()), slim_data
 
 
-#: This worker process's copy of a build's name table: [key, path].
+#: A task's scratch files: a directory per task, the name table's file (deleted once open).
+#: Both are named after the worker process, so that another finds those a killed one left.
+_SCRATCH, _NAMES_FILE = "repoctx-shard-", "repoctx-names-"
+#: This worker process's table of a build's names: [key, `SymbolTable`].
 _NAMES: list = []
+#: Whether this process has looked for what killed workers left (`_sweep`).
+_SWEPT: list = []
 
 
-def _drop_names() -> None:
-    if _NAMES:
-        Path(_NAMES[1]).unlink(missing_ok=True)
-        _NAMES.clear()
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's
+        return True
+    return True
 
 
-atexit.register(_drop_names)
+def _sweep(directory: str) -> list[str]:
+    """Delete the scratch files and directories in ``directory`` whose worker process is gone
+    (killed mid-task: Ray kills its workers, whatever they hold); returns them."""
+    gone = []
+    for path in glob.glob(os.path.join(directory, f"{_SCRATCH}*")) + glob.glob(
+            os.path.join(directory, f"{_NAMES_FILE}*")):
+        pid = os.path.basename(path).split("-")[2]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            Path(path).unlink(missing_ok=True)
+        gone.append(path)
+    return gone
 
 
-def _names_file(ray: Any, key: str, table: list) -> str:
-    """The name table of build ``key`` as a file of this worker process, written the first
-    time one of the build's tasks runs here (``table`` holds the object's reference: taken only
-    then)."""
+def _scratch() -> tempfile.TemporaryDirectory:
+    """A task's scratch directory (the first of this process sweeps the killed ones' first)."""
+    if not _SWEPT:
+        _SWEPT.append(_sweep(tempfile.gettempdir()))
+    return tempfile.TemporaryDirectory(prefix=f"{_SCRATCH}{os.getpid()}-")
+
+
+def _name_table(ray: Any, key: str, table: list) -> SymbolTable:
+    """The name table of build ``key`` in this worker process, read the first time one of the
+    build's tasks runs here (``table`` holds the object's reference: taken only then): written
+    to a file, indexed, opened and loaded, and the file deleted while open (SQLite keeps reading
+    it; it is gone with the connection, whenever this process ends)."""
     if not _NAMES or _NAMES[0] != key:
-        _drop_names()
-        fd, path = tempfile.mkstemp(prefix="repoctx-names-", suffix=".db")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(ray.get(table[0]))
-        with closing(_open(path)) as conn:
-            for statement in _NAME_INDEXES:
-                conn.execute(statement)
-        _NAMES.extend((key, path))
+        if _NAMES:
+            _NAMES.pop().conn.close()
+            _NAMES.clear()
+        fd, path = tempfile.mkstemp(prefix=f"{_NAMES_FILE}{os.getpid()}-", suffix=".db")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(ray.get(table[0]))
+            with closing(shards.open_shard(path)) as conn:
+                for statement in _NAME_INDEXES:
+                    conn.execute(statement)
+            names = SymbolTable(store.read_file(Path(path)).conn)
+        finally:
+            Path(path).unlink(missing_ok=True)
+        names.preload()
+        names.load_bases()
+        _NAMES.extend((key, names))
     return _NAMES[1]
 
 
 def resolve_task(path: str, key: str, table: list,
                  slim: bytes) -> tuple[bytes | None, int, float, float]:
     """Ray task body: resolve a slim shard against build ``key``'s name table
-    (`shards.resolve_shard`). Returns it with its resolutions (or None: `_deliver` put it at
+    (`shards.resolve_with`). Returns it with its resolutions (or None: `_deliver` put it at
     ``path``), the references resolved, when it finished and its CPU seconds."""
     import ray
 
     cpu = time.process_time()
-    names = _names_file(ray, key, table)
-    with tempfile.TemporaryDirectory(prefix="repoctx-shard-") as tmp:
+    names = _name_table(ray, key, table)
+    with _scratch() as tmp:
         local = os.path.join(tmp, "slim.db")
         Path(local).write_bytes(slim)
-        n = shards.resolve_shard(names, key, local)
+        n = shards.resolve_with(names, local)
         data = _deliver(local, path)
     return data, n, time.time(), time.process_time() - cpu
 
 
 def name_table(db_file: str) -> bytes:
     """The compact name table of the graph at ``db_file`` (see `_NAME_TABLES`), as file bytes."""
-    fd, path = tempfile.mkstemp(prefix="repoctx-names-", suffix=".db")
+    fd, path = tempfile.mkstemp(prefix=f"{_NAMES_FILE}{os.getpid()}-", suffix=".db")
     os.close(fd)
     try:
-        with closing(_open(path)) as conn:
+        with closing(shards.open_shard(path)) as conn:
             conn.execute("ATTACH DATABASE ? AS g", [f"file:{quote(db_file)}?mode=ro"])
             conn.execute("BEGIN")
             for name, columns, select in _NAME_TABLES:
