@@ -22,10 +22,14 @@ would). What a killed worker left (its tasks' scratch directories, a name table'
 open) is deleted by the first task of a later worker process on its machine (`_sweep`). A resolve task returns its slim shard with the resolutions beside the
 references, which replaces the shard at its path for `shards.merge_resolved`.
 
-At most `INFLIGHT_PER_WORKER` tasks per worker are in flight: memory stays bounded however large
-the tree. A task whose worker died is retried by Ray (``max_retries``); one that keeps dying
-(killed, out of memory) ends the build with `BuildWorkerError`, before anything of its shard is
-merged: the sharded load's crash guarantees are the local pool's.
+At most `INFLIGHT_PER_WORKER` tasks per worker are in flight, so the files read, the shards
+being written and the results coming back are bounded however large the tree. The slim copies
+are not: each shard's stays pinned in the object store from its parse to its resolution, so the
+store holds every shard's references (without their lexical rows or symbols, a fraction of the
+shard) at the end of the parse; past the store's size Ray spills them to its disk. A task whose
+worker died is retried by Ray (``max_retries``); one that keeps dying (killed, out of memory)
+ends the build with `BuildWorkerError`, before anything of its shard is merged: the sharded
+load's crash guarantees are the local pool's.
 """
 
 from __future__ import annotations
