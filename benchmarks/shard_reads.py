@@ -12,7 +12,8 @@ Then, in this process with every connection open and warm (the query alone, medi
 `--runs`, merged and fan-out runs interleaved):
 
 (a) symbol lookup: `GraphReads.find_definitions` (what `repoctx symbol` runs); fan-out asks every
-    shard, keeps the best name tier any shard matched, orders and cuts as the SQL does;
+    shard one name tier at a time (exact qualified name, exact name, suffix, prefix) and stops
+    at the first tier any shard answers, then orders and cuts as the SQL does;
 (b) references: `find_definitions` then `GraphReads.references_to` (what `repoctx refs` runs);
     fan-out merges each group (resolved, candidates) by confidence, path, line;
 (c) lexical: `LexicalReads.chunk_bm25` top-k over `chunks_fts` for ~20 queries; fan-out takes
@@ -226,16 +227,20 @@ def merge_shards(shards: list[Path], graph: Path, dest: Path) -> dict:
 # --------------------------------------------------------------------------- reads
 
 
-def _tier(rec, name: str) -> int:
-    """Which step of `GraphReads.find_definitions` a hit answers: exact qualified name, exact
-    name, qualified-name suffix (LIKE: ASCII case-insensitive), prefix."""
-    if rec.qualname == name:
-        return 0
-    if rec.name == name:
-        return 1
-    if "." in name and rec.qualname.lower().endswith("." + name.lower()):
-        return 2
-    return 3
+def name_steps(name: str) -> list[tuple[str, list]]:
+    """The name tiers of `GraphReads.find_definitions` (exact qualified name, exact name,
+    qualified-name suffix, prefix), for fan-out to ask every shard one tier at a time: a shard
+    that lacks the exact name would otherwise fall through to the prefix scan on its own,
+    although another shard answers the first tier. Mirrors that method; the tests check that
+    fan-out returns what it returns."""
+    from indexer.graph.reads import _like_escape
+
+    steps: list[tuple[str, list]] = [("s.qualname = ?", [name]), ("s.name = ?", [name])]
+    if "." in name:
+        steps.append(("s.qualname LIKE ? ESCAPE '\\'", ["%." + _like_escape(name)]))
+    esc = _like_escape(name) + "%"
+    steps.append(("(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')", [esc, esc]))
+    return steps
 
 
 def _def_key(rec) -> tuple:
@@ -266,12 +271,14 @@ class Reader:
 
     def definitions(self, name: str, limit: int = 50) -> list:
         name = name.strip().replace("::", ".")
-        found = [h for h in self._each(lambda g: g.find_definitions(name, None, limit), self.graphs) if h]
-        if len(self.graphs) == 1 or not found:
-            return found[0] if found else []
-        best = min(_tier(h[0], name) for h in found)
-        hits = [r for h in found if _tier(h[0], name) == best for r in h]
-        return sorted(hits, key=_def_key)[:limit]
+        if len(self.graphs) == 1:
+            return self.graphs[0].find_definitions(name, None, limit)
+        for where, params in name_steps(name):
+            hits = [r for part in self._each(lambda g, w=where, p=params: g._records(w, p, limit),
+                                             self.graphs) for r in part]
+            if hits:
+                return sorted(hits, key=_def_key)[:limit]
+        return []
 
     def references(self, name: str, limit: int = 500) -> list:
         ids = [t.id for t in self.definitions(name)]

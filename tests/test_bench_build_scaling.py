@@ -230,6 +230,8 @@ def test_shards_split_every_row_once_and_fan_out_reads_as_the_merged_file(tmp_pa
         assert [d.qualname for d in defs] == [d.qualname for d in fan.definitions("helper")]
         assert all(d.name == "helper" for d in defs)
         assert [d.name for d in fan.definitions("helper_")] == ["helper_extra"]
+        suffix = [d.qualname for d in one.definitions("core.helper")]
+        assert suffix == ["a.core.helper"] == [d.qualname for d in fan.definitions("core.helper")]
         refs = one.references("helper")
         assert refs and refs == fan.references("helper")
         assert {r.path for r in refs} >= {"b/util.py", "c/app.py"}
