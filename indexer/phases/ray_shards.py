@@ -50,8 +50,8 @@ from indexer.errors import BuildWorkerError
 from indexer.graph import shards, store
 from indexer.graph.resolve import SymbolTable
 from indexer.parse.ray_engine import INFLIGHT_PER_WORKER, RaySession
-from indexer.parse.worker import FileResult, learned_counts, load_file, parse_content
-from indexer.phases.sharded import ParseTask
+from indexer.parse.worker import FileResult, load_file, parse_content
+from indexer.phases.sharded import ParseTask, write_parsed
 
 #: What a resolve task reads and writes of a shard; ``refs`` without its ``inherit`` rows
 #: (merged with the parse).
@@ -117,13 +117,10 @@ def parse_task(path: str, ddl: tuple[str, ...], model: str | None, gen: int,
                for _, item in items]
     with _scratch() as tmp:
         local, slim = os.path.join(tmp, "shard.db"), os.path.join(tmp, "slim.db")
-        top = shards.write_shard(local, ddl, gen, list(zip((fid for fid, _ in items), results,
-                                                          strict=True)))
+        report = write_parsed(local, ddl, gen, model, [fid for fid, _ in items], results, cpu)
         _slim(local, slim)
         data, slim_data = _deliver(local, path), Path(slim).read_bytes()
-    report = shards.ShardReport("", [(r.path, r.status, r.error) for r in results], top,
-                                learned_counts(model) if model is not None else None,
-                                time.process_time() - cpu)
+    report = dataclasses.replace(report, path="", cpu=time.process_time() - cpu)
     return (data, report, time.time()), slim_data
 
 

@@ -22,7 +22,7 @@ from indexer.graph import fts_segments, schema, shards
 from indexer.graph import write as graph_write
 from indexer.models import Progress
 from indexer.parse.helper import parse_batch
-from indexer.parse.worker import count_outcomes, learned_counts
+from indexer.parse.worker import FileResult, count_outcomes, learned_counts
 from indexer.phases.parsing import POOL_THRESHOLD
 
 if TYPE_CHECKING:
@@ -94,12 +94,18 @@ def parse_shard(path: str, ddl: tuple[str, ...], root: str, model: str | None, g
     one)."""
     cpu = time.process_time()
     results = parse_batch(root, model, [item for _, item in files])
-    top = shards.write_shard(path, ddl, gen, list(zip((fid for fid, _ in files), results,
-                                                      strict=True)))
-    report = shards.ShardReport(path, [(r.path, r.status, r.error) for r in results], top,
-                                learned_counts(model) if model is not None else None,
-                                time.process_time() - cpu)
-    return report, time.time()
+    return write_parsed(path, ddl, gen, model, [fid for fid, _ in files], results, cpu), time.time()
+
+
+def write_parsed(path: str, ddl: tuple[str, ...], gen: int, model: str | None, ids: list[int],
+                 results: list[FileResult], cpu: float) -> shards.ShardReport:
+    """Write the shard of parsed ``results`` (files ``ids``) at ``path``: its report, with the
+    CPU seconds since ``cpu`` (a `time.process_time()`). The task bodies of every runner end
+    here."""
+    top = shards.write_shard(path, ddl, gen, list(zip(ids, results, strict=True)))
+    return shards.ShardReport(path, [(r.path, r.status, r.error) for r in results], top,
+                              learned_counts(model) if model is not None else None,
+                              time.process_time() - cpu)
 
 
 def resolve_shard(db_file: str, key: str, path: str) -> tuple[str, int, float, float]:
