@@ -231,6 +231,13 @@ def driver_profile(repo: Path, index_dir: Path, env: dict, jobs: int) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def _median_phases(runs: list[dict]) -> dict:
+    """Each phase's median over the runs that report it."""
+    keys = sorted({k for phases in runs for k in phases})
+    return {k: median([phases[k] for phases in runs if isinstance(phases.get(k), int | float)])
+            for k in keys}
+
+
 def driver_share(files: int, jobs: int, runs: int, tmp: Path) -> dict:
     """`--driver-share`: see the module docstring."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -254,26 +261,38 @@ def driver_share(files: int, jobs: int, runs: int, tmp: Path) -> dict:
             builds[engine].append(build(repo, idx, env, engine=engine, jobs=jobs))
             shutil.rmtree(idx, ignore_errors=True)
     out: dict = {"files": len(paths), "sampling": sampling, "jobs": jobs, "runs": runs}
+    # Every figure is the median over the runs of that figure, each run's beside it: a ratio
+    # of medians, or one run's phases next to another's ratio, would mix runs.
     for engine, rows in builds.items():
         out[engine] = {"wall_s": median([r["wall_s"] for r in rows]),
                        "runs": [r["wall_s"] for r in rows], "files_parsed": rows[-1]["files"],
-                       "phases": rows[len(rows) // 2]["phases"]}
-    shares = []
+                       "phases": _median_phases([r["phases"] for r in rows]),
+                       "phases_by_run": [r["phases"] for r in rows]}
+    per_run = []
     for r in builds["ray"]:
         p = r["phases"]
         if p.get("cpu:workers"):
-            shares.append(p["cpu:driver"] / p["cpu:workers"])
-    ray_phases = out["ray"]["phases"]
+            driver, write = p["cpu:driver"], p.get("write")
+            per_run.append({
+                "cpu_driver_s": driver, "cpu_workers_s": p["cpu:workers"],
+                "ratio": round(driver / p["cpu:workers"], 4), "merge_write_s": write,
+                "merge_share_of_driver": (round(write / driver, 3)
+                                          if write is not None and driver else None)})
+
+    def med(key: str) -> float | None:
+        return median([run[key] for run in per_run if run[key] is not None])
+
+    ratio = med("ratio")
     out["driver_share"] = {
-        "cpu_driver_s": ray_phases.get("cpu:driver"), "cpu_workers_s": ray_phases.get("cpu:workers"),
-        "ratio": median(shares), "ratios": [round(x, 4) for x in shares],
-        "target": TARGET_DRIVER_SHARE,
-        "met": bool(shares) and median(shares) <= TARGET_DRIVER_SHARE,
-        "merge_write_s": ray_phases.get("write"),
-        "merge_share_of_driver": (round(ray_phases["write"] / ray_phases["cpu:driver"], 3)
-                                  if ray_phases.get("cpu:driver") else None),
-        "note": "`write` is the driver's merge seconds (wall, FTS5 tokenization included): CPU-bound, "
-                "so its share of cpu:driver is what the merges cost the driver",
+        "cpu_driver_s": med("cpu_driver_s"), "cpu_workers_s": med("cpu_workers_s"),
+        "ratio": ratio, "target": TARGET_DRIVER_SHARE,
+        "met": ratio is not None and ratio <= TARGET_DRIVER_SHARE,
+        "merge_write_s": med("merge_write_s"),
+        "merge_share_of_driver": med("merge_share_of_driver"),
+        "runs": per_run,
+        "note": "each figure is the median over the Ray runs of that figure (`runs`: each run's); "
+                "`write` is the driver's merge seconds (wall, FTS5 tokenization included): "
+                "CPU-bound, so its share of cpu:driver is what the merges cost the driver",
     }
     out["ray_over_local_wall"] = (round(out["ray"]["wall_s"] / out["local"]["wall_s"], 3)
                                   if out["local"]["wall_s"] else None)
