@@ -195,7 +195,7 @@ DRIVER_PARTS = {
     "merge_parsed": ("graph/shards.py", "merge_parsed"),
     "merge_resolved": ("graph/shards.py", "merge_resolved"),
     "read_files": ("parse/worker.py", "load_file"),
-    "task_results": ("phases/ray_shards.py", "_take"),
+    "task_results": ("phases/ray_shards.py", "_get"),
     "write_shard_bytes": ("phases/ray_shards.py", "_parsed"),
     "write_resolved_bytes": ("phases/ray_shards.py", "_resolved"),
     "name_table": ("phases/ray_shards.py", "name_table"),

@@ -170,26 +170,39 @@ def _task_inputs(root: Path, tmp_path: Path) -> tuple[Path, tuple[str, ...], lis
 
 def test_a_worker_that_cannot_see_the_shard_directory_returns_the_file(root, tmp_path):
     """On another machine than the driver's, the task bodies send their files back rather than
-    writing them at the driver's path; on the driver's they write them there. Same rows."""
+    writing them at the driver's path, and the parse its slim copy for the resolution; on the
+    driver's they write them there, and the resolution reads the shard there (a resolve task
+    given no copy elsewhere says so: the driver then sends `slim_copy`). Same rows."""
     db_file, ddl, items = _task_inputs(root, tmp_path)
     here = tmp_path / "shards"
     here.mkdir()
+    shard = str(here / "0.db")
     elsewhere = str(tmp_path / "not-on-this-machine" / "0.db")
     (sent, report, _), slim = ray_shards.parse_task(elsewhere, ddl, None, 1, items)
-    (none, _, _), _ = ray_shards.parse_task(str(here / "0.db"), ddl, None, 1, items)
-    assert none is None and isinstance(sent, bytes) and not Path(elsewhere).parent.exists()
+    (none, _, _), no_slim = ray_shards.parse_task(shard, ddl, None, 1, items)
+    assert none is None and no_slim is None  # nothing of it waits in the object store
+    assert isinstance(sent, bytes) and isinstance(slim, bytes)
+    assert not Path(elsewhere).parent.exists()
     assert [(p, s) for p, s, _ in report.files] == [("pkg/m3.py", "ok"), ("gone.py", "skipped:unreadable")]
     (tmp_path / "sent.db").write_bytes(sent)
     got = _rows(tmp_path / "sent.db")
     assert got == _rows(here / "0.db") and len(got["files"]) == 2 and got["symbols"]
+    (tmp_path / "slim.db").write_bytes(slim)
+    (tmp_path / "driver-slim.db").write_bytes(ray_shards.slim_copy(shard))  # sent elsewhere
+    assert _rows(tmp_path / "driver-slim.db") == _rows(tmp_path / "slim.db")
     table = [ray.put(ray_shards.name_table(str(db_file)))]
+    with pytest.raises(ray_shards.ShardUnseen):
+        ray_shards.resolve_task(elsewhere, "key-1", table, None)
     resolved, n, _, _ = ray_shards.resolve_task(elsewhere, "key-1", table, slim)
-    none, _, _, _ = ray_shards.resolve_task(str(here / "0.db"), "key-1", table, slim)
+    none, _, _, _ = ray_shards.resolve_task(shard, "key-1", table, None)  # read at its path
     assert none is None and n == report.refs - sum(r[3] == "inherit" for r in got["refs"]) > 0
     (tmp_path / "resolved.db").write_bytes(resolved)
     got = _rows(tmp_path / "resolved.db")
     assert got == _rows(here / "0.db") and len(got["resolved"]) == n
     assert set(got) == {"files", "refs", "resolved", "candidates"}  # the slim copy only
+    # A retried task reads the copy an earlier attempt resolved: resolved again, not twice.
+    none, again, _, _ = ray_shards.resolve_task(shard, "key-1", table, None)
+    assert none is None and again == n and _rows(here / "0.db") == got
 
 
 @pytest.mark.parametrize("name", ["OutOfMemoryError", "WorkerCrashedError", "NodeDiedError",
@@ -243,7 +256,7 @@ def test_a_worker_leaves_no_scratch_file_and_removes_what_killed_ones_left(root,
     here = tmp_path / "shards"
     here.mkdir()
     (none, report, _), slim = ray_shards.parse_task(str(here / "0.db"), ddl, None, 1, items)
-    assert none is None
+    assert none is None and slim is None
     assert [p.name for p in scratch.iterdir()] == [f"repoctx-shard-{os.getpid()}-live"]
     table = [ray.put(ray_shards.name_table(str(db_file)))]
     counts = []
@@ -253,3 +266,26 @@ def test_a_worker_leaves_no_scratch_file_and_removes_what_killed_ones_left(root,
         counts.append(n)
     assert counts[0] == counts[1] > 0
     assert len(_rows(here / "0.db")["resolved"]) == counts[0]
+
+
+def test_a_shard_the_resolving_worker_cannot_see_is_sent_to_it(root, tmp_path, monkeypatch):
+    """A shard at its path on the driver's machine (delivered by its parse, or not parsed by
+    this runner) has no slim copy in the object store: a resolve task that runs where its
+    directory is not says so, and the driver sends the copy. Here the path is relative to the
+    driver's working directory, which Ray's workers do not share."""
+    db_file, ddl, items = _task_inputs(root, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    shard = f"unseen-{os.getpid()}/0.db"
+    os.mkdir(os.path.dirname(shard))
+    (none, report, _), slim = ray_shards.parse_task(shard, ddl, None, 1, items)
+    assert none is None and slim is None
+    cfg = load_config(root, env={}, jobs=2, engine="ray", index_dir=tmp_path / "idx")
+    session = ray_shards.ShardedRaySession(cfg)
+    try:
+        with session.shard_runner() as runner:
+            (path, n, _, _), = runner.resolve(str(db_file), "key-3", [shard])
+    finally:
+        session.close()
+    assert ray.is_initialized()  # the module's Ray, not the session's
+    assert path == shard and n > 0 and len(_rows(Path(shard))["resolved"]) == n
+    assert set(_rows(Path(shard))) == {"files", "refs", "resolved", "candidates"}

@@ -7,10 +7,13 @@ unreadable or too large one, travels as its result and still gets its row), writ
 into a temporary file of its own machine and returns the file's bytes, which the driver writes
 at the shard's path and merges; a worker that sees the shard's directory (the driver's machine,
 or a file system they share: the directory's name is this build's alone) copies the file there
-itself, and only the report travels. With it comes a slim copy holding only what resolution
+itself, and only the report travels. The resolve task of a shard reads there what resolution
 reads and writes (the shard's files, its references other than ``inherit``, the empty resolution
-tables): it stays in Ray's object store until the resolve task that takes it, so the lexical
-rows, most of a shard, cross the network once.
+tables) into a slim copy of its own; where the parse task could not deliver the shard, it
+returned that slim copy too, which stays in Ray's object store until the resolve task that takes
+it, so the lexical rows, most of a shard, cross the network once. A resolve task given no slim
+copy that runs where the shard's directory is not says so (`ShardUnseen`), and the driver sends
+it the copy.
 
 Resolution needs the name table. Rather than the graph file (FTS5 tables, chunks, every
 reference), the driver ships a compact copy of what `SymbolTable` reads (files, symbols,
@@ -19,17 +22,19 @@ store; each worker process writes it to a temporary file the first time a task o
 reaches it, indexes it, opens it, and deletes the file at once: the open connection keeps it for
 the build's other tasks (Ray kills its workers at the job's end, so nothing at their exit
 would). What a killed worker left (its tasks' scratch directories, a name table's file not yet
-open) is deleted by the first task of a later worker process on its machine (`_sweep`). A resolve task returns its slim shard with the resolutions beside the
-references, which replaces the shard at its path for `shards.merge_resolved`.
+open) is deleted by the first task of a later worker process on its machine (`_sweep`). A
+resolve task returns its slim shard with the resolutions beside the references, which replaces
+the shard at its path for `shards.merge_resolved`.
 
 At most `INFLIGHT_PER_WORKER` tasks per worker are in flight, so the files read, the shards
-being written and the results coming back are bounded however large the tree. The slim copies
-are not: each shard's stays pinned in the object store from its parse to its resolution, so the
-store holds every shard's references (without their lexical rows or symbols, a fraction of the
-shard) at the end of the parse; past the store's size Ray spills them to its disk. A task whose
-worker died is retried by Ray (``max_retries``); one that keeps dying (killed, out of memory)
-ends the build with `BuildWorkerError`, before anything of its shard is merged: the sharded
-load's crash guarantees are the local pool's.
+being written and the results coming back are bounded however large the tree. Slim copies that
+travel are not: each stays pinned in the object store from its shard's parse to its resolution,
+so where the workers do not see the driver's shard directory the store holds every shard's
+references (without their lexical rows or symbols, a fraction of the shard) at the end of the
+parse; past the store's size Ray spills them to its disk. A task whose worker died is retried by
+Ray (``max_retries``); one that keeps dying (killed, out of memory) ends the build with
+`BuildWorkerError`, before anything of its shard is merged: the sharded load's crash guarantees
+are the local pool's.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ def _slim(shard: str, out: str) -> None:
         conn.execute("BEGIN")
         for table in _SLIM_TABLES:
             conn.execute(ddl[table])
+            if table in ("resolved", "candidates"):  # empty after a parse; rows here would be
+                continue  # a resolved copy's, read again by a retried task
             where = " WHERE kind != 'inherit' ORDER BY id" if table == "refs" else ""
             conn.execute(f"INSERT INTO main.{table} SELECT * FROM s.{table}{where}")
         conn.execute("COMMIT")
@@ -106,20 +113,29 @@ def _deliver(tmp_file: str, path: str) -> bytes | None:
     return None
 
 
+class ShardUnseen(Exception):
+    """A resolve task given no slim copy ran where the shard's directory is not."""
+
+
 def parse_task(path: str, ddl: tuple[str, ...], model: str | None, gen: int,
-               items: list[tuple[int, Any]]) -> tuple[tuple[bytes | None, shards.ShardReport, float], bytes]:
+               items: list[tuple[int, Any]]
+               ) -> tuple[tuple[bytes | None, shards.ShardReport, float], bytes | None]:
     """Ray task body: parse ``items`` ((file id, bytes and facts to `parse_content`, or the
     `FileResult` the driver settled)) and write their shard for ``path`` (`_deliver`). Returns
-    (shard bytes or None, report without a path, when it finished) and the slim copy for its
-    resolution."""
+    (shard bytes, or None when it is at ``path``; report without a path; when it finished) and
+    the slim copy for its resolution, None when the shard is at ``path``: the resolve task
+    reads it there (nothing of it stays in the object store meanwhile)."""
     cpu = time.process_time()
     results = [item if isinstance(item, FileResult) else parse_content(*item, model)
                for _, item in items]
     with _scratch() as tmp:
         local, slim = os.path.join(tmp, "shard.db"), os.path.join(tmp, "slim.db")
         report = write_parsed(local, ddl, gen, model, [fid for fid, _ in items], results, cpu)
-        _slim(local, slim)
-        data, slim_data = _deliver(local, path), Path(slim).read_bytes()
+        data = _deliver(local, path)
+        slim_data = None
+        if data is not None:
+            _slim(local, slim)
+            slim_data = Path(slim).read_bytes()
     report = dataclasses.replace(report, path="", cpu=time.process_time() - cpu)
     return (data, report, time.time()), slim_data
 
@@ -193,20 +209,34 @@ def _name_table(ray: Any, key: str, table: list) -> SymbolTable:
 
 
 def resolve_task(path: str, key: str, table: list,
-                 slim: bytes) -> tuple[bytes | None, int, float, float]:
-    """Ray task body: resolve a slim shard against build ``key``'s name table
+                 slim: bytes | None) -> tuple[bytes | None, int, float, float]:
+    """Ray task body: resolve a slim shard (``slim``, or else made here of the shard at
+    ``path``; `ShardUnseen` where that is not to be seen) against build ``key``'s name table
     (`shards.resolve_with`). Returns it with its resolutions (or None: `_deliver` put it at
     ``path``), the references resolved, when it finished and its CPU seconds."""
     import ray
 
     cpu = time.process_time()
+    if slim is None and not os.path.isdir(os.path.dirname(path)):
+        raise ShardUnseen(path)
     names = _name_table(ray, key, table)
     with _scratch() as tmp:
         local = os.path.join(tmp, "slim.db")
-        Path(local).write_bytes(slim)
+        if slim is None:
+            _slim(path, local)
+        else:
+            Path(local).write_bytes(slim)
         n = shards.resolve_with(names, local)
         data = _deliver(local, path)
     return data, n, time.time(), time.process_time() - cpu
+
+
+def slim_copy(shard: str) -> bytes:
+    """The slim copy of the shard at ``shard`` (`_slim`), as file bytes."""
+    with _scratch() as tmp:
+        out = os.path.join(tmp, "slim.db")
+        _slim(shard, out)
+        return Path(out).read_bytes()
 
 
 def name_table(db_file: str) -> bytes:
@@ -235,7 +265,9 @@ class RayShards:
         self.most = self.session.workers * INFLIGHT_PER_WORKER
         self._parse = ray.remote(num_cpus=1, max_retries=2, num_returns=2)(parse_task)
         self._resolve = ray.remote(num_cpus=1, max_retries=2)(resolve_task)
-        self._slims: dict[str, Any] = {}  # shard path -> its slim copy in the object store
+        # Shard path -> its slim copy in the object store (a None where the shard is at its
+        # path: a worker that sees it reads it there).
+        self._slims: dict[str, Any] = {}
         self._inflight: list = []
         self._dead = _worker_deaths(ray)
 
@@ -248,13 +280,21 @@ class RayShards:
         self._inflight = []
         self._slims.clear()
 
-    def _take(self, pending: dict) -> Any:
-        """The first of the in-flight tasks to finish, and its key in ``pending``."""
+    def _next(self, pending: dict) -> tuple[Any, Any]:
+        """The first of the in-flight tasks to finish: its key in ``pending``, and its ref."""
         ready, self._inflight = self.ray.wait(self._inflight, num_returns=1)
+        return pending.pop(ready[0]), ready[0]
+
+    def _get(self, ref: Any) -> Any:
         try:
-            return pending.pop(ready[0]), self.ray.get(ready[0])
+            return self.ray.get(ref)
         except self._dead as exc:
             raise BuildWorkerError() from exc
+
+    def _take(self, pending: dict) -> Any:
+        """The first of the in-flight tasks to finish: its key in ``pending``, and its result."""
+        key, ref = self._next(pending)
+        return key, self._get(ref)
 
     def parse(self, tasks: Iterator[ParseTask]) -> Iterator[tuple[shards.ShardReport, float]]:
         pending: dict = {}
@@ -284,19 +324,26 @@ class RayShards:
         table = [self.ray.put(name_table(db_file))]  # in a list: a task fetches it only once
         pending: dict = {}
         for path in paths:
-            slim = self._slims.pop(path, None)
-            if slim is None:  # not parsed by this runner: the shard itself travels
-                slim = Path(path).read_bytes()
-            ref = self._resolve.remote(path, key, table, slim)
-            pending[ref] = path
-            self._inflight.append(ref)
+            # None when not parsed by this runner: read at its path, as a delivered one
+            self._submit(pending, path, key, table, self._slims.pop(path, None))
             while len(self._inflight) >= self.most:
-                yield self._resolved(pending)
+                yield self._resolved(pending, key, table)
         while self._inflight:
-            yield self._resolved(pending)
+            yield self._resolved(pending, key, table)
 
-    def _resolved(self, pending: dict) -> tuple[str, int, float, float]:
-        path, (data, n, finished, cpu) = self._take(pending)
+    def _submit(self, pending: dict, path: str, key: str, table: list, slim: Any) -> None:
+        ref = self._resolve.remote(path, key, table, slim)
+        pending[ref] = path
+        self._inflight.append(ref)
+
+    def _resolved(self, pending: dict, key: str, table: list) -> tuple[str, int, float, float]:
+        while True:
+            path, ref = self._next(pending)
+            try:
+                data, n, finished, cpu = self._get(ref)
+                break
+            except ShardUnseen:  # ran where the shard is not to be seen: its slim copy travels
+                self._submit(pending, path, key, table, self.ray.put(slim_copy(path)))
         if data is not None:
             Path(path).write_bytes(data)
         return path, n, finished, cpu
