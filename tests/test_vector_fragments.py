@@ -217,3 +217,44 @@ def test_rows_committed_but_unmarked_are_replaced_not_doubled(ray_local, repo, t
     again = build(cfg, embed=True)
     assert again.embedding["reused"] > 0 and again.embedding["embedded"] == 0
     assert _table(cfg) == before
+
+
+# ---------------------------------------------------------------- reading pending chunks
+
+
+def _plan(conn, sql: str, args: list) -> list[str]:
+    return [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, args)]
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+def test_pending_chunks_are_read_by_id_for_short_runs_and_by_path_without_a_sort(
+        repo, tmp_path, analyzed):
+    """A short run (an edit) walks only the pending chunks (the partial index); a long one
+    walks files in path order with no sort, even when statistics say few chunks are pending
+    (which would otherwise sort every pending chunk for each batch)."""
+    from indexer.parse.testpaths import sql_is_test_path
+
+    cfg = _cfg(repo, tmp_path / "idx", "local")
+    build(cfg)
+    db = store.open_for_write(cfg.index_path)
+    conn = db.conn
+    try:
+        with conn:
+            conn.execute("UPDATE chunks SET embedded = 1")
+            conn.execute("UPDATE chunks SET embedded = 0 WHERE id IN "
+                         "(SELECT id FROM chunks ORDER BY id DESC LIMIT 3)")
+            if analyzed:
+                conn.execute("ANALYZE")
+        params = list(sql_is_test_path("f.path")[1])
+        by_id = _plan(conn, semantic._PENDING_BY_ID, [*params, 0, -1, 16])
+        by_path = _plan(conn, semantic._PENDING_BY_PATH, [*params, 0, "", -1, 16])
+        assert "chunks_unembedded" in by_id[0] and not any("TEMP B-TREE" in s for s in by_id)
+        assert by_path[0].startswith("SEARCH f USING INDEX") and "chunks_file" in by_path[1]
+        assert not any("TEMP B-TREE" in s for s in by_path)
+        ids = [r[0] for rows in semantic._pending_rows(conn, 3, by_path=False) for r in rows]
+        paths = [(r[2], r[0]) for rows in semantic._pending_rows(conn, 3, by_path=True)
+                 for r in rows]
+        assert ids == sorted(ids) and len(ids) == 3
+        assert paths == sorted(paths) and {i for _, i in paths} == set(ids)
+    finally:
+        conn.close()

@@ -5,6 +5,10 @@ lexical index are committed (they are usable while vectors fill in), commits per
 (a killed run resumes where it stopped) and never embeds the same content twice. On the Ray
 engine the actors write the rows as table fragments and this process commits a window of
 batches at a time, marking chunks embedded only after the commit (`indexer.vectors.fragments`).
+
+Size: one phase from the table's upkeep (its place, damage, lost rows, a stopped run's
+fragments) through reading pending chunks and their texts to the two ways of writing vectors,
+in process and through the Ray engine's fragments; they share the pending-row cursor.
 """
 
 from __future__ import annotations
@@ -240,7 +244,9 @@ def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: 
     pool.open_table(uri, storage_options(config))
     with conn:
         store.set_meta(db, UNCOMMITTED_META, "1")
-    result = embed_to_fragments(vs, pool, _pending_rows(conn, total),
+    # The same order as in process (`_embed_batches`): the first path of a shared content
+    # gives it its vector (the path is in the text), so both engines write the same table.
+    result = embed_to_fragments(vs, pool, _pending_rows(conn, total, by_path=total > KEY_SCAN_MIN),
                                 lambda rows: _texts(config.root, rows, {}), mark, total, progress)
     with conn:
         store.set_meta(db, UNCOMMITTED_META, "")
@@ -331,27 +337,38 @@ class _Inline:
         return handle
 
 
-def _pending_rows(conn, total: int) -> Iterator[list]:
+_PENDING_COLUMNS = ("c.id, c.content_hash, f.path, f.language, c.start_line, c.end_line, "
+                    "c.symbol, c.header")
+# Ids: a walk of the partial index `chunks_unembedded`, as long as the pending chunks.
+_PENDING_BY_ID = (f"SELECT {_PENDING_COLUMNS} FROM chunks c JOIN files f ON f.id = c.file_id "
+                  f"WHERE c.embedded = 0 AND {_TEST_PATH_SQL} = ? AND c.id > ? "
+                  "ORDER BY c.id LIMIT ?")
+# Paths: files in path order, each file's chunks by `chunks_file` (in id order), no sort. The
+# CROSS JOIN keeps files outside: statistics that say few chunks are pending would otherwise
+# choose the partial index and sort every pending chunk for each batch.
+_PENDING_BY_PATH = (f"SELECT {_PENDING_COLUMNS} FROM files f CROSS JOIN chunks c "
+                    f"ON c.file_id = f.id WHERE c.embedded = 0 AND {_TEST_PATH_SQL} = ? "
+                    "AND (f.path, c.id) > (?, ?) ORDER BY f.path, c.id LIMIT ?")
+
+
+def _pending_rows(conn, total: int, by_path: bool) -> Iterator[list]:
     """Chunks without a vector in batches, product code before tests (the coverage that
-    matters most fills in first), file by file in path order (`_texts` reads a file once,
-    not once per batch its chunks fall in: in chunk id order, 8 reads per file on the
-    stdlib; and which path's text gives a shared content hash its vector does not depend on
-    file ids, which differ between engines); a cursor, so batches can be in flight before
-    the rows of earlier ones are marked."""
+    matters most fills in first); a cursor, so batches can be in flight before the rows of
+    earlier ones are marked. ``by_path``: file by file in path order, so that `_texts` reads a
+    file once per run, not once per batch its chunks fall in (8 reads per file on the stdlib
+    in id order); that walk passes every chunk of the index, so it is for long runs (above
+    `KEY_SCAN_MIN`); a short run (an edit) follows the ids of the pending chunks alone."""
     done = 0
+    query = _PENDING_BY_PATH if by_path else _PENDING_BY_ID
     for is_test in (0, 1):
-        last: tuple = ("", -1)
+        last: tuple = ("", -1) if by_path else (-1,)
         while done < total:
             rows = conn.execute(
-                "SELECT c.id, c.content_hash, f.path, f.language, c.start_line, c.end_line, "
-                "c.symbol, c.header FROM files f JOIN chunks c ON c.file_id = f.id "
-                f"WHERE c.embedded = 0 AND {_TEST_PATH_SQL} = ? AND (f.path, c.id) > (?, ?) "
-                "ORDER BY f.path, c.id LIMIT ?",
-                [*_TEST_PATH_PARAMS, is_test, *last, min(BATCH, total - done)],
+                query, [*_TEST_PATH_PARAMS, is_test, *last, min(BATCH, total - done)]
             ).fetchall()
             if not rows:
                 break
-            last = rows[-1][2], rows[-1][0]
+            last = (rows[-1][2], rows[-1][0]) if by_path else (rows[-1][0],)
             done += len(rows)
             yield rows
 
@@ -412,7 +429,7 @@ def _embed_batches(
         if progress:
             progress(Progress("embed", done, total))
 
-    for rows in _pending_rows(conn, total):
+    for rows in _pending_rows(conn, total, by_path=total > KEY_SCAN_MIN):
         want = {r[1] for r in rows} - recent.keys() - inflight
         have = vs.vectors_for_hashes(want if known_hashes is None else want & known_hashes)
         need = _texts(config.root, [r for r in rows if r[1] in want], have)
