@@ -4,6 +4,7 @@ builds on a real local Ray instance."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from indexer.build import build
 from indexer.config import load_config
 from indexer.graph import store
 from indexer.phases import semantic
-from indexer.vectors.fragments import InlineFragments, embed_to_fragments
+from indexer.vectors.fragments import InlineFragments, UncommittedMarker, embed_to_fragments
 from indexer.vectors.hashing import HashingEmbedder
 from indexer.vectors.table import VectorRow, VectorStore, local_table_dir
 from tests.conftest import make_repo
@@ -51,14 +52,65 @@ def test_a_fragment_never_committed_is_invisible_and_dropped(tmp_path):
     vs = VectorStore.open(str(tmp_path / "v"), 4, "m")
     vs.upsert([_row(i, f"h{i}") for i in range(3)])
     before, files = _rows(vs), _data_files(vs.uri)
-    vs.write_fragment([_row(7, "h7"), _row(8, "h8")])  # a worker's write; no commit follows
+    marker = UncommittedMarker(tmp_path)
+    frag = vs.write_fragment([_row(7, "h7"), _row(8, "h8")])  # a worker's write ...
+    marker.record(vs, [frag])  # ... named before a commit that never comes
     assert len(_data_files(vs.uri)) == len(files) + 1  # the bytes are there ...
     reader = VectorStore.open(vs.uri, 4, "m")
     assert reader.count() == 3 and _rows(reader) == before  # ... and no reader sees them
     assert reader.vectors_for_hashes(["h7"]) == {}
     assert {h.chunk_id for h in reader.search(np.ones(4), k=10)} == {"0", "1", "2"}
-    assert vs.drop_uncommitted() == 1
+    assert marker.recover(vs) == 1
     assert _data_files(vs.uri) == files and _rows(VectorStore.open(vs.uri, 4, "m")) == before
+    assert not os.path.exists(marker.path)
+
+
+def test_recovery_deletes_only_its_own_uncommitted_files(tmp_path):
+    """Two indexes share one table (the same vectors URI): A recovers from a stopped run
+    while B's worker has written a fragment B has not committed yet. A deletes its own dead
+    file only; B's commit then holds, and the table stays readable."""
+    uri = str(tmp_path / "shared")
+    a, b = VectorStore.open(uri, 4, "m"), VectorStore.open(uri, 4, "m")
+    a.upsert([_row(i, f"h{i}") for i in range(3)])
+    marker = UncommittedMarker(tmp_path / "a-index")
+    os.makedirs(marker.path.rsplit("/", 1)[0])
+    marker.record(a, [a.write_fragment([_row(5, "h5")])])  # A's run stops here
+    dead = _data_files(uri)
+    b_frag = b.write_fragment([_row(10, "h10")])  # B's worker wrote; B's commit comes next
+    assert marker.recover(a) == 1
+    b.commit_fragments([b_frag])
+    reader = VectorStore.open(uri, 4, "m")
+    reader.check_readable()
+    assert sorted(_rows(reader)) == ["0", "1", "10", "2"]
+    assert len(dead - _data_files(uri)) == 1  # A's own file, nothing else
+
+
+def test_recovery_keeps_files_a_version_names(tmp_path):
+    """Stopped after the commit and before the marker was cleared: the files are the
+    table's now, and stay."""
+    vs = VectorStore.open(str(tmp_path / "v"), 4, "m")
+    marker = UncommittedMarker(tmp_path)
+    frag = vs.write_fragment([_row(1, "h1")])
+    marker.record(vs, [frag])
+    vs.commit_fragments([frag])
+    assert marker.recover(vs) == 0
+    VectorStore.open(vs.uri, 4, "m").check_readable()
+    assert sorted(_rows(vs)) == ["1"]
+
+
+def test_a_marker_names_only_files_of_the_table(tmp_path):
+    """The marker is a file in the index directory (which a clone can ship): a name that is
+    not a data file's, or a record for another table, deletes nothing."""
+    vs = VectorStore.open(str(tmp_path / "v"), 4, "m")
+    victim = tmp_path / "v" / "keep.txt"
+    victim.write_text("x")
+    marker = UncommittedMarker(tmp_path)
+    for uri, files in ((os.path.abspath(vs.uri), ["../keep.txt", "/etc/passwd"]),
+                       (str(tmp_path / "other"), ["x.lance"])):
+        with open(marker.path, "w") as fh:
+            json.dump({"uri": uri, "since": 1, "files": files}, fh)
+        assert marker.recover(vs) == 0
+    assert victim.exists() and not os.path.exists(marker.path)
 
 
 def test_commit_replaces_rows_and_appends_in_one_version(tmp_path):
@@ -217,6 +269,37 @@ def test_rows_committed_but_unmarked_are_replaced_not_doubled(ray_local, repo, t
     again = build(cfg, embed=True)
     assert again.embedding["reused"] > 0 and again.embedding["embedded"] == 0
     assert _table(cfg) == before
+
+
+class _Killed(BaseException):
+    """Stops a build the way kill -9 does for what it leaves: no phase publishes after it."""
+
+
+def test_a_killed_full_rebuilds_fragments_are_deleted_by_the_next_build(
+        ray_local, repo, tmp_path, monkeypatch):
+    """The fragments of a full rebuild stopped before its commit: its new graph generation is
+    never published (the next build deletes it), so what names the fragments lies in the
+    index directory, and the next build that embeds deletes them."""
+    cfg = _cfg(repo, tmp_path / "ray", "ray")
+    uri = str(cfg.index_path / "vectors.lance")
+    build(cfg, embed=True)
+    kept = _data_files(uri)
+    for path in sorted(repo.rglob("m0*.py")):  # new content for the rebuild to embed
+        path.write_text(path.read_text() + "\nX = 1\n")
+
+    def killed(*a, **kw):
+        raise _Killed
+
+    real = lance.LanceDataset.commit
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(killed))
+    with pytest.raises(_Killed):
+        build(cfg, full=True, embed=True)
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(real))
+    dead = _data_files(uri) - kept
+    assert dead  # the workers wrote
+    assert build(cfg, embed=True).embedding["coverage"] == 1.0  # an incremental one
+    assert not dead & _data_files(uri)
+    VectorStore.open(uri, 64, MODEL).check_readable()
 
 
 # ---------------------------------------------------------------- reading pending chunks

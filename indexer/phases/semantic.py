@@ -147,6 +147,7 @@ def _embed_pending(
             conn.execute("UPDATE chunks SET embedded = 0")
     else:
         _forget_lost_vectors(conn, uri)
+    _recover_uncommitted(config, conn, uri)  # before any return: also on a no-op build
     pending_total = conn.execute("SELECT count(*) FROM chunks WHERE embedded = 0").fetchone()[0]
     tombstones = [r[0] for r in conn.execute("SELECT chunk_id FROM vector_tombstones")]
     if not pending_total and not tombstones and not reembed:
@@ -172,10 +173,6 @@ def _embed_pending(
                 pending_total = conn.execute(
                     "SELECT count(*) FROM chunks WHERE embedded = 0"
                 ).fetchone()[0]
-        if store.get_meta(db, UNCOMMITTED_META):  # a run stopped between write and commit
-            vs.drop_uncommitted()
-            with conn:
-                store.set_meta(db, UNCOMMITTED_META, "")
         t_embed, cpu0 = time.perf_counter(), time.process_time()  # after loading the model
         with conn:
             store.set_meta(db, "embed_model", embedder.name)
@@ -220,9 +217,23 @@ def _embed_pending(
     )
 
 
-#: Graph meta, set while embedding workers write fragments the driver has not committed: a
-#: run that stops then leaves data files no version names, which the next run deletes.
-UNCOMMITTED_META = "vectors_uncommitted"
+def _recover_uncommitted(config: Config, conn, uri: str) -> None:
+    """Delete the fragments a stopped Ray run wrote and never committed, as its marker in the
+    index directory names them (`UncommittedMarker`); one stat when there is none."""
+    from indexer.vectors.fragments import UncommittedMarker
+    from indexer.vectors.table import VectorStore, raw_dataset, recorded_model
+
+    marker = UncommittedMarker(config.index_path)
+    if not os.path.exists(marker.path):
+        return
+    from indexer.locations import storage_options
+
+    dataset = raw_dataset(config, conn)  # the table as it is, whatever model it holds
+    if dataset is None:
+        marker.clear()
+        return
+    model, dim = recorded_model(dataset)
+    marker.recover(VectorStore(dataset, uri, dim, model, storage_options(config)))
 
 
 def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: int,
@@ -230,7 +241,7 @@ def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: 
     """The Ray engine's embedding: its actors embed and write fragments of the table, this
     process reads the texts, commits and marks (`indexer.vectors.fragments`)."""
     from indexer.locations import storage_options
-    from indexer.vectors.fragments import embed_to_fragments
+    from indexer.vectors.fragments import UncommittedMarker, embed_to_fragments
 
     conn = db.conn
 
@@ -242,15 +253,11 @@ def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: 
                              [(i,) for i in failed])
 
     pool.open_table(uri, storage_options(config))
-    with conn:
-        store.set_meta(db, UNCOMMITTED_META, "1")
     # The same order as in process (`_embed_batches`): the first path of a shared content
     # gives it its vector (the path is in the text), so both engines write the same table.
-    result = embed_to_fragments(vs, pool, _pending_rows(conn, total, by_path=total > KEY_SCAN_MIN),
-                                lambda rows: _texts(config.root, rows, {}), mark, total, progress)
-    with conn:
-        store.set_meta(db, UNCOMMITTED_META, "")
-    return result
+    rows = _pending_rows(conn, total, by_path=total > KEY_SCAN_MIN)
+    return embed_to_fragments(vs, pool, rows, lambda rows: _texts(config.root, rows, {}), mark,
+                              total, progress, UncommittedMarker(config.index_path))
 
 
 #: Graph meta: the vector table's files (names, sizes, mtimes) when this index last wrote or

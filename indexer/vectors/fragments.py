@@ -8,8 +8,9 @@ The driver gets back only the fragment's metadata and the chunk ids it holds, an
 fragments of a window of batches as one table version (`VectorStore.commit_fragments`): readers
 see the whole window or nothing of it. SQLite's ``embedded`` marks are written after that
 commit, never before, so a build stopped in between leaves rows unmarked that the next build
-embeds again (their fragments, never committed, are invisible and deleted then:
-`VectorStore.drop_uncommitted`). A chunk id the table already holds (a crash after a commit,
+embeds again (their fragments, never committed, are invisible; the driver names their files
+in the index directory before each commit, and the next build deletes those no version
+names: `UncommittedMarker`). A chunk id the table already holds (a crash after a commit,
 before its marks) is replaced by the same commit.
 
 Content is still embedded once per build: a row whose hash an uncommitted batch is embedding
@@ -18,13 +19,17 @@ waits until that batch's commit, then reuses its vector from the table.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from indexer.atomic import write_atomic
 from indexer.models import Progress
-from indexer.vectors.table import VectorRow, VectorStore
+from indexer.vectors.table import VectorRow, VectorStore, absolute_uri
 
 #: Rows per batch when deferred rows are sent after the last commit (the phase's own size).
 DEFERRED_BATCH = 256
@@ -117,6 +122,50 @@ class InlineFragments:
         return handle
 
 
+#: In the index directory (not in a graph generation, which a killed full rebuild loses): the
+#: data files of the fragments the driver is about to commit, written before each commit.
+MARKER = "vectors-uncommitted.json"
+
+
+class UncommittedMarker:
+    """The record of fragments written and not yet committed, for the next build to delete if
+    no version names them (`VectorStore.drop_uncommitted`): a run stopped between a worker's
+    write and the driver's commit leaves them in the table's directory, invisible to readers.
+    Fragments a worker was still writing when the driver stopped were never received, so no
+    marker names them: at most a window of batches stays on disk."""
+
+    def __init__(self, index_dir: str | os.PathLike[str]) -> None:
+        self.path = os.path.join(index_dir, MARKER)
+
+    def record(self, vs: VectorStore, fragments: list) -> None:
+        """Name ``fragments``' files, durably, before they are committed to ``vs``."""
+        files = VectorStore.data_files(fragments)
+        if files:
+            write_atomic(self.path, json.dumps({"uri": absolute_uri(vs.uri), "files": files,
+                                                "since": vs.identity()["version"]}))
+
+    def clear(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def recover(self, vs: VectorStore) -> int:
+        """Delete the recorded files that no version of ``vs``'s table names (a record of
+        another table, after the vectors moved, is dropped); returns how many."""
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                found = json.load(fh)
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError):
+            found = None  # unreadable: nothing to trust in it
+        removed = 0
+        if (isinstance(found, dict) and found.get("uri") == absolute_uri(vs.uri)
+                and isinstance(found.get("files"), list) and isinstance(found.get("since"), int)):
+            removed = vs.drop_uncommitted([str(f) for f in found["files"]], found["since"])
+        self.clear()
+        return removed
+
+
 @dataclass(slots=True)
 class _Window:
     """Batches written and not yet committed."""
@@ -137,10 +186,12 @@ def embed_to_fragments(
     mark: Callable[[list, list], None],
     total: int,
     progress: Callable[[Progress], None] | None = None,
+    marker: UncommittedMarker | None = None,
 ) -> tuple[int, int]:
     """Embed the pending ``batches`` through ``pool``'s workers, which write fragments of
     ``vs``'s table; commit them a window at a time (``pool.window`` batches, at least one) and
-    only then ``mark(ok_ids, failed_ids)`` in SQLite. ``read_texts`` gives the embedding input
+    only then ``mark(ok_ids, failed_ids)`` in SQLite; ``marker`` names each window's files
+    before its commit and is cleared at the end. ``read_texts`` gives the embedding input
     of rows by content hash (the files are the driver's). Returns (texts embedded, chunks
     whose vector was reused)."""
     # One scan of two short columns: which hashes need the model, which ids a commit replaces.
@@ -189,6 +240,8 @@ def embed_to_fragments(
     def commit() -> None:
         nonlocal pending
         w, pending = pending, _Window()
+        if marker is not None:
+            marker.record(vs, w.fragments)
         vs.commit_fragments(w.fragments, [i for i in w.ids if i in known_ids])
         mark([int(i) for i in w.ids], w.failed)  # after the commit: see the module docstring
         known_ids.update(w.ids)
@@ -215,6 +268,8 @@ def embed_to_fragments(
         deferred[:] = [r for r in deferred if r[1] in inflight]
         for start in range(0, len(ready), DEFERRED_BATCH):
             submit(ready[start : start + DEFERRED_BATCH])
+    if marker is not None:
+        marker.clear()
     return counts["embedded"], counts["reused"]
 
 

@@ -57,6 +57,7 @@ _META_MODEL = b"repoctx.model"
 _META_DIM = b"repoctx.dim"
 _IN_CHUNK = 500  # values per `IN (...)` filter
 _MIN_INDEX_ROWS = 256  # fewer rows cannot train IVF partitions; flat search is instant anyway
+_DATA_FILE = re.compile(r"[0-9A-Za-z_-]{1,128}\.lance")  # a name Lance gives a data file
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,23 @@ def dataset_path(uri: str) -> str:
     """Where the table's Lance dataset lies under a vectors ``uri`` (a directory or an object
     store URI): what Lance itself opens, and what embedding workers write fragments to."""
     return local_table_dir(uri) or f"{uri.rstrip('/')}/{TABLE}.lance"
+
+
+def absolute_uri(uri: str) -> str:
+    """``uri`` with a local path made absolute (here, where this process runs): what goes to
+    workers, which run in another working directory."""
+    if local_table_dir(uri) is None:
+        return uri
+    return os.path.abspath(os.path.expanduser(uri.removeprefix("file://")))
+
+
+def _dir_id(uri: str) -> tuple[int, int] | None:
+    """(device, inode) of a local table's ``_versions`` directory; None on object storage."""
+    table = local_table_dir(uri)
+    if table is None:
+        return None
+    st = os.stat(os.path.join(table, "_versions"))
+    return st.st_dev, st.st_ino
 
 
 def sql_str(value: str) -> str:
@@ -408,15 +426,45 @@ class VectorStore:
         self._dataset = lance.LanceDataset.commit(
             ds, op, read_version=ds.version, storage_options=self._storage_options)
 
-    def drop_uncommitted(self) -> int:
-        """Delete data files that no version of the table names (fragments of a build that
-        stopped between writing and committing them; never visible to readers); returns how
-        many. Every version is kept. Only under the index's write lock: a concurrent writer's
-        fragments would look the same."""
-        ds = self._writable()
+    def identity(self) -> dict:
+        """What tells this table from another at the same name (a worker whose relative path
+        or credentials reach another one): its latest version, that version's timestamp and,
+        for a local table, the device and inode of its ``_versions`` directory."""
+        ds = self._latest()
+        return {"version": ds.version, "stamp": str(ds.get_version()["timestamp"]),
+                "dir": _dir_id(self.uri)}
+
+    def drop_uncommitted(self, files: Iterable[str], since_version: int) -> int:
+        """Delete the data ``files`` (names in the table's ``data/``, from `data_files` of
+        fragments written for a commit made on ``since_version`` or later) that no version
+        since then names: a build stopped between writing them and committing them; returns
+        how many. Only these files: a table shared by several indexes holds other writers'
+        uncommitted fragments too, which look the same (so never Lance's unverified cleanup)."""
+        files = {f for f in files if _DATA_FILE.fullmatch(f)}  # the marker is a file on disk
+        if not files:
+            return 0
+        ds = self._latest()
         with reading(self.uri):
-            stats = ds.cleanup_old_versions(retain_versions=2**31, delete_unverified=True)
-        return stats.data_files_removed
+            named = ds.tracked_files(min_version=min(since_version, ds.version)).read_all()
+        named_data = {p.removeprefix("data/") for p, kind in zip(
+            named["path"].to_pylist(), named["type"].to_pylist(), strict=True)
+            if kind == "data file"}
+        from indexer.locations import filesystem
+
+        fs, data = filesystem(f"{dataset_path(self.uri)}/data", self._storage_options)
+        removed = 0
+        for name in sorted(files - named_data):
+            try:
+                fs.delete_file(f"{data}/{name}")
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    @staticmethod
+    def data_files(fragments: Iterable[Any]) -> list[str]:
+        """The names of the data files of ``fragments`` (`write_fragment`'s results)."""
+        return [d.path for frag in fragments for d in frag.files]
 
     def _arrow(self, rows: Sequence[VectorRow]) -> pa.Table:
         vectors = np.asarray([r.vector for r in rows], dtype=np.float32)
