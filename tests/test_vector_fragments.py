@@ -16,7 +16,13 @@ from indexer.build import build
 from indexer.config import load_config
 from indexer.graph import store
 from indexer.phases import semantic
-from indexer.vectors.fragments import InlineFragments, UncommittedMarker, embed_to_fragments
+from indexer.vectors.fragments import (
+    FragmentBatch,
+    InlineFragments,
+    UncommittedMarker,
+    embed_to_fragments,
+    open_writer,
+)
 from indexer.vectors.hashing import HashingEmbedder
 from indexer.vectors.table import VectorRow, VectorStore, local_table_dir
 from tests.conftest import make_repo
@@ -111,6 +117,28 @@ def test_a_marker_names_only_files_of_the_table(tmp_path):
             json.dump({"uri": uri, "since": 1, "files": files}, fh)
         assert marker.recover(vs) == 0
     assert victim.exists() and not os.path.exists(marker.path)
+
+
+def test_a_worker_never_makes_a_table_and_checks_it_is_the_drivers(tmp_path, monkeypatch):
+    """A worker in another working directory, given a relative path, finds no table there
+    and says so (no table made); a table other than the driver's (same name elsewhere,
+    another copy) is refused with the reason."""
+    embedder = HashingEmbedder(64)
+    driver = VectorStore.open(str(tmp_path / "v"), 64, embedder.name)
+    elsewhere = tmp_path / "worker-cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    writer, why = open_writer(embedder, "v", None, driver.identity())
+    assert writer is None and "no vector table" in why
+    assert os.listdir(elsewhere) == []
+    other = VectorStore.open(str(tmp_path / "copy"), 64, embedder.name)
+    writer, why = open_writer(embedder, other.uri, None, driver.identity())
+    assert writer is None and "not the driver's" in why
+    seen = driver.identity()
+    driver.upsert([VectorRow("1", "h", "p", "", 1, 2, "", embedder.name, np.ones(64))])
+    writer, why = open_writer(embedder, driver.uri, None, seen)
+    assert writer is not None and why is None  # the driver's, committed to since: fine
+    writer.write(FragmentBatch([("2", "h2", "p", "", 1, 2, "")], {"h2": "text"}))
 
 
 def test_commit_replaces_rows_and_appends_in_one_version(tmp_path):
@@ -271,6 +299,25 @@ def test_rows_committed_but_unmarked_are_replaced_not_doubled(ray_local, repo, t
     assert _table(cfg) == before
 
 
+def test_a_relative_vectors_uri_reaches_the_workers_as_the_drivers_table(
+        ray_local, repo, tmp_path, monkeypatch):
+    """Ray runs the actors in another working directory: a relative vectors URI must reach
+    them as the driver's table, not a new one of their own (whose files the driver would
+    commit without having them)."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    cfg = load_config(repo, env={}, jobs=2, index_dir=tmp_path / "ray", engine="ray",
+                      embed_model=MODEL, vectors_uri="vecs")
+    stats = build(cfg, embed=True)
+    assert stats.embedding["driver_writes"] == ""  # the actors wrote the fragments
+    table = VectorStore.open(str(cwd / "vecs"), 64, MODEL)
+    table.check_readable()
+    local = _cfg(repo, tmp_path / "local", "local")
+    build(local, embed=True)
+    assert _rows(table) == _table(local)
+
+
 class _Killed(BaseException):
     """Stops a build the way kill -9 does for what it leaves: no phase publishes after it."""
 
@@ -300,6 +347,25 @@ def test_a_killed_full_rebuilds_fragments_are_deleted_by_the_next_build(
     assert build(cfg, embed=True).embedding["coverage"] == 1.0  # an incremental one
     assert not dead & _data_files(uri)
     VectorStore.open(uri, 64, MODEL).check_readable()
+
+
+def test_actors_that_cannot_write_the_table_say_why_once(ray_local, repo, tmp_path):
+    """Actors shown another table than theirs send vectors back, and the pool says why (the
+    build's notify gets it, and its stats)."""
+    from indexer.parse.ray_engine import RaySession
+
+    cfg = _cfg(repo, tmp_path / "ray", "ray")
+    vs = VectorStore.open(str(tmp_path / "v"), 64, MODEL)
+    other = VectorStore.open(str(tmp_path / "w"), 64, MODEL).identity()
+    pool = RaySession(cfg).embed_pool(MODEL, 16)
+    try:
+        pool.open_table(vs.uri, None, other)
+        assert "2 of 2 workers" in pool.driver_writes and "not the driver's" in pool.driver_writes
+        written = pool.result(pool.submit(FragmentBatch([("1", "h1", "p", "", 1, 2, "")],
+                                                        {"h1": "text"})))
+        assert written.fragment is None and set(written.vectors) == {"h1"}
+    finally:
+        pool.close()
 
 
 # ---------------------------------------------------------------- reading pending chunks

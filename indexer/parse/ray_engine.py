@@ -73,20 +73,19 @@ class _EmbedActor:
 
         return list(ray.get_gpu_ids())
 
-    def open_table(self, uri: str, storage_options: dict | None) -> str | None:
-        """Open the vector table this actor writes fragments of; returns its node's id, or
-        None when it cannot reach the table (then it returns vectors: see `write`)."""
+    def open_table(self, uri: str, storage_options: dict | None,
+                   expected: dict) -> tuple[str | None, str | None]:
+        """Open the driver's vector table (``expected``: its `VectorStore.identity`), which
+        this actor writes fragments of; returns (its node's id, None), or (None, why not):
+        then it returns vectors (see `write`)."""
         import ray
 
-        from indexer.vectors.fragments import FragmentWriter
+        from indexer.vectors.fragments import open_writer
 
         self.cpu0 = time.process_time()  # the build's work from here, not starting the actor
-        try:
-            self.writer = FragmentWriter(self.embedder, uri, storage_options)
-        except Exception:  # noqa: BLE001 - any reason: the driver writes this actor's rows
-            self.writer = None
-            return None
-        return ray.get_runtime_context().get_node_id()
+        self.writer, why = open_writer(self.embedder, uri, storage_options, expected)
+        return (None, why) if self.writer is None else (ray.get_runtime_context().get_node_id(),
+                                                        None)
 
     def write(self, batch: Any, here: bool) -> Any:
         """Embed the batch and write it as a fragment; with ``here`` false (the table is not
@@ -298,16 +297,25 @@ class RayEmbedPool:
         self._next = 0
         self._here: list[bool] = []
         self.worker_cpu = 0.0
+        self.driver_writes = ""  # why some actors' rows are written by the driver
 
-    def open_table(self, uri: str, storage_options: dict | None) -> None:
-        """Let every actor write fragments of the table at ``uri``. An actor on another
-        machine than this one cannot reach a local table, nor one whose bucket it has no
-        credentials for: its vectors come back, and the rows are written here."""
+    def open_table(self, uri: str, storage_options: dict | None, expected: dict) -> None:
+        """Let every actor write fragments of the table at ``uri`` (absolute), the driver's
+        (``expected``: its `VectorStore.identity`). An actor on another machine than this
+        one cannot reach a local table, nor one whose bucket it has no credentials for: its
+        vectors come back, the rows are written here, and ``driver_writes`` says why. The
+        ``storage_options`` travel to every actor (docs/scale.md)."""
         from indexer.credentials import is_remote
 
-        nodes = self.ray.get([a.open_table.remote(uri, storage_options) for a in self.actors])
+        opened = self.ray.get([a.open_table.remote(uri, storage_options, expected)
+                               for a in self.actors])
         here = self.ray.get_runtime_context().get_node_id()
-        self._here = [node is not None and (is_remote(uri) or node == here) for node in nodes]
+        self._here = [node is not None and (is_remote(uri) or node == here)
+                      for node, _ in opened]
+        why = sorted({w or "the table is local to another machine"
+                      for (_, w), ok in zip(opened, self._here, strict=True) if not ok})
+        self.driver_writes = (f"{self._here.count(False)} of {len(self.actors)} workers: "
+                              + "; ".join(why)) if why else ""
 
     def submit(self, batch: Any) -> Any:
         i = self._next % len(self.actors)

@@ -59,6 +59,8 @@ class EmbedStats:
     # workers (0 in process) over the run: how much of the work the driver still does.
     driver_cpu: float = 0.0
     worker_cpu: float = 0.0
+    # Why some embedding workers sent their vectors back for the driver to write ('' if none).
+    driver_writes: str = ""
 
 
 def _follow_vectors_uri(config: Config, conn) -> str:
@@ -183,7 +185,8 @@ def _embed_pending(
                 config, conn, vs, _Inline(embedder), embedder.name, total, progress
             )
         else:
-            embedded, reused = _embed_to_fragments(config, db, vs, pool, uri, total, progress)
+            embedded, reused = _embed_to_fragments(config, db, vs, pool, uri, total, progress,
+                                                   notify)
     finally:
         if pool is not None:
             pool.close()
@@ -214,6 +217,7 @@ def _embed_pending(
         coverage=done_n / total_n if total_n else 1.0,
         driver_cpu=round(driver_cpu, 3),
         worker_cpu=round(getattr(pool, "worker_cpu", 0.0), 3),
+        driver_writes=getattr(pool, "driver_writes", ""),
     )
 
 
@@ -237,11 +241,12 @@ def _recover_uncommitted(config: Config, conn, uri: str) -> None:
 
 
 def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: int,
-                        progress) -> tuple[int, int]:
+                        progress, notify) -> tuple[int, int]:
     """The Ray engine's embedding: its actors embed and write fragments of the table, this
     process reads the texts, commits and marks (`indexer.vectors.fragments`)."""
     from indexer.locations import storage_options
     from indexer.vectors.fragments import UncommittedMarker, embed_to_fragments
+    from indexer.vectors.table import absolute_uri
 
     conn = db.conn
 
@@ -252,12 +257,17 @@ def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: 
             conn.executemany("UPDATE chunks SET embedded = -1 WHERE id = ?",
                              [(i,) for i in failed])
 
-    pool.open_table(uri, storage_options(config))
+    # Actors run in another working directory (on other machines): a relative path there
+    # names another table, so they get it absolute and check that it is this one.
+    pool.open_table(absolute_uri(uri), storage_options(config), vs.identity())
+    if pool.driver_writes and notify is not None:
+        notify(f"Embedding workers write no fragments here, this process writes their rows: "
+               f"{pool.driver_writes}")
     # The same order as in process (`_embed_batches`): the first path of a shared content
     # gives it its vector (the path is in the text), so both engines write the same table.
-    rows = _pending_rows(conn, total, by_path=total > KEY_SCAN_MIN)
-    return embed_to_fragments(vs, pool, rows, lambda rows: _texts(config.root, rows, {}), mark,
-                              total, progress, UncommittedMarker(config.index_path))
+    return embed_to_fragments(vs, pool, _pending_rows(conn, total, by_path=total > KEY_SCAN_MIN),
+                              lambda rows: _texts(config.root, rows, {}), mark, total, progress,
+                              UncommittedMarker(config.index_path))
 
 
 #: Graph meta: the vector table's files (names, sizes, mtimes) when this index last wrote or

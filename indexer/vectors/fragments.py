@@ -29,7 +29,7 @@ from typing import Any
 
 from indexer.atomic import write_atomic
 from indexer.models import Progress
-from indexer.vectors.table import VectorRow, VectorStore, absolute_uri
+from indexer.vectors.table import VectorRow, VectorStore, absolute_uri, first_line
 
 #: Rows per batch when deferred rows are sent after the last commit (the phase's own size).
 DEFERRED_BATCH = 256
@@ -87,14 +87,31 @@ def write_batch(store: VectorStore, batch: FragmentBatch, vectors: dict[str, Any
 
 class FragmentWriter:
     """A worker's half: embed a batch's new texts with ``embedder`` and write its rows as one
-    fragment of the table at ``uri`` (`write_batch`)."""
+    fragment of the table at ``uri`` (`write_batch`). Use `open_writer`."""
 
-    def __init__(self, embedder, uri: str, storage_options: dict | None) -> None:
+    def __init__(self, embedder, store: VectorStore) -> None:
         self.embedder = embedder
-        self.store = VectorStore.open(uri, embedder.dim, embedder.name, storage_options)
+        self.store = store
 
     def write(self, batch: FragmentBatch) -> Written:
         return write_batch(self.store, batch, embed_texts(self.embedder, batch))
+
+
+def open_writer(embedder, uri: str, storage_options: dict | None,
+                expected: dict | None = None) -> tuple[FragmentWriter | None, str | None]:
+    """(a writer of the driver's table at ``uri``, None) or (None, why this process cannot
+    write it). The table is opened, never made (a worker that makes one writes files the
+    driver never sees), and must be the driver's (``expected``: `VectorStore.identity`)."""
+    try:
+        store = VectorStore.open_existing(uri, embedder.dim, embedder.name, storage_options)
+        if store is None:
+            return None, f"no vector table at {uri} from here"
+        problem = store.differs_from(expected) if expected is not None else None
+    except Exception as exc:  # noqa: BLE001 - any reason (credentials, network): said, not raised
+        return None, f"{type(exc).__name__}: {first_line(exc)}"
+    if problem is not None:
+        return None, f"the table at {uri} is not the driver's: {problem}"
+    return FragmentWriter(embedder, store), None
 
 
 def embed_texts(embedder, batch: FragmentBatch) -> dict[str, Any]:
@@ -113,7 +130,8 @@ class InlineFragments:
     window = 0
 
     def __init__(self, embedder, uri: str, storage_options: dict | None = None) -> None:
-        self.writer = FragmentWriter(embedder, uri, storage_options)
+        self.writer = FragmentWriter(
+            embedder, VectorStore.open(uri, embedder.dim, embedder.name, storage_options))
 
     def submit(self, batch: FragmentBatch) -> Written:
         return self.writer.write(batch)

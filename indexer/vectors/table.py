@@ -314,6 +314,16 @@ class VectorStore:
         return cls(dataset, uri, dim, model, storage_options)
 
     @classmethod
+    def open_existing(
+        cls, uri: str, dim: int, model: str, storage_options: dict | None = None
+    ) -> VectorStore | None:
+        """The table at ``uri`` as `open` gives it, or None when there is none: a writer that
+        must add to someone else's table (an embedding worker) never makes one of its own."""
+        dataset = cls._open_dataset(uri, storage_options, missing_ok=True)
+        return None if dataset is None else cls._checked(dataset, uri, dim, model,
+                                                         storage_options)
+
+    @classmethod
     def open(
         cls, uri: str, dim: int, model: str, storage_options: dict | None = None
     ) -> VectorStore:
@@ -433,6 +443,22 @@ class VectorStore:
         ds = self._latest()
         return {"version": ds.version, "stamp": str(ds.get_version()["timestamp"]),
                 "dir": _dir_id(self.uri)}
+
+    def differs_from(self, expected: dict) -> str | None:
+        """Why this is not the table whose `identity` is ``expected`` (None: it is). Its
+        version may be later (another writer committed since), never earlier."""
+        ds = self._latest()
+        if expected["dir"] is not None and _dir_id(self.uri) != tuple(expected["dir"]):
+            return f"{local_table_dir(self.uri)} is another directory than the driver's"
+        version = expected["version"]
+        if ds.version < version:
+            return f"it is at version {ds.version}, the driver's at {version}"
+        try:
+            with reading(self.uri):
+                stamp = str(ds.checkout_version(version).get_version()["timestamp"])
+        except (OSError, ValueError) as exc:
+            return f"its version {version} cannot be read: {first_line(exc)}"
+        return None if stamp == expected["stamp"] else f"its version {version} is another one"
 
     def drop_uncommitted(self, files: Iterable[str], since_version: int) -> int:
         """Delete the data ``files`` (names in the table's ``data/``, from `data_files` of
