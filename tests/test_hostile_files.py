@@ -484,7 +484,10 @@ def test_kill_9_of_a_ray_build_leaves_no_ray_process_behind(tmp_path: Path) -> N
     seen: dict[int, str] = {}
     try:
         deadline = time.monotonic() + 180
-        while not any("ray::_parse_blobs" in cmd for cmd in seen.values()):  # mid-parse
+        # Mid-parse: a first build on Ray parses in shard tasks (`ray_shards.parse_task`), an
+        # incremental one in `_parse_blobs` tasks.
+        while not any(task in cmd for cmd in seen.values()
+                      for task in ("ray::parse_task", "ray::_parse_blobs")):
             assert proc.poll() is None, "the build finished before it could be killed"
             assert time.monotonic() < deadline, seen
             seen.update(_descendants(proc.pid))
