@@ -250,13 +250,6 @@ def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: 
 
     conn = db.conn
 
-    def mark(ok: list, failed: list) -> None:
-        with conn:
-            conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in ok])
-            # unreadable now: left for the next build
-            conn.executemany("UPDATE chunks SET embedded = -1 WHERE id = ?",
-                             [(i,) for i in failed])
-
     # Actors run in another working directory (on other machines): a relative path there
     # names another table, so they get it absolute and check that it is this one.
     pool.open_table(absolute_uri(uri), storage_options(config), vs.identity())
@@ -266,7 +259,8 @@ def _embed_to_fragments(config: Config, db: WriteDB, vs, pool, uri: str, total: 
     # The same order as in process (`_embed_batches`): the first path of a shared content
     # gives it its vector (the path is in the text), so both engines write the same table.
     return embed_to_fragments(vs, pool, _pending_rows(conn, total, by_path=total > KEY_SCAN_MIN),
-                              lambda rows: _texts(config.root, rows, {}), mark, total, progress,
+                              lambda rows: _texts(config.root, rows, {}),
+                              lambda ok, failed: _mark(conn, ok, failed), total, progress,
                               UncommittedMarker(config.index_path))
 
 
@@ -368,6 +362,14 @@ _PENDING_BY_PATH = (f"SELECT {_PENDING_COLUMNS} FROM files f CROSS JOIN chunks c
                     "AND (f.path, c.id) > (?, ?) ORDER BY f.path, c.id LIMIT ?")
 
 
+def _mark(conn, embedded: list[int], unreadable: list[int]) -> None:
+    """Mark chunks embedded, and those whose file could not be read now (-1: left for the
+    next build, which moves on meanwhile), in one transaction."""
+    with conn:
+        conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in embedded])
+        conn.executemany("UPDATE chunks SET embedded = -1 WHERE id = ?", [(i,) for i in unreadable])
+
+
 def _pending_rows(conn, total: int, by_path: bool) -> Iterator[list]:
     """Chunks without a vector in batches, product code before tests (the coverage that
     matters most fills in first); a cursor, so batches can be in flight before the rows of
@@ -431,14 +433,8 @@ def _embed_batches(
         else:
             vs.upsert(out, absent=[r.chunk_id for r in out if r.chunk_id not in known_ids])
             known_hashes.update(r.content_hash for r in out)
-        with conn:
-            conn.executemany("UPDATE chunks SET embedded = 1 WHERE id = ?", [(i,) for i in ok_ids])
-            if len(ok_ids) < len(rows):  # unreadable now: leave for the next build, but move on
-                ok = set(ok_ids)
-                conn.executemany(
-                    "UPDATE chunks SET embedded = -1 WHERE id = ?",
-                    [(r[0],) for r in rows if r[0] not in ok],
-                )
+        ok = set(ok_ids)
+        _mark(conn, ok_ids, [r[0] for r in rows if r[0] not in ok])
         done += len(rows)
         if len(recent) > 4 * BATCH * (pool.window + 1):  # only in-flight overlaps need it
             for key in list(recent)[: len(recent) // 2]:
