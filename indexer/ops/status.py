@@ -49,17 +49,10 @@ def build_progress(index_dir: Path, graph: GraphReads) -> dict[str, Any] | None:
     ``ready`` (what can be relied on meanwhile) and, when it stopped, ``fix``. None when no
     build is running and the last one finished."""
     from indexer.lock import WriteLock
+    from indexer.safety.lifetime import pid_alive
 
     pid = WriteLock(index_dir).holder()
-    alive = False
-    if pid:
-        try:
-            os.kill(pid, 0)
-            alive = True
-        except ProcessLookupError:
-            alive = False
-        except PermissionError:  # another user's live process
-            alive = True
+    alive = bool(pid) and pid_alive(pid)
     raw = graph.meta_value(BUILD_PHASE)
     state = json.loads(raw) if raw else None
     if state is None:

@@ -57,6 +57,7 @@ from indexer.graph.resolve import SymbolTable
 from indexer.parse.ray_engine import INFLIGHT_PER_WORKER, RaySession
 from indexer.parse.worker import FileResult, load_file, parse_content
 from indexer.phases.sharded import ParseTask, write_parsed
+from indexer.safety.lifetime import pid_alive
 
 #: What a resolve task reads and writes of a shard; ``refs`` without its ``inherit`` rows
 #: (merged with the parse).
@@ -149,16 +150,6 @@ _NAMES: list = []
 _SWEPT: list = []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's
-        return True
-    return True
-
-
 def _sweep(directory: str) -> list[str]:
     """Delete the scratch files and directories in ``directory`` whose worker process is gone
     (killed mid-task: Ray kills its workers, whatever they hold); returns them."""
@@ -166,7 +157,7 @@ def _sweep(directory: str) -> list[str]:
     for path in glob.glob(os.path.join(directory, f"{_SCRATCH}*")) + glob.glob(
             os.path.join(directory, f"{_NAMES_FILE}*")):
         pid = os.path.basename(path).split("-")[2]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or pid_alive(int(pid)):
             continue
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)

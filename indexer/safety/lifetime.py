@@ -167,6 +167,17 @@ def in_flight(pool: Executor, fn: Callable, calls: Iterable[tuple], most: int) -
             yield fut.result()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts: it cannot be signalled, but lives)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _poll_parent(parent_pid: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(POLL_S)
