@@ -30,21 +30,30 @@ def proc_stat(pid: str) -> tuple[str, int, int] | None:
     return fields[0].decode(), int(fields[2]), int(fields[3])
 
 
-def members(*, pgid: int | None = None, sid: int | None = None) -> list[int] | None:
-    """Live (non-zombie) pids in a process group or session; None without /proc."""
+def members(
+    *, pgid: int | None = None, sid: int | None = None, stop_after: int | None = None
+) -> list[int] | None:
+    """Live (non-zombie) pids in a process group or session; None without /proc.
+
+    With ``stop_after``, the scan ends once it has found more than that many, reading the newest
+    pids first: a growing process tree is mostly new pids, so a watchdog starved of CPU by a fork
+    bomb needs only a few reads to see it, not one per process on the machine.
+    """
     try:
-        entries = os.listdir("/proc")
+        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
         return None
+    if stop_after is not None:
+        entries.sort(reverse=True)
     found = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        info = proc_stat(entry)
+    for pid in entries:
+        info = proc_stat(str(pid))
         if info is None or info[0] in ("Z", "X"):
             continue
         if (pgid is not None and info[1] == pgid) or (sid is not None and info[2] == sid):
-            found.append(int(entry))
+            found.append(pid)
+            if stop_after is not None and len(found) > stop_after:
+                break
     return found
 
 
@@ -205,8 +214,16 @@ def system_tasks() -> int | None:
 class Watchdog:
     """Kills a session that holds more than ``limit`` processes, where nothing else bounds it.
 
-    The system-wide task count is cheap to read, so it is checked every poll; the costly /proc
-    scan of the session runs only when that count has grown by more than ``limit``.
+    The system-wide task count is cheap to read, so it is checked every poll; the /proc scan of
+    the session runs only when that count has grown by more than ``limit`` over a baseline of the
+    tasks outside the session. The baseline follows the count down: when other tasks end (the
+    last command's processes, still being reaped) while the session grows, a baseline left high
+    would hide the growth until the timeout.
+
+    The command's process group is stopped (SIGSTOP) while the scan runs and continued after it
+    if it is within the limit. A fork bomb outnumbers the watchdog on the CPU: scanning while it
+    runs took seconds on two cores, long enough for the bomb to reach thousands of processes and
+    the command's timeout. Stopped, it cannot grow, and the scan reads an unchanging /proc.
     """
 
     def __init__(self, sid: int, limit: int) -> None:
@@ -216,12 +233,26 @@ class Watchdog:
 
     def over_limit(self) -> bool:
         total = system_tasks()
-        if total is not None and self.baseline is not None and total - self.baseline <= self.limit:
-            return False
-        found = members(sid=self.sid)
-        if found is None:
-            return False
-        if total is not None:
+        if total is not None and self.baseline is not None:
+            self.baseline = min(self.baseline, total)
+            if total - self.baseline <= self.limit:
+                return False
+        frozen = _signal(self.sid, signal.SIGSTOP)
+        try:
+            found = members(sid=self.sid, stop_after=self.limit)
+            over = found is not None and len(found) > self.limit
+        finally:
+            if frozen and not over:
+                _signal(self.sid, signal.SIGCONT)
+        if found is not None and total is not None:
             # Growth came from elsewhere; rebase so the scan is not repeated every poll.
             self.baseline = total - len(found)
-        return len(found) > self.limit
+        return over
+
+
+def _signal(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

@@ -204,6 +204,87 @@ def test_fork_bomb_is_contained_and_cleaned_up(tmp_path, use_cgroup, bomb):
             assert result.kill_reason == "process_limit"
 
 
+def _sleepers(n: int, **kw) -> list:
+    import subprocess
+
+    return [subprocess.Popen(["sleep", "60"], **kw) for _ in range(n)]
+
+
+def _end(procs: list) -> None:
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        proc.wait()
+
+
+def _session_leader():
+    """A session whose leader starts 80 sleeping children when a line arrives on its stdin."""
+    import subprocess
+
+    script = "read go; for i in $(seq 80); do sleep 60 & done; echo started; wait"
+    return subprocess.Popen(
+        ["bash", "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.skipif(not LINUX, reason="needs /proc")
+def test_watchdog_sees_growth_after_other_tasks_end():
+    """The baseline of tasks outside the session must follow them down: with 150 other tasks
+    counted in it and gone before the session grows by 80, a baseline left high hid the growth
+    (the fork bomb that ran to its timeout in CI)."""
+    others = _sleepers(150)
+    leader = _session_leader()
+    try:
+        watchdog = command_containment.Watchdog(leader.pid, 64)
+        _end(others)
+        assert not watchdog.over_limit()
+        leader.stdin.write(b"go\n")
+        leader.stdin.flush()
+        assert leader.stdout.readline() == b"started\n"
+        assert any(watchdog.over_limit() for _ in range(20))
+    finally:
+        _end(others)
+        _kill_group_for_good(leader.pid)
+        leader.wait()
+
+
+@pytest.mark.skipif(not LINUX, reason="needs /proc")
+def test_watchdog_leaves_a_session_within_the_limit_running():
+    """Growth elsewhere on the machine makes the watchdog stop the session to count it; a
+    session within the limit must be continued, not left stopped."""
+    leader = _session_leader()
+    others: list = []
+    try:
+        watchdog = command_containment.Watchdog(leader.pid, 100)
+        others = _sleepers(150)
+        assert not watchdog.over_limit()
+        with open(f"/proc/{leader.pid}/stat", "rb") as fh:
+            raw = fh.read()
+        assert raw[raw.rfind(b")") + 2 :].split()[0] != b"T"
+        leader.stdin.write(b"go\n")  # a stopped leader would never answer
+        leader.stdin.flush()
+        assert leader.stdout.readline() == b"started\n"
+    finally:
+        _end(others)
+        _kill_group_for_good(leader.pid)
+        leader.wait()
+
+
+@pytest.mark.skipif(not LINUX, reason="needs /proc")
+def test_a_command_under_the_watchdog_runs_at_idle_priority(tmp_path):
+    code = "import os; print(os.sched_getscheduler(0) == os.SCHED_IDLE)"
+    limits = ResourceLimits(max_processes=64, use_cgroup=False)
+    result = run([PY, "-c", code], tmp_path, limits=limits)
+    if result.containment != "watchdog":
+        pytest.skip("RLIMIT_NPROC bounds processes here; no watchdog")
+    assert result.stdout.strip() == "True"
+    plain = run([PY, "-c", code], tmp_path, limits=ResourceLimits(max_processes=None))
+    assert plain.stdout.strip() == "False"
+
+
 @pytest.mark.skipif(not LINUX, reason="needs /proc")
 def test_per_command_cgroup_is_removed(tmp_path):
     result = run(["true"], tmp_path)
