@@ -155,7 +155,11 @@ def _child_setup(
     if idle:
         # SCHED_IDLE: the command runs on what CPU the rest of the machine leaves. Lowering
         # needs no privilege; it is inherited by every process the command starts.
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        # Where the kernel or a sandbox refuses it, the lowest nice value is the next best.
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):
+            os.nice(19)
     if sandbox is not None:
         sandbox()
 
