@@ -114,6 +114,11 @@ class Config:
     def db_path(self) -> Path:
         return self.index_path / "graph.db"
 
+    @property
+    def workers(self) -> int:
+        """How many processes parse and resolve: ``jobs``, or one per core when it is 0."""
+        return self.jobs or os.cpu_count() or 1
+
 
 # -- the sources --------------------------------------------------------------------------------
 

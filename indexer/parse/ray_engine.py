@@ -177,7 +177,7 @@ class RaySession:
                 _check_reachable(address)
                 kw["address"] = address
             else:  # a private instance: never attach to some other local cluster by accident
-                kw.update(address="local", num_cpus=config.jobs or os.cpu_count() or 1,
+                kw.update(address="local", num_cpus=config.workers,
                           include_dashboard=False, configure_logging=False)
             try:
                 with warnings.catch_warnings():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections import Counter
 from dataclasses import asdict, replace
@@ -176,7 +175,7 @@ class GraphPhase:
                 with conn:
                     schema.ensure_ref_indexes(db, schema.RESOLVE_INDEXES)
             graph_write.resolve_pending(db, full or bulk, progress,
-                                        jobs=config.jobs or os.cpu_count() or 1, tree=config.root)
+                                        jobs=config.workers, tree=config.root)
         marks["resolve"] = time.perf_counter()
         return parsed, failed, write_s, pending
 

@@ -6,7 +6,6 @@ size, not the repository's.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 
 from indexer.config import Config
@@ -45,7 +44,7 @@ def _parse_all(
     """Yield parse results batch by batch, keeping at most 2 batches per worker in flight
     so memory is bounded by the batch size, not the repository size."""
     root = str(config.root)
-    jobs = config.jobs or os.cpu_count() or 1
+    jobs = config.workers
     done = 0
     if len(work) < POOL_THRESHOLD or jobs == 1:
         counter = None

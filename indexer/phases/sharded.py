@@ -56,10 +56,6 @@ def shard_sizes(files: int, workers: int, per_job: int | None = None) -> list[in
     return sizes
 
 
-def jobs_of(config: Config) -> int:
-    return config.jobs or os.cpu_count() or 1
-
-
 def use_shards(config: Config, changes: ChangeSet, engine=None) -> bool:
     """Whether this build loads through shards: it writes a graph that holds no file yet (a full
     rebuild, a first build), with a pool of workers here or a cluster's (``engine``). Incremental
@@ -71,7 +67,7 @@ def use_shards(config: Config, changes: ChangeSet, engine=None) -> bool:
         return False
     if engine is not None and engine.worth_it(files=len(changes.work)):
         return hasattr(engine, "shard_runner")
-    return jobs_of(config) > 1
+    return config.workers > 1
 
 
 @dataclass
@@ -184,7 +180,7 @@ def load(build: BuildRun, changes: ChangeSet, gen: int, model: str | None,
     ``finalize`` it (the indexes) while the workers exit; ``marks`` gets the end of the parse
     and resolve phases."""
     config, db, progress = build.config, build.db, build.progress
-    conn, root, jobs, work = db.conn, str(config.root), jobs_of(config), changes.work
+    conn, root, jobs, work = db.conn, str(config.root), config.workers, changes.work
     first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM files").fetchone()[0]
     numbered = list(enumerate(work, start=first))
     engine = build.engine
