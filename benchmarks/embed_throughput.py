@@ -35,12 +35,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import log  # noqa: E402
+
 #: The fp16 copy of the weights must give vectors this close to fp32's (cosine, every chunk).
 PACK_MIN_COSINE = 0.999
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def load_texts(args) -> tuple[list[str], str]:
@@ -80,7 +78,6 @@ def embedder(model: str, device: str, backend: str, batch: int):
 
 def pack_fp16(dest: Path, texts: list[str]) -> dict:
     """The default model's directory with fp16 weights at ``dest``, and its check here."""
-    import torch
     from safetensors.torch import load_file, save_file
 
     src = default_model_dir()
@@ -92,7 +89,6 @@ def pack_fp16(dest: Path, texts: list[str]) -> dict:
     save_file({k: v.half() if v.is_floating_point() else v for k, v in weights.items()},
               str(dest / "model.safetensors"), metadata={"format": "pt"})
     log(f"packed {dest}: checking it against fp32 on {len(texts)} chunks (torch, cpu)")
-    torch.manual_seed(0)
     ref = embedder(str(src), "cpu", "torch", 64).embed(texts)
     copy = embedder(str(dest), "cpu", "torch", 64).load()
     copy._load().model.float()  # loaded in the stored fp16: computed in fp32, as a GPU's fp32 run
@@ -158,10 +154,10 @@ def measure(model: str, device: str, backend: str, dtype: str, texts: list[str],
             t = time.perf_counter()
             vectors = emb.embed(texts)
             runs.append(time.perf_counter() - t)
-        best = sorted(runs)[len(runs) // 2]
-        out["batches"][str(b)] = {"seconds": round(best, 3),
-                                  "chunks_per_s": round(len(texts) / best, 1)}
-        log(f"{device} {backend} {dtype} batch {b}: {len(texts) / best:.1f} chunks/s")
+        mid = sorted(runs)[len(runs) // 2]  # the median round (the upper one of an even count)
+        out["batches"][str(b)] = {"seconds": round(mid, 3),
+                                  "chunks_per_s": round(len(texts) / mid, 1)}
+        log(f"{device} {backend} {dtype} batch {b}: {len(texts) / mid:.1f} chunks/s")
     out["best_chunks_per_s"] = max(v["chunks_per_s"] for v in out["batches"].values())
     assert vectors is not None
     return out, vectors

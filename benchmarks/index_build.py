@@ -68,26 +68,11 @@ def _json_out(res, what: str) -> dict | list:
 
 def run_ctags(corpus: Corpus, tmp: Path, runs: int, timeout: float) -> dict:
     tags = tmp / "tags"
-    walls, cpus, totals = [], [], ""
-    for i in range(runs):
-        tags.unlink(missing_ok=True)
-        argv = [
-            "ctags",
-            "-R",
-            "-f",
-            str(tags),
-            "--languages=Python",
-            "--totals=yes",
-            *corpus.ctags_excludes(),
-            str(corpus.root),
-        ]
-        res = run_cmd(argv, timeout=timeout)
-        if res.returncode != 0:
-            raise BenchError(f"ctags failed: {res.stderr[-2000:]}")
-        walls.append(res.wall_s)
-        cpus.append(res.cpu_s)
-        totals = (res.stderr + res.stdout).strip().splitlines()
-        log(f"  ctags run {i + 1}/{runs}: {res.wall_s:.2f}s")
+    results = build_scaling.ctags_runs(corpus.root, tags, runs, corpus.ctags_excludes(), timeout,
+                                       ("--totals=yes",))
+    walls, cpus = [res.wall_s for res in results], [res.cpu_s for res in results]
+    totals = (results[-1].stderr + results[-1].stdout).strip().splitlines() if results else []
+    log(f"  ctags: {', '.join(f'{w:.2f}s' for w in walls)}")
     n_tags = sum(1 for line in tags.open("rb") if not line.startswith(b"!_TAG_"))
     version = subprocess.run(
         ["ctags", "--version"], capture_output=True, text=True

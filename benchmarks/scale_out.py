@@ -33,7 +33,19 @@ import sys
 import time
 from pathlib import Path
 
-from _common import CORPORA, bench_tmpdir, git_revision, log, median, repoctx_command, run_cmd
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    __package__ = "benchmarks"
+
+from benchmarks._common import (  # noqa: E402
+    CORPORA,
+    bench_tmpdir,
+    git_revision,
+    log,
+    median,
+    repoctx_command,
+    run_cmd,
+)
 
 #: Subset of the standard library embedded for the throughput and snapshot figures: a full
 #: stdlib embedding takes ~17 minutes per engine on 2 cores.
@@ -231,17 +243,9 @@ def driver_profile(repo: Path, index_dir: Path, env: dict, jobs: int) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _median_phases(runs: list[dict]) -> dict:
-    """Each phase's median over the runs that report it."""
-    keys = sorted({k for phases in runs for k in phases})
-    return {k: median([phases[k] for phases in runs if isinstance(phases.get(k), int | float)])
-            for k in keys}
-
-
 def driver_share(files: int, jobs: int, runs: int, tmp: Path) -> dict:
     """`--driver-share`: see the module docstring."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.build_scaling import copy_files, indexable_files, sample_files
+    from benchmarks.build_scaling import copy_files, indexable_files, median_phases, sample_files
 
     corpus = CORPORA["large"]
     env = {**corpus.env(), "HF_HUB_OFFLINE": "1"}
@@ -266,7 +270,7 @@ def driver_share(files: int, jobs: int, runs: int, tmp: Path) -> dict:
     for engine, rows in builds.items():
         out[engine] = {"wall_s": median([r["wall_s"] for r in rows]),
                        "runs": [r["wall_s"] for r in rows], "files_parsed": rows[-1]["files"],
-                       "phases": _median_phases([r["phases"] for r in rows]),
+                       "phases": median_phases([r["phases"] for r in rows]),
                        "phases_by_run": [r["phases"] for r in rows]}
     per_run = []
     for r in builds["ray"]:

@@ -230,22 +230,6 @@ def merge_shards(shards: list[Path], graph: Path, dest: Path) -> dict:
 # --------------------------------------------------------------------------- reads
 
 
-def name_steps(name: str) -> list[tuple[str, list]]:
-    """The name tiers of `GraphReads.find_definitions` (exact qualified name, exact name,
-    qualified-name suffix, prefix), for fan-out to ask every shard one tier at a time: a shard
-    that lacks the exact name would otherwise fall through to the prefix scan on its own,
-    although another shard answers the first tier. Mirrors that method; the tests check that
-    fan-out returns what it returns."""
-    from indexer.graph.reads import _like_escape
-
-    steps: list[tuple[str, list]] = [("s.qualname = ?", [name]), ("s.name = ?", [name])]
-    if "." in name:
-        steps.append(("s.qualname LIKE ? ESCAPE '\\'", ["%." + _like_escape(name)]))
-    esc = _like_escape(name) + "%"
-    steps.append(("(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')", [esc, esc]))
-    return steps
-
-
 def _def_key(rec) -> tuple:
     return (rec.kind == "module", len(rec.qualname), rec.qualname)
 
@@ -276,7 +260,11 @@ class Reader:
         name = name.strip().replace("::", ".")
         if len(self.graphs) == 1:
             return self.graphs[0].find_definitions(name, None, limit)
-        for where, params in name_steps(name):
+        # Every shard is asked one tier at a time: a shard that lacks the exact name would
+        # otherwise fall through to the prefix scan on its own, although another answers it.
+        from indexer.graph.reads import definition_steps
+
+        for where, params in definition_steps(name):
             hits = [r for part in self._each(lambda g, w=where, p=params: g._records(w, p, limit),
                                              self.graphs) for r in part]
             if hits:

@@ -228,7 +228,7 @@ def test_shards_split_every_row_once_and_fan_out_reads_as_the_merged_file(tmp_pa
         # fan-out keeps the best tier any shard matched, as the one query does.
         defs = one.definitions("helper")
         assert [d.qualname for d in defs] == [d.qualname for d in fan.definitions("helper")]
-        assert all(d.name == "helper" for d in defs)
+        assert defs and all(d.name == "helper" for d in defs)
         assert [d.name for d in fan.definitions("helper_")] == ["helper_extra"]
         suffix = [d.qualname for d in one.definitions("core.helper")]
         assert suffix == ["a.core.helper"] == [d.qualname for d in fan.definitions("core.helper")]
@@ -253,6 +253,19 @@ def test_jobs_checks_say_what_was_not_measured():
     assert big["jobs16_speedup"]["value"] == 5.0 and not big["jobs16_speedup"]["pass"]
     assert "not both" in big["jobs2_speedup"]["reason"]
     assert big["ctags_ratio"] == {**big["ctags_ratio"], "value": 12.0, "target": "<= 6.0", "pass": False}
+    other = bs._jobs_checks({1: 60.0, 8: 12.0}, 1.0, cpus=16, top=8, corpus="stdlib")
+    assert other["ctags_ratio"]["pass"] is None and "corpus large at jobs 16" in other["ctags_ratio"]["reason"]
+
+
+def test_ratios_are_taken_per_run_not_of_medians():
+    runs = [{"parse": 4.0, "serial:parse": 2.0, "cpu:driver": 1.0, "cpu:workers": 10.0},
+            {"parse": 8.0, "serial:parse": 1.0, "cpu:driver": 3.0, "cpu:workers": 12.0},
+            {"parse": 2.0, "serial:parse": 1.5, "cpu:driver": 2.0, "cpu:workers": 40.0}]
+    # Ratios of the medians would be 2/12 = 0.1667 and 1.5/4 = 0.375; per run 0.1, 0.25, 0.05
+    # and 0.5, 0.125, 0.75.
+    assert bs.per_run(bs.driver_cpu, runs)["driver_to_workers"] == 0.1
+    assert bs.per_run(bs.serial_shares, runs) == {"parse": 0.5}
+    assert bs.per_run(bs.driver_cpu, [{"parse": 1.0}]) is None
 
 
 def test_driver_cpu_share():

@@ -15,7 +15,7 @@ import indexer.phases.sharded as sharded
 import indexer.safety.lifetime as lifetime
 from indexer.build import build
 from indexer.config import load_config
-from indexer.graph import store
+from indexer.graph import shards, store
 from indexer.graph.store import SHARDS_PREFIX
 from indexer.ops.verify import verify
 from tests.conftest import dump_graph, make_repo, write_files
@@ -192,10 +192,19 @@ def test_where_fts5_segments_cannot_be_copied_the_merge_tokenizes(tmp_path, monk
     from indexer.graph import fts_segments
 
     monkeypatch.setattr(fts_segments, "supported", lambda sql: False)
+    copies: list[bool] = []
+    merge = shards.merge_parsed
+
+    def recording(db, path, offset, copy):
+        copies.append(copy)
+        return merge(db, path, offset, copy)
+
+    monkeypatch.setattr(shards, "merge_parsed", recording)
     root = _corpus(tmp_path)
     cfg = load_config(root, env={}, jobs=2)
     stats = build(cfg)
     assert "serial:resolve" in stats.phases
+    assert copies and not any(copies)  # every shard's lexical rows were tokenized at the merge
     assert dump_graph(cfg) == _clean_graph(root, tmp_path)
     conn = store.open_for_read(cfg.index_path).conn
     hits = conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'helper3'").fetchone()[0]

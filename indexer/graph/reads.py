@@ -75,6 +75,17 @@ def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+def definition_steps(name: str) -> list[tuple[str, list]]:
+    """The tiers `GraphReads.find_definitions` tries in turn, as (WHERE clause, parameters): an
+    exact qualified name, an exact name, a qualified-name suffix (dotted names), a prefix."""
+    steps: list[tuple[str, list]] = [("s.qualname = ?", [name]), ("s.name = ?", [name])]
+    if "." in name:
+        steps.append(("s.qualname LIKE ? ESCAPE '\\'", ["%." + _like_escape(name)]))
+    prefix = _like_escape(name) + "%"
+    steps.append(("(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')", [prefix, prefix]))
+    return steps
+
+
 class GraphReads:
     """The graph's reads over one SQLite connection: `Index.graph`."""
 
@@ -557,19 +568,7 @@ class GraphReads:
         exact qualified name, an exact name, a qualified-name suffix (``Class.method``), a prefix
         of the name or qualified name. Modules last, then shorter qualified names first."""
         kind_sql, kind_params = (" AND s.kind = ?", [kind]) if kind else ("", [])
-        steps: list[tuple[str, list]] = [
-            ("s.qualname = ?", [name]),
-            ("s.name = ?", [name]),
-        ]
-        if "." in name:
-            steps.append(("s.qualname LIKE ? ESCAPE '\\'", ["%." + _like_escape(name)]))
-        steps.append(
-            (
-                "(s.name LIKE ? ESCAPE '\\' OR s.qualname LIKE ? ESCAPE '\\')",
-                [_like_escape(name) + "%", _like_escape(name) + "%"],
-            )
-        )
-        for where, params in steps:
+        for where, params in definition_steps(name):
             hits = self._records(where + kind_sql, params + kind_params, limit)
             if hits:
                 return hits
