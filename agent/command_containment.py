@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import command_memory
@@ -19,42 +20,66 @@ from . import command_memory
 REAP_S = 5.0
 
 
-def proc_stat(pid: str) -> tuple[str, int, int] | None:
-    """(state, pgid, sid) of a /proc entry, or None if it is gone."""
+def proc_stat(pid: str) -> tuple[str, int, int, int] | None:
+    """(state, pgid, sid, threads) of a /proc entry, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read()
     except OSError:
         return None
     fields = raw[raw.rfind(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[2]), int(fields[3])
+    return fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[17])
 
 
-def members(
-    *, pgid: int | None = None, sid: int | None = None, stop_after: int | None = None
-) -> list[int] | None:
-    """Live (non-zombie) pids in a process group or session; None without /proc.
-
-    With ``stop_after``, the scan ends once it has found more than that many, reading the newest
-    pids first: a growing process tree is mostly new pids, so a watchdog starved of CPU by a fork
-    bomb needs only a few reads to see it, not one per process on the machine.
-    """
+def _live(pgid: int | None, sid: int | None) -> Iterator[tuple[int, int]] | None:
+    """(pid, threads) of each live (non-zombie) process in a process group or session, as
+    /proc lists them; None without /proc."""
     try:
-        entries = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+        entries = os.listdir("/proc")
     except OSError:
         return None
-    if stop_after is not None:
-        entries.sort(reverse=True)
-    found = []
-    for pid in entries:
-        info = proc_stat(str(pid))
-        if info is None or info[0] in ("Z", "X"):
-            continue
-        if (pgid is not None and info[1] == pgid) or (sid is not None and info[2] == sid):
-            found.append(pid)
-            if stop_after is not None and len(found) > stop_after:
-                break
-    return found
+
+    def scan() -> Iterator[tuple[int, int]]:
+        for entry in entries:
+            if not entry.isdigit():
+                continue
+            info = proc_stat(entry)
+            if info is None or info[0] in ("Z", "X"):
+                continue
+            if (pgid is not None and info[1] == pgid) or (sid is not None and info[2] == sid):
+                yield int(entry), info[3]
+
+    return scan()
+
+
+def members(*, pgid: int | None = None, sid: int | None = None) -> list[int] | None:
+    """Live (non-zombie) pids in a process group or session; None without /proc."""
+    found = _live(pgid, sid)
+    return None if found is None else [pid for pid, _ in found]
+
+
+def session_tasks(sid: int, stop_after: int) -> int | None:
+    """Processes and threads of a session (each counts, as a pids cgroup and RLIMIT_NPROC count
+    them), or a number past ``stop_after`` as soon as the scan has found that many; None
+    without /proc."""
+    found = _live(None, sid)
+    if found is None:
+        return None
+    total = 0
+    for _, threads in found:
+        total += threads
+        if total > stop_after:
+            break
+    return total
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to a process group; False when it is gone (or not ours to signal)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def nproc_enforced() -> bool:
@@ -83,11 +108,10 @@ def user_tasks() -> int:
         try:
             if os.stat(f"/proc/{entry}").st_uid != uid:
                 continue
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                raw = fh.read()
         except OSError:
             continue
-        total += int(raw[raw.rfind(b")") + 2 :].split()[17])
+        info = proc_stat(entry)
+        total += info[3] if info is not None else 0
     return total
 
 
@@ -212,18 +236,20 @@ def system_tasks() -> int | None:
 
 
 class Watchdog:
-    """Kills a session that holds more than ``limit`` processes, where nothing else bounds it.
+    """Says when a session holds more than ``limit`` tasks (processes and threads), where
+    nothing else bounds them; the runner then kills it.
 
-    The system-wide task count is cheap to read, so it is checked every poll; the /proc scan of
-    the session runs only when that count has grown by more than ``limit`` over a baseline of the
-    tasks outside the session. The baseline follows the count down: when other tasks end (the
-    last command's processes, still being reaped) while the session grows, a baseline left high
-    would hide the growth until the timeout.
+    The machine's task count (threads included) is cheap to read, so it is checked every poll;
+    the /proc scan of the session runs only when that count has grown by more than ``limit``
+    over a baseline of the tasks outside the session. The baseline follows the count down: when
+    other tasks end (the last command's processes, still being reaped) while the session grows,
+    a baseline left high would hide the growth until the timeout. Both sides count threads, so
+    a command cannot trade threads for processes unseen.
 
     The command's process group is stopped (SIGSTOP) while the scan runs and continued after it
-    if it is within the limit. A fork bomb outnumbers the watchdog on the CPU: scanning while it
-    runs took seconds on two cores, long enough for the bomb to reach thousands of processes and
-    the command's timeout. Stopped, it cannot grow, and the scan reads an unchanging /proc.
+    if it is within the limit: a fork bomb outnumbers the watchdog on the CPU, and one scan
+    while it ran took seconds on two cores, long enough for it to reach thousands of processes
+    and the command's timeout. Stopped, it cannot grow.
     """
 
     def __init__(self, sid: int, limit: int) -> None:
@@ -237,22 +263,15 @@ class Watchdog:
             self.baseline = min(self.baseline, total)
             if total - self.baseline <= self.limit:
                 return False
-        frozen = _signal(self.sid, signal.SIGSTOP)
+        frozen = signal_group(self.sid, signal.SIGSTOP)
+        over = False
         try:
-            found = members(sid=self.sid, stop_after=self.limit)
-            over = found is not None and len(found) > self.limit
+            tasks = session_tasks(self.sid, self.limit)
+            over = tasks is not None and tasks > self.limit
         finally:
             if frozen and not over:
-                _signal(self.sid, signal.SIGCONT)
-        if found is not None and total is not None:
+                signal_group(self.sid, signal.SIGCONT)
+        if tasks is not None and total is not None:
             # Growth came from elsewhere; rebase so the scan is not repeated every poll.
-            self.baseline = total - len(found)
+            self.baseline = total - tasks
         return over
-
-
-def _signal(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True

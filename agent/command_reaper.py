@@ -14,11 +14,11 @@ takes no lock (single dict operations are atomic) and does nothing that could wa
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
 import signal
 from collections.abc import Callable
+
+from agent.command_containment import signal_group
 
 _running: dict[int, tuple[int, Callable[[], None] | None]] = {}
 _ids = itertools.count()
@@ -40,9 +40,7 @@ def kill_running() -> int:
     """SIGKILL every running command's process tree; how many commands were running."""
     entries = list(_running.values())
     for pgid, cgroup_kill in entries:
-        # Gone already (ProcessLookupError): the runner reaps it.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)  # gone already: the runner reaps it
         if cgroup_kill is not None:
             cgroup_kill()
     return len(entries)

@@ -24,6 +24,7 @@ sandbox.py.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import os
@@ -63,6 +64,7 @@ Containment = Literal["cgroup", "rlimit", "watchdog", "none"]
 _POLL_S = 0.05
 #: The watchdog polls faster: a fork bomb doubles in milliseconds.
 _WATCHDOG_POLL_S = 0.01
+_WATCHDOG_NICE = 10
 _AFTER_KILL_DRAIN_S = 2.0
 #: How long a command whose output has ended may take to exit before it is killed.
 _EXIT_GRACE_S = 1.0
@@ -139,7 +141,7 @@ def build_env(
 def _child_setup(
     procs_files: tuple[str, ...],
     limits: list[tuple[int, tuple[int, int]]],
-    idle: bool,
+    nice: int,
     sandbox: Callable[[], None] | None = None,
 ) -> None:
     """Runs in the child between fork and exec; kept to syscalls."""
@@ -152,14 +154,8 @@ def _child_setup(
             os.close(fd)
     for which, values in limits:
         resource.setrlimit(which, values)
-    if idle:
-        # SCHED_IDLE: the command runs on what CPU the rest of the machine leaves. Lowering
-        # needs no privilege; it is inherited by every process the command starts.
-        # Where the kernel or a sandbox refuses it, the lowest nice value is the next best.
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except (AttributeError, OSError):
-            os.nice(19)
+    if nice:
+        os.nice(nice)
     if sandbox is not None:
         sandbox()
 
@@ -228,11 +224,15 @@ class _Capped:
 # -- running --------------------------------------------------------------------------------------
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return
+def _signal_all(pgid: int, sig: int) -> None:
+    """``sig`` to the command's process group, then to every process of its session (the
+    leader's pid is both ids): one that moved to a group of its own (`setpgid`) is still in the
+    session, and counted there by the watchdog. Leaving the session takes `setsid`; the PID
+    namespace or the cgroup catch that."""
+    guards.signal_group(pgid, sig)
+    for pid in guards.members(sid=pgid) or ():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
 def _exited(pid: int) -> bool:
@@ -246,7 +246,7 @@ def _exited(pid: int) -> bool:
 
 
 def _others_alive(pgid: int, cgroup: guards.PidsCgroup | None) -> bool:
-    members = guards.members(pgid=pgid)
+    members = guards.members(sid=pgid)
     if members is not None and [p for p in members if p != pgid]:
         return True
     if members is None and not _exited(pgid):
@@ -255,10 +255,10 @@ def _others_alive(pgid: int, cgroup: guards.PidsCgroup | None) -> bool:
 
 
 def _kill_all(pgid: int, cgroup: guards.PidsCgroup | None) -> None:
-    """SIGKILL the group (and cgroup) until no live member is left, bounded by guards.REAP_S."""
+    """SIGKILL the session (and cgroup) until no live member is left, bounded by guards.REAP_S."""
     deadline = time.monotonic() + guards.REAP_S
     while True:
-        _signal_group(pgid, signal.SIGKILL)
+        _signal_all(pgid, signal.SIGKILL)
         if cgroup is not None:
             cgroup.kill()
         if not _others_alive(pgid, cgroup) and _exited(pgid):
@@ -278,9 +278,9 @@ def _spawn(
     prepared: _sandbox.Prepared,
 ) -> subprocess.Popen[bytes]:
     procs_files = cgroup.procs_files if cgroup is not None else ()
-    # Under the watchdog the command runs at the lowest priority (SCHED_IDLE), so a fork bomb
-    # cannot starve the parent that has to notice and kill it: at nice 10 a few thousand bomb
-    # processes outweighed the parent hundreds to one on two cores, and detection took seconds.
+    # Under the watchdog the command runs at lower priority, so a fork bomb cannot starve the
+    # parent that has to notice and kill it.
+    nice = _WATCHDOG_NICE if watchdog else 0
     return subprocess.Popen(
         argv,
         cwd=cwd,
@@ -291,7 +291,7 @@ def _spawn(
         start_new_session=True,
         close_fds=True,
         pass_fds=prepared.pass_fds,
-        preexec_fn=lambda: _child_setup(procs_files, setup_limits, watchdog, prepared.child),
+        preexec_fn=lambda: _child_setup(procs_files, setup_limits, nice, prepared.child),
     )
 
 
@@ -472,7 +472,7 @@ def _supervise(
 
     def hard_kill() -> None:
         nonlocal stop_at
-        _signal_group(pgid, signal.SIGKILL)
+        _signal_all(pgid, signal.SIGKILL)
         if cgroup is not None:
             cgroup.kill()
         stop_at = time.monotonic()
@@ -482,7 +482,7 @@ def _supervise(
             now = time.monotonic()
             if kill_reason is None and now >= deadline:
                 kill_reason = "timeout"
-                _signal_group(pgid, signal.SIGTERM)
+                _signal_all(pgid, signal.SIGTERM)
                 term_at = now
             if term_at is not None and stop_at is None and now - term_at >= limits.kill_grace_s:
                 hard_kill()
@@ -515,7 +515,7 @@ def _supervise(
                 main_done = True
                 if term_at is None and _others_alive(pgid, cgroup):
                     # Leftover background processes would hold the pipes open; stop them.
-                    _signal_group(pgid, signal.SIGTERM)
+                    _signal_all(pgid, signal.SIGTERM)
                     term_at = now
     finally:
         sel.close()

@@ -274,15 +274,65 @@ def test_watchdog_leaves_a_session_within_the_limit_running():
 
 
 @pytest.mark.skipif(not LINUX, reason="needs /proc")
-def test_a_command_under_the_watchdog_runs_at_idle_priority(tmp_path):
-    code = "import os; print(os.sched_getscheduler(0) == os.SCHED_IDLE)"
+def test_a_command_under_the_watchdog_runs_at_lower_priority(tmp_path):
+    code = "import os; print(os.nice(0))"
     limits = ResourceLimits(max_processes=64, use_cgroup=False)
     result = run([PY, "-c", code], tmp_path, limits=limits)
     if result.containment != "watchdog":
         pytest.skip("RLIMIT_NPROC bounds processes here; no watchdog")
-    assert result.stdout.strip() == "True"
-    plain = run([PY, "-c", code], tmp_path, limits=ResourceLimits(max_processes=None))
-    assert plain.stdout.strip() == "False"
+    assert int(result.stdout) == min(19, os.nice(0) + 10)
+
+
+#: A command that holds 40 threads, then trades them one by one for 40 sleeping processes: the
+#: machine's task count never moves, so a watchdog counting processes alone (against a
+#: baseline that counts threads) never looked again.
+_THREADS_FOR_PROCESSES = """
+import subprocess, threading, time
+stops = [threading.Event() for _ in range(40)]
+threads = [threading.Thread(target=e.wait) for e in stops]
+for t in threads:
+    t.start()
+time.sleep(0.3)
+for e, t in zip(stops, threads):
+    e.set(); t.join()
+    subprocess.Popen(["sleep", "30"])
+    time.sleep(0.02)
+time.sleep(1)
+print("not stopped")
+"""
+
+
+@pytest.mark.skipif(not LINUX, reason="needs /proc")
+def test_the_watchdog_counts_threads_so_they_cannot_be_traded_for_processes(tmp_path):
+    limits = ResourceLimits(max_processes=16, use_cgroup=False, kill_grace_s=0.1)
+    result = run([PY, "-c", _THREADS_FOR_PROCESSES], tmp_path, timeout_s=20, limits=limits)
+    if result.containment != "watchdog":
+        pytest.skip("RLIMIT_NPROC bounds processes here; no watchdog")
+    assert result.killed and result.kill_reason == "process_limit"
+    assert "not stopped" not in result.stdout
+
+
+@pytest.mark.skipif(not LINUX, reason="needs /proc")
+@pytest.mark.parametrize("use_cgroup", [True, False], ids=["cgroup-if-available", "no-cgroup"])
+def test_a_process_that_leaves_the_group_but_not_the_session_dies_with_the_command(
+    tmp_path, use_cgroup
+):
+    code = (
+        "import subprocess; p = subprocess.Popen(['sleep', '60'], process_group=0, "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)"
+    )
+    limits = ResourceLimits(max_processes=64, use_cgroup=use_cgroup)
+    result = run([PY, "-c", code], tmp_path, limits=limits)
+    pid = int(result.stdout)
+    try:
+        assert result.exit_code == 0
+        deadline = time.monotonic() + 2
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not alive(pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(not LINUX, reason="needs /proc")
