@@ -72,7 +72,7 @@ class Index:
 
     def exists(self) -> bool:
         """Whether a build has made this index (`graph.db` is on disk)."""
-        return (self.dir / "graph.db").exists()
+        return self.config.db_path.exists()
 
     # -- reads -------------------------------------------------------------------------------
 

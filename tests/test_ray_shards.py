@@ -235,6 +235,22 @@ def test_a_delivered_file_replaces_the_name_not_the_file_the_driver_has_open(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0.db", "retry.db"]  # no part left
 
 
+@pytest.mark.parametrize("fails", ["mkstemp", "copyfile"])
+def test_a_directory_the_worker_sees_but_cannot_write_gets_the_bytes(tmp_path, monkeypatch, fails):
+    """A read-only mount, another user's directory (root here writes anywhere, so the refusal
+    is the OS call's): the shard's bytes travel to the driver instead of failing the task."""
+    shard = tmp_path / "0.db"
+    local = tmp_path / "local.db"
+    local.write_bytes(b"the shard")
+
+    def refused(*args, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile if fails == "mkstemp" else ray_shards.shutil, fails, refused)
+    assert ray_shards._deliver(str(local), str(shard)) == b"the shard"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["local.db"]  # no part, no shard
+
+
 def test_a_worker_leaves_no_scratch_file_and_removes_what_killed_ones_left(root, tmp_path,
                                                                            monkeypatch):
     """Ray kills its workers at the job's end (nothing at their exit runs): the name table's

@@ -188,6 +188,75 @@ def test_inline_fragments_embed_each_content_once_and_mark_after_commit(tmp_path
         np.testing.assert_allclose(rows[str(i)][2], np.round(want[i], 5), atol=1e-5)
 
 
+def _batches(n: int, size: int) -> list[list[tuple]]:
+    return [[(b * size + i, f"h{b * size + i}", f"p{b}.py", "python", 1, 2, "", "")
+             for i in range(size)] for b in range(n)]
+
+
+def test_a_chunk_whose_reused_vector_is_gone_stays_pending_not_unreadable(tmp_path):
+    """A vector the driver's scan saw, gone when the worker reads it: the chunk stays pending
+    (embedded = 0) for the next build, not marked failed (-1), which no build retries."""
+    embedder = HashingEmbedder(64)
+    vs = VectorStore.open(str(tmp_path / "v"), 64, embedder.name)
+    vec = embedder.embed(["old text"])[0]
+    vs.upsert([VectorRow("99", "hx", "old.py", "python", 1, 2, "", embedder.name, vec)])
+
+    class Vanishing(InlineFragments):
+        def submit(self, batch):
+            vs.delete_chunk_ids(["99"])  # another writer removes it after the scan
+            return super().submit(batch)
+
+    marks: list[tuple[list, list]] = []
+    batch = [(1, "hx", "new.py", "python", 1, 2, "", "")]
+    embedded, reused = embed_to_fragments(vs, Vanishing(embedder, vs.uri), iter([batch]),
+                                          lambda rows: {}, lambda ok, failed: marks.append((ok, failed)), 1)
+    assert (embedded, reused) == (0, 0)
+    assert marks == [([], [])]
+
+
+class _Stop(BaseException):
+    pass
+
+
+def test_the_marker_names_every_fragment_received_before_its_commit(tmp_path):
+    """Stopped with two batches received and none committed: the marker names both batches'
+    files, and the next build's recovery deletes them."""
+    embedder = HashingEmbedder(64)
+    vs = VectorStore.open(str(tmp_path / "v"), 64, embedder.name)
+
+    class Windowed(InlineFragments):
+        window = 3  # a batch is collected when 4 are in flight, a commit made every 3
+
+    calls = 0
+
+    def read_texts(rows):
+        nonlocal calls
+        calls += 1
+        if calls == 6:  # before the 6th batch: batches 1 and 2 collected, nothing committed
+            raise _Stop
+        return {r[1]: f"text {r[1]}" for r in rows}
+
+    marker = UncommittedMarker(tmp_path)
+    received = []
+    pool = Windowed(embedder, vs.uri)
+    write = pool.writer.write
+
+    def writing(batch):
+        written = write(batch)
+        received.append(VectorStore.data_files([written.fragment]))
+        return written
+
+    pool.writer.write = writing
+    with pytest.raises(_Stop):
+        embed_to_fragments(vs, pool, iter(_batches(8, 2)), read_texts,
+                           lambda ok, failed: pytest.fail("nothing was committed"), 16,
+                           marker=marker)
+    named = json.loads(Path(marker.path).read_text())["files"]
+    assert sorted(named) == sorted(received[0] + received[1])
+    assert marker.recover(vs) == 2
+    assert _data_files(vs.uri).isdisjoint(named)
+
+
 # ---------------------------------------------------------------- builds on a real Ray
 
 

@@ -98,16 +98,23 @@ def _deliver(tmp_file: str, path: str) -> bytes | None:
     then), else return its bytes for the driver to write. Copied beside it, then renamed over
     it: a retried task replaces what an earlier attempt left, and an attempt still running
     somewhere (Ray retries a task whose worker it lost sight of) never rewrites the file the
-    driver has attached, only the name."""
+    driver has attached, only the name. A directory this worker sees but cannot write (a
+    read-only mount, another user's) is one it does not reach: the bytes travel."""
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         return Path(tmp_file).read_bytes()
-    fd, part = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".",
-                                suffix=".part")
+    try:
+        fd, part = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".",
+                                    suffix=".part")
+    except OSError:
+        return Path(tmp_file).read_bytes()
     os.close(fd)
     try:
         shutil.copyfile(tmp_file, part)
         os.replace(part, path)
+    except OSError:
+        Path(part).unlink(missing_ok=True)
+        return Path(tmp_file).read_bytes()
     except BaseException:
         Path(part).unlink(missing_ok=True)
         raise

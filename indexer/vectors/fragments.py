@@ -149,8 +149,9 @@ class UncommittedMarker:
     """The record of fragments written and not yet committed, for the next build to delete if
     no version names them (`VectorStore.drop_uncommitted`): a run stopped between a worker's
     write and the driver's commit leaves them in the table's directory, invisible to readers.
-    Fragments a worker was still writing when the driver stopped were never received, so no
-    marker names them: at most a window of batches stays on disk."""
+    The marker is rewritten as each batch's fragment arrives: fragments a worker was still
+    writing when the driver stopped were never received, so no marker names them, and at most
+    a window of batches (those in flight) stays on disk."""
 
     def __init__(self, index_dir: str | os.PathLike[str]) -> None:
         self.path = os.path.join(index_dir, MARKER)
@@ -160,7 +161,7 @@ class UncommittedMarker:
         files = VectorStore.data_files(fragments)
         if files:
             write_atomic(self.path, json.dumps({"uri": absolute_uri(vs.uri), "files": files,
-                                                "since": vs.identity()["version"]}))
+                                                "since": vs.version()}))
 
     def clear(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -251,15 +252,16 @@ def embed_to_fragments(
             written = write_batch(vs, batch, written.vectors)
         if written.fragment is not None:
             pending.fragments.append(written.fragment)
+            if marker is not None:
+                marker.record(vs, pending.fragments)
         pending.ids.extend(written.chunk_ids)
-        pending.failed.extend(written.missing)
+        # Their vectors left the table since the scan: they stay pending (embedded = 0) for the
+        # next build to embed, not marked as unreadable files (-1), which no build retries.
         counts["reused"] -= len(written.missing)
 
     def commit() -> None:
         nonlocal pending
         w, pending = pending, _Window()
-        if marker is not None:
-            marker.record(vs, w.fragments)
         vs.commit_fragments(w.fragments, [i for i in w.ids if i in known_ids])
         mark([int(i) for i in w.ids], w.failed)  # after the commit: see the module docstring
         known_ids.update(w.ids)

@@ -436,6 +436,10 @@ class VectorStore:
         self._dataset = lance.LanceDataset.commit(
             ds, op, read_version=ds.version, storage_options=self._storage_options)
 
+    def version(self) -> int:
+        """The table's latest version."""
+        return self._latest().version
+
     def identity(self) -> dict:
         """What tells this table from another at the same name (a worker whose relative path
         or credentials reach another one): its latest version, that version's timestamp and,
